@@ -1,0 +1,136 @@
+use serde::Serialize;
+
+use crate::bindings::weir::transform::types::{Header, OutputRecord};
+use crate::{Record, TransformError};
+
+/// One output record, built with [`Output::new`] (or [`Output::json`],
+/// [`Output::from_value`]) and the builder methods, then handed to [`Emitter::emit`].
+///
+/// By default an output keeps the timestamp of the input record that produced it and goes to
+/// the sink's default topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output(OutputRecord);
+
+impl Output {
+    /// An output with `key` and `value` (`None` for a Kafka null key or value), no headers.
+    ///
+    /// With a literal `None`, name a type: `Output::new(None::<&str>, Some(bytes))`, or use
+    /// [`Output::from_value`].
+    pub fn new(key: Option<impl Into<Vec<u8>>>, value: Option<impl Into<Vec<u8>>>) -> Self {
+        Output(OutputRecord {
+            key: key.map(Into::into),
+            value: value.map(Into::into),
+            headers: Vec::new(),
+            timestamp: None,
+            output: None,
+        })
+    }
+
+    /// An output with a null key and `value`.
+    pub fn from_value(value: impl Into<Vec<u8>>) -> Self {
+        Output::new(None::<Vec<u8>>, Some(value))
+    }
+
+    /// An output with `key` and `value` serialised as JSON.
+    pub fn json<T: Serialize + ?Sized>(
+        key: Option<impl Into<Vec<u8>>>,
+        value: &T,
+    ) -> Result<Self, TransformError> {
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| TransformError::new(format!("cannot serialise output as JSON: {e}")))?;
+        Ok(Output::new(key, Some(bytes)))
+    }
+
+    /// Appends a header. Repeated names are allowed and keep their order.
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        self.0.headers.push(Header { key: key.into(), value: value.into() });
+        self
+    }
+
+    /// Sets the timestamp (milliseconds since the Unix epoch) instead of keeping the input
+    /// record's.
+    pub fn timestamp_ms(mut self, timestamp_ms: i64) -> Self {
+        self.0.timestamp = Some(timestamp_ms);
+        self
+    }
+
+    /// Sends the record to the sink output named `name` instead of the default topic. Naming an
+    /// output the pipeline does not define fails the batch in the host.
+    pub fn to_output(mut self, name: impl Into<String>) -> Self {
+        self.0.output = Some(name.into());
+        self
+    }
+
+    /// The key; `None` for a null key.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.0.key.as_deref()
+    }
+
+    /// The value; `None` for a null value.
+    pub fn value(&self) -> Option<&[u8]> {
+        self.0.value.as_deref()
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> &[Header] {
+        &self.0.headers
+    }
+
+    /// The explicit timestamp, if one was set.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.0.timestamp
+    }
+
+    /// The named sink output, if one was set.
+    pub fn output_name(&self) -> Option<&str> {
+        self.0.output.as_deref()
+    }
+
+    pub(crate) fn into_raw(self) -> OutputRecord {
+        self.0
+    }
+}
+
+/// Collects the output records of a batch.
+#[derive(Debug, Default)]
+pub struct Emitter {
+    outputs: Vec<Output>,
+}
+
+impl Emitter {
+    /// An empty emitter.
+    pub fn new() -> Self {
+        Emitter::default()
+    }
+
+    /// Emits `output`.
+    pub fn emit(&mut self, output: Output) {
+        self.outputs.push(output);
+    }
+
+    /// Emits `record` unchanged: same key, value and headers, the input timestamp, default
+    /// output.
+    pub fn forward(&mut self, record: &Record) {
+        self.emit(Output(OutputRecord {
+            key: record.key().map(<[u8]>::to_vec),
+            value: record.value().map(<[u8]>::to_vec),
+            headers: record.headers().to_vec(),
+            timestamp: None,
+            output: None,
+        }));
+    }
+
+    /// How many records have been emitted so far in this batch.
+    pub fn len(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// Whether nothing has been emitted so far in this batch.
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+
+    pub(crate) fn into_outputs(self) -> Vec<Output> {
+        self.outputs
+    }
+}

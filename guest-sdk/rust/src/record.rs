@@ -1,0 +1,132 @@
+use serde::de::DeserializeOwned;
+
+use crate::TransformError;
+use crate::bindings::weir::transform::types::InputRecord;
+
+/// One Kafka record header: a UTF-8 name and raw bytes (empty for a Kafka null header value).
+/// Kafka allows repeated names; the order the producer wrote them in is kept.
+pub use crate::bindings::weir::transform::types::Header;
+
+/// One input record, as read from a source partition.
+///
+/// The SDK hands each record of a batch to [`Transform::process`](crate::Transform::process).
+/// Records can also be built by hand with [`Record::new`] and the `with_*` methods, for tests.
+#[derive(Debug, Clone)]
+pub struct Record(InputRecord);
+
+impl Record {
+    pub(crate) fn from_raw(raw: InputRecord) -> Self {
+        Record(raw)
+    }
+
+    /// Builds a record (mainly for tests): no headers, timestamp 0, topic `""`, partition 0,
+    /// offset 0. Pass `None::<&str>` for a null key or value.
+    pub fn new(key: Option<impl Into<Vec<u8>>>, value: Option<impl Into<Vec<u8>>>) -> Self {
+        Record(InputRecord {
+            key: key.map(Into::into),
+            value: value.map(Into::into),
+            headers: Vec::new(),
+            timestamp: 0,
+            topic: String::new(),
+            partition: 0,
+            offset: 0,
+        })
+    }
+
+    /// Appends a header (builder style, for tests).
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        self.0.headers.push(Header { key: key.into(), value: value.into() });
+        self
+    }
+
+    /// Sets the timestamp (builder style, for tests).
+    pub fn with_timestamp_ms(mut self, timestamp_ms: i64) -> Self {
+        self.0.timestamp = timestamp_ms;
+        self
+    }
+
+    /// Sets the source topic (builder style, for tests).
+    pub fn with_topic(mut self, topic: impl Into<String>) -> Self {
+        self.0.topic = topic.into();
+        self
+    }
+
+    /// Sets the source partition (builder style, for tests).
+    pub fn with_partition(mut self, partition: i32) -> Self {
+        self.0.partition = partition;
+        self
+    }
+
+    /// Sets the source offset (builder style, for tests).
+    pub fn with_offset(mut self, offset: i64) -> Self {
+        self.0.offset = offset;
+        self
+    }
+
+    /// The record key; `None` for a Kafka null key.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.0.key.as_deref()
+    }
+
+    /// The record key as UTF-8; `None` for a null key or one that is not valid UTF-8.
+    pub fn key_str(&self) -> Option<&str> {
+        self.key().and_then(|k| std::str::from_utf8(k).ok())
+    }
+
+    /// The record value; `None` for a Kafka null value (a tombstone).
+    pub fn value(&self) -> Option<&[u8]> {
+        self.0.value.as_deref()
+    }
+
+    /// The record value as UTF-8; `None` for a null value or one that is not valid UTF-8.
+    pub fn value_str(&self) -> Option<&str> {
+        self.value().and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// Parses the value as JSON into `T`.
+    ///
+    /// Fails, with this record's offset in the error, on a null value or a value that does
+    /// not deserialise into `T`.
+    pub fn value_json<T: DeserializeOwned>(&self) -> Result<T, TransformError> {
+        let offset = self.offset();
+        let value = self.value().ok_or_else(|| {
+            TransformError::new(format!("record at offset {offset} has a null value, not JSON"))
+                .with_offset(offset)
+        })?;
+        serde_json::from_slice(value).map_err(|e| {
+            TransformError::new(format!("value of record at offset {offset} is not valid JSON: {e}"))
+                .with_offset(offset)
+        })
+    }
+
+    /// The headers, in the order the producer wrote them.
+    pub fn headers(&self) -> &[Header] {
+        &self.0.headers
+    }
+
+    /// The value of the first header named `name`, if any.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.0.headers.iter().find(|h| h.key == name).map(|h| h.value.as_slice())
+    }
+
+    /// Record timestamp in milliseconds since the Unix epoch (CreateTime or LogAppendTime, as
+    /// the source topic is configured).
+    pub fn timestamp_ms(&self) -> i64 {
+        self.0.timestamp
+    }
+
+    /// The source topic the record was read from.
+    pub fn topic(&self) -> &str {
+        &self.0.topic
+    }
+
+    /// The source partition the record was read from.
+    pub fn partition(&self) -> i32 {
+        self.0.partition
+    }
+
+    /// The record's offset in its source partition.
+    pub fn offset(&self) -> i64 {
+        self.0.offset
+    }
+}

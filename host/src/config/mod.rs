@@ -1,0 +1,65 @@
+//! Pipeline configuration: the TOML file of `weir run <pipeline.toml>`.
+//!
+//! Key items:
+//! - [`PipelineConfig`]: a parsed, validated pipeline file, with every default filled in and
+//!   every relative path resolved against the file's directory. [`PipelineConfig::from_file`]
+//!   is the way in.
+//! - [`SourceConfig`], [`TransformConfig`], [`SinkConfig`], [`CheckpointConfig`],
+//!   [`StateConfig`]: its tables. Each field's doc comment is the user documentation of its key
+//!   (unit and default); `docs/configuration.md` is the same reference for users.
+//! - [`ConfigError`]: why a file was refused, naming the key (`sink.guarantee`).
+//!
+//! # Rules
+//! Unknown keys are errors (`deny_unknown_fields` everywhere), so a typo never falls back to a
+//! default silently. Durations are `Duration` in code and `_ms` integers in the file. Defaults
+//! are the `DEFAULT_*` constants. [`PipelineConfig::validate`] checks every rule, once; among
+//! them, librdkafka properties that Weir sets itself ([`RESERVED_RDKAFKA_KEYS`]) cannot be
+//! overridden through `source.consumer` or `sink.producer`, and with exactly-once delivery
+//! `checkpoint.interval_ms + checkpoint.timeout_ms` must stay below
+//! `sink.transaction_timeout_ms`. What needs the outside world (wasm files exist, the broker's
+//! `transaction.max.timeout.ms`) is checked at start-up, not here.
+//!
+//! # Example
+//! ```
+//! use std::path::Path;
+//! use weir::config::{Guarantee, PipelineConfig};
+//!
+//! let config = PipelineConfig::from_toml_str(
+//!     r#"
+//!     name = "flight-delays"
+//!     [source]
+//!     brokers = "localhost:9092"
+//!     topics = ["flights"]
+//!     [[transforms]]
+//!     name = "flight-delays"
+//!     wasm = "plugins/flight-delays.wasm"
+//!     config = { threshold_minutes = 15 }
+//!     [sink]
+//!     topic = "flight-delays"
+//!     "#,
+//!     Path::new("/etc/weir"),
+//! )?;
+//! assert_eq!(config.group_id(), "weir-flight-delays");
+//! assert_eq!(config.sink.guarantee, Guarantee::ExactlyOnce);
+//! assert_eq!(config.transforms[0].wasm, Path::new("/etc/weir/plugins/flight-delays.wasm"));
+//! assert_eq!(config.state.dir, Path::new("/etc/weir/weir-state/flight-delays"));
+//! # Ok::<(), weir::config::ConfigError>(())
+//! ```
+
+mod error;
+mod pipeline;
+mod raw;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::ConfigError;
+pub use pipeline::{
+    BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT, CheckpointConfig, DEFAULT_BATCH_SIZE, DEFAULT_CHECKPOINT_INTERVAL,
+    DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_MAX_EPOCH_BYTES, DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_PRODUCER_SLOTS, DEFAULT_STATE_PARENT, DEFAULT_TRANSACTION_TIMEOUT, Guarantee, MAX_BATCH_SIZE,
+    MAX_DEADLINE, MAX_MEMORY_LIMIT_BYTES, MAX_NAME_LEN, MAX_PRODUCER_SLOTS, MAX_TOPIC_LEN, MAX_TRANSACTION_TIMEOUT,
+    MIN_CHECKPOINT_INTERVAL, MIN_CHECKPOINT_TIMEOUT, MIN_MAX_EPOCH_BYTES, MIN_TRANSACTION_TIMEOUT, OnError,
+    PipelineConfig, RESERVED_RDKAFKA_KEYS, SinkConfig, SourceConfig, StartPosition, StateConfig, TransformConfig,
+};

@@ -1,0 +1,393 @@
+//! The resolved pipeline configuration: what the engine runs, with every default filled in and
+//! every relative path resolved.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::error::ConfigError;
+use super::raw;
+
+const MIB: usize = 1 << 20;
+
+/// Longest pipeline name (and `sink.transactional_id_prefix`): 200 characters, so that group and
+/// transactional ids derived from it stay well within Kafka's limits.
+pub const MAX_NAME_LEN: usize = 200;
+/// Longest Kafka topic name: 249 characters (Kafka's `Topic.MAX_NAME_LENGTH`).
+pub const MAX_TOPIC_LEN: usize = 249;
+
+/// Default `source.batch_size`: 256 records per `process` call.
+pub const DEFAULT_BATCH_SIZE: usize = 256;
+/// Largest `source.batch_size`: 65536 records.
+pub const MAX_BATCH_SIZE: usize = 65_536;
+
+/// Default `transforms[].memory_limit_mb`: 64 MiB, in bytes.
+pub const DEFAULT_MEMORY_LIMIT_BYTES: usize = 64 * MIB;
+/// Largest `transforms[].memory_limit_mb`: 4096 MiB (a 32-bit linear memory), in bytes.
+pub const MAX_MEMORY_LIMIT_BYTES: usize = 4096 * MIB;
+/// Default `transforms[].deadline_ms`: 1 s.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(1000);
+/// Longest `transforms[].deadline_ms`: 10 min.
+pub const MAX_DEADLINE: Duration = Duration::from_millis(600_000);
+
+/// Default `sink.producer_slots`: 2 (one epoch awaits its commit while the next one runs).
+pub const DEFAULT_PRODUCER_SLOTS: usize = 2;
+/// Largest `sink.producer_slots`: 16.
+pub const MAX_PRODUCER_SLOTS: usize = 16;
+/// Default `sink.transaction_timeout_ms`: 60 s.
+pub const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_millis(60_000);
+/// Shortest `sink.transaction_timeout_ms`: 1 s.
+pub const MIN_TRANSACTION_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Longest `sink.transaction_timeout_ms`: 1 h. The broker's `transaction.max.timeout.ms` must be
+/// at least as long; see [`BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT`].
+pub const MAX_TRANSACTION_TIMEOUT: Duration = Duration::from_millis(3_600_000);
+/// Default of the broker's `transaction.max.timeout.ms`: 15 min. A producer asking for a longer
+/// `transaction.timeout.ms` is refused by the broker.
+pub const BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT: Duration = Duration::from_millis(900_000);
+
+/// Default `checkpoint.interval_ms`: 1 s.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
+/// Shortest `checkpoint.interval_ms`: 10 ms.
+pub const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(10);
+/// Default `checkpoint.timeout_ms`: 30 s.
+pub const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_millis(30_000);
+/// Shortest `checkpoint.timeout_ms`: 100 ms.
+pub const MIN_CHECKPOINT_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default `checkpoint.max_epoch_bytes`: 64 MiB.
+pub const DEFAULT_MAX_EPOCH_BYTES: usize = 64 * MIB;
+/// Smallest `checkpoint.max_epoch_bytes`: 1 MiB.
+pub const MIN_MAX_EPOCH_BYTES: usize = MIB;
+
+/// Directory under which the default `state.dir` (`weir-state/<name>`) lives, relative to the
+/// pipeline file's directory.
+pub const DEFAULT_STATE_PARENT: &str = "weir-state";
+
+/// librdkafka properties that Weir alone sets, for exactly-once to hold. Any of them in
+/// `source.consumer` or `sink.producer` is an error.
+pub const RESERVED_RDKAFKA_KEYS: &[&str] = &[
+    "transactional.id",
+    "enable.idempotence",
+    "isolation.level",
+    "enable.auto.commit",
+    "group.id",
+    "bootstrap.servers",
+    "transaction.timeout.ms",
+    "enable.auto.offset.store",
+];
+
+/// A pipeline file (`weir run <pipeline.toml>`): source topics → chain of transforms → sink
+/// topic(s), with checkpointing and state settings. See `docs/configuration.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// `name`: name of the pipeline; required. 1 to 200 ASCII letters, digits, `.`, `_` or `-`
+    /// (not `.` or `..`). It is part of the default consumer group (`weir-<name>`), transactional
+    /// ids (`<name>-<slot>`) and state directory (`weir-state/<name>`), so it must be unique on
+    /// the cluster and must not change over the pipeline's life.
+    pub name: String,
+    /// `[source]`: the Kafka topics read.
+    pub source: SourceConfig,
+    /// `[[transforms]]`: the chain of transforms, applied in file order; at least one.
+    pub transforms: Vec<TransformConfig>,
+    /// `[sink]`: where output records go.
+    pub sink: SinkConfig,
+    /// `[checkpoint]`: when barriers are injected and how long a checkpoint may take; optional.
+    pub checkpoint: CheckpointConfig,
+    /// `[state]`: where the pipeline's RocksDB database lives; optional.
+    pub state: StateConfig,
+}
+
+/// `[source]`: the Kafka topics a pipeline reads, always with `isolation.level=read_committed`
+/// and offsets managed by Weir's checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceConfig {
+    /// `source.brokers`: Kafka bootstrap servers (librdkafka `bootstrap.servers`), e.g.
+    /// `"localhost:9092"`; required.
+    pub brokers: String,
+    /// `source.topics`: topics to read, every partition of each; at least one, no duplicates.
+    pub topics: Vec<String>,
+    /// `source.start`: where a pipeline with no checkpoint starts reading: `"earliest"`,
+    /// `"latest"`, `"group"` (the consumer group's committed offsets, else earliest) or
+    /// `"timestamp:<ms>"` (first record at or after that time, in milliseconds since the Unix
+    /// epoch); by default `"earliest"`. Ignored once the pipeline has a checkpoint.
+    pub start: StartPosition,
+    /// `source.group_id`: Kafka consumer group that holds the pipeline's committed offsets
+    /// (written inside its transactions); by default `weir-<name>`. See
+    /// [`PipelineConfig::group_id`].
+    pub group_id: Option<String>,
+    /// `source.consumer`: extra librdkafka consumer properties, e.g.
+    /// `{ "fetch.min.bytes" = "1024" }`; values may be TOML strings, integers, floats or booleans;
+    /// by default none. Keys Weir sets itself ([`RESERVED_RDKAFKA_KEYS`]) are refused.
+    pub consumer: BTreeMap<String, String>,
+    /// `source.batch_size`: most records per `process` call of a transform, 1 to 65536; by
+    /// default 256. Larger batches amortise the WebAssembly boundary; smaller ones lower latency.
+    pub batch_size: usize,
+}
+
+/// `source.start`: where a pipeline with no checkpoint starts reading each partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StartPosition {
+    /// `"earliest"`: the first offset still in the log.
+    #[default]
+    Earliest,
+    /// `"latest"`: the end of the log; only records produced after start-up are read.
+    Latest,
+    /// `"group"`: the consumer group's committed offsets; earliest where it has none.
+    Group,
+    /// `"timestamp:<ms>"`: the first record whose timestamp is at or after this time, in
+    /// milliseconds since the Unix epoch; the end of the log where there is none.
+    Timestamp(i64),
+}
+
+/// `[[transforms]]`: one operator of the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransformConfig {
+    /// `transforms[].name`: name of the operator, unique in the pipeline; required. ASCII
+    /// letters, digits, `.`, `_` or `-` (not `.` or `..`). State is keyed by it, so renaming an
+    /// operator drops its state.
+    pub name: String,
+    /// `transforms[].wasm`: path of the `weir:transform` WebAssembly component, with a `.wasm`
+    /// extension; required. Relative paths are resolved against the pipeline file's directory.
+    /// Whether the file exists is checked when the pipeline starts.
+    pub wasm: PathBuf,
+    /// `transforms[].config`: table passed to the transform's `init`, e.g.
+    /// `{ threshold_minutes = 15 }`; values may be TOML strings, integers, floats or booleans and
+    /// reach the transform as strings; by default empty. Entries are sorted by key.
+    pub config: Vec<(String, String)>,
+    /// `transforms[].memory_limit_mb`: upper bound of the instance's linear memory, in MiB in the
+    /// file (1 to 4096) and in bytes here; by default 64 MiB. Growing past it fails the call.
+    pub memory_limit_bytes: usize,
+    /// `transforms[].deadline_ms`: longest wall-clock time of one call into the transform
+    /// (including the host calls it makes), in milliseconds, 1 to 600000; by default 1000.
+    pub deadline: Duration,
+    /// `transforms[].on_error`: what a failing record does: `"fail"` (the pipeline recovers from
+    /// its last checkpoint, with back-off) or `"dead-letter"` (the record goes to
+    /// `sink.dead_letter_topic` with the error in its headers); by default `"fail"`.
+    pub on_error: OnError,
+}
+
+/// `transforms[].on_error`: the error policy of an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    /// `"fail"`: fail the pipeline into recovery from its last checkpoint.
+    #[default]
+    Fail,
+    /// `"dead-letter"`: send the failing record to `sink.dead_letter_topic` and go on.
+    DeadLetter,
+}
+
+/// `[sink]`: where a pipeline writes its output records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkConfig {
+    /// `sink.brokers`: Kafka bootstrap servers of the output cluster; by default
+    /// `source.brokers`. With `"exactly-once"` use the source's cluster: source offsets are
+    /// committed inside the sink's transactions.
+    pub brokers: String,
+    /// `sink.topic`: the default output topic; required.
+    pub topic: String,
+    /// `sink.outputs`: named outputs for fan-out, output name → topic, e.g.
+    /// `{ late = "flights-late" }`; a transform's output record that names an output goes to its
+    /// topic; by default none.
+    pub outputs: BTreeMap<String, String>,
+    /// `sink.guarantee`: delivery guarantee: `"exactly-once"` (Kafka transactions),
+    /// `"at-least-once"` (flush at each barrier, no transactions) or `"none"`; by default
+    /// `"exactly-once"`.
+    pub guarantee: Guarantee,
+    /// `sink.transactional_id_prefix`: prefix of the transactional ids `<prefix>-<slot>`; by
+    /// default the pipeline name. Same characters as `name`. It must be unique on the cluster:
+    /// two pipelines sharing it fence each other.
+    pub transactional_id_prefix: String,
+    /// `sink.producer_slots`: number of transactional producers, at most 16; by default 2, at
+    /// least 2 with `"exactly-once"`. Epoch N writes through slot N mod k.
+    pub producer_slots: usize,
+    /// `sink.transaction_timeout_ms`: Kafka's `transaction.timeout.ms` of the sink's producers, in
+    /// milliseconds, 1000 to 3600000; by default 60000. With `"exactly-once"` it must exceed
+    /// `checkpoint.interval_ms + checkpoint.timeout_ms`, and must not exceed the broker's
+    /// `transaction.max.timeout.ms` (900000 by default; checked at start-up).
+    pub transaction_timeout: Duration,
+    /// `sink.producer`: extra librdkafka producer properties, e.g. `{ "linger.ms" = 5 }`; values
+    /// may be TOML strings, integers, floats or booleans; by default none. Keys Weir sets itself
+    /// ([`RESERVED_RDKAFKA_KEYS`]) are refused.
+    pub producer: BTreeMap<String, String>,
+    /// `sink.dead_letter_topic`: topic of records that failed an operator whose `on_error` is
+    /// `"dead-letter"`; required by such an operator, by default none. Must differ from the
+    /// source, sink and output topics.
+    pub dead_letter_topic: Option<String>,
+    /// `sink.create_topics`: create missing output topics (sink, outputs, dead letters) at
+    /// start-up; by default `false`.
+    pub create_topics: bool,
+    /// `sink.partitions`: number of partitions of topics created by `create_topics`, at least 1;
+    /// by default as many as the source topic with the most partitions.
+    pub partitions: Option<i32>,
+}
+
+/// `sink.guarantee`: the delivery guarantee of a sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guarantee {
+    /// `"exactly-once"`: output and source offsets are committed in one Kafka transaction per
+    /// epoch; readers must use `isolation.level=read_committed`.
+    #[default]
+    ExactlyOnce,
+    /// `"at-least-once"`: output is flushed at each barrier before offsets are committed; a
+    /// crash replays, and duplicates, the output since the last checkpoint.
+    AtLeastOnce,
+    /// `"none"`: output is sent without waiting; a crash may lose or duplicate it.
+    None,
+}
+
+/// `[checkpoint]`: barriers and checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// `checkpoint.interval_ms`: time between two barriers, in milliseconds, at least 10; by
+    /// default 1000. Output becomes visible to `read_committed` readers once per interval.
+    pub interval: Duration,
+    /// `checkpoint.timeout_ms`: longest time from a barrier to its checkpoint being durable, in
+    /// milliseconds, at least 100; by default 30000. Past it the pipeline fails into recovery.
+    pub timeout: Duration,
+    /// `checkpoint.max_epoch_bytes`: size of an epoch's state overlay (state writes kept in
+    /// memory until the checkpoint) past which a barrier is injected early, in bytes, at least
+    /// 1048576 (1 MiB); by default 67108864 (64 MiB).
+    pub max_epoch_bytes: usize,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            interval: DEFAULT_CHECKPOINT_INTERVAL,
+            timeout: DEFAULT_CHECKPOINT_TIMEOUT,
+            max_epoch_bytes: DEFAULT_MAX_EPOCH_BYTES,
+        }
+    }
+}
+
+/// `[state]`: the pipeline's local state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateConfig {
+    /// `state.dir`: directory of the pipeline's RocksDB database; relative paths are resolved
+    /// against the pipeline file's directory; by default `weir-state/<name>` there.
+    pub dir: PathBuf,
+}
+
+impl PipelineConfig {
+    /// Reads, parses and validates; relative paths (transforms' wasm, state.dir) resolve against the file's directory.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] if the file cannot be read, [`ConfigError::Parse`] (naming the file
+    /// and the key) if it is not a pipeline file, [`ConfigError::Invalid`] if [`validate`]
+    /// refuses it.
+    ///
+    /// [`validate`]: PipelineConfig::validate
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let base_dir = path.parent().unwrap_or(Path::new(""));
+        raw::parse(&text, Some(path))?.resolve(base_dir).and_validate()
+    }
+
+    /// Parses and validates `text`; relative paths resolve against `base_dir`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] (naming the key) if `text` is not a pipeline file,
+    /// [`ConfigError::Invalid`] if [`validate`] refuses it.
+    ///
+    /// [`validate`]: PipelineConfig::validate
+    pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        raw::parse(text, None)?.resolve(base_dir).and_validate()
+    }
+
+    /// Kafka consumer group of the pipeline: `source.group_id`, else `weir-<name>`.
+    pub fn group_id(&self) -> String {
+        self.source.group_id.clone().unwrap_or_else(|| format!("weir-{}", self.name))
+    }
+
+    fn and_validate(self) -> Result<Self, ConfigError> {
+        self.validate()?;
+        Ok(self)
+    }
+}
+
+impl StartPosition {
+    const EXPECTED: &'static str =
+        "one of \"earliest\", \"latest\", \"group\" or \"timestamp:<ms>\" (milliseconds since the Unix epoch, at least 0)";
+}
+
+impl fmt::Display for StartPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartPosition::Earliest => f.write_str("earliest"),
+            StartPosition::Latest => f.write_str("latest"),
+            StartPosition::Group => f.write_str("group"),
+            StartPosition::Timestamp(ms) => write!(f, "timestamp:{ms}"),
+        }
+    }
+}
+
+impl FromStr for StartPosition {
+    type Err = String;
+
+    /// Parses the file form: `earliest`, `latest`, `group` or `timestamp:<ms>`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let position = match s {
+            "earliest" => Some(StartPosition::Earliest),
+            "latest" => Some(StartPosition::Latest),
+            "group" => Some(StartPosition::Group),
+            _ => s
+                .strip_prefix("timestamp:")
+                .and_then(|ms| ms.parse::<i64>().ok())
+                .filter(|ms| *ms >= 0)
+                .map(StartPosition::Timestamp),
+        };
+        position.ok_or_else(|| format!("invalid start position {s:?}, expected {}", Self::EXPECTED))
+    }
+}
+
+impl<'de> Deserialize<'de> for StartPosition {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Expected;
+        impl serde::de::Expected for Expected {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(StartPosition::EXPECTED)
+            }
+        }
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(|_| serde::de::Error::invalid_value(serde::de::Unexpected::Str(&s), &Expected))
+    }
+}
+
+impl OnError {
+    /// The file form: `"fail"` or `"dead-letter"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnError::Fail => "fail",
+            OnError::DeadLetter => "dead-letter",
+        }
+    }
+}
+
+impl fmt::Display for OnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Guarantee {
+    /// The file form: `"exactly-once"`, `"at-least-once"` or `"none"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guarantee::ExactlyOnce => "exactly-once",
+            Guarantee::AtLeastOnce => "at-least-once",
+            Guarantee::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Guarantee {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,295 @@
+//! [`PipelineConfig::validate`]: every rule a pipeline file must keep, in one place.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::error::ConfigError;
+use super::pipeline::*;
+use super::raw::push_key;
+
+const MIB: usize = 1 << 20;
+const NAME_CHARS: &str = "ASCII letters, digits, '.', '_' and '-'";
+
+impl PipelineConfig {
+    /// Checks every rule of the configuration reference (`docs/configuration.md`) and returns
+    /// the first broken one. [`from_file`] and [`from_toml_str`] call it; call it again after
+    /// changing a configuration in code.
+    ///
+    /// Not checked here: that the wasm files exist and the broker's `transaction.max.timeout.ms`
+    /// (both at start-up).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key at fault, the allowed values and the fix.
+    ///
+    /// [`from_file`]: PipelineConfig::from_file
+    /// [`from_toml_str`]: PipelineConfig::from_toml_str
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_name("name", &self.name, Some(MAX_NAME_LEN), "it becomes part of group and transactional ids")?;
+        self.validate_source()?;
+        self.validate_transforms()?;
+        self.validate_sink()?;
+        self.validate_checkpoint()
+    }
+
+    fn validate_source(&self) -> Result<(), ConfigError> {
+        let source = &self.source;
+        check_not_blank("source.brokers", &source.brokers, "e.g. \"localhost:9092\"")?;
+        if source.topics.is_empty() {
+            return Err(ConfigError::invalid("source.topics", "must name at least one topic"));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, topic) in source.topics.iter().enumerate() {
+            let key_path = format!("source.topics[{i}]");
+            check_topic(&key_path, topic)?;
+            if !seen.insert(topic) {
+                return Err(ConfigError::invalid(key_path, format!("topic {topic:?} is listed twice")));
+            }
+        }
+        if let Some(group_id) = &source.group_id {
+            check_not_blank("source.group_id", group_id, "or leave it out to use \"weir-<name>\"")?;
+        }
+        check_reserved("source.consumer", &source.consumer)?;
+        check_range("source.batch_size", source.batch_size, 1, MAX_BATCH_SIZE, "records")
+    }
+
+    fn validate_transforms(&self) -> Result<(), ConfigError> {
+        if self.transforms.is_empty() {
+            return Err(ConfigError::invalid("transforms", "the pipeline needs at least one [[transforms]] table"));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, t) in self.transforms.iter().enumerate() {
+            let key = |field: &str| format!("transforms[{i}].{field}");
+            check_name(&key("name"), &t.name, None, "operators are named by it in state and logs")?;
+            if !seen.insert(&t.name) {
+                return Err(ConfigError::invalid(
+                    key("name"),
+                    format!("{:?} names another transform too; operator names must be unique in the pipeline", t.name),
+                ));
+            }
+            if t.wasm.extension().is_none_or(|ext| ext != "wasm") {
+                return Err(ConfigError::invalid(
+                    key("wasm"),
+                    format!("{} is not a WebAssembly component: the path must end in \".wasm\"", t.wasm.display()),
+                ));
+            }
+            let mb = |bytes: usize| bytes / MIB;
+            if t.memory_limit_bytes < MIB || t.memory_limit_bytes > MAX_MEMORY_LIMIT_BYTES {
+                return Err(ConfigError::invalid(
+                    key("memory_limit_mb"),
+                    format!(
+                        "must be within 1..={} (MiB), got {}",
+                        mb(MAX_MEMORY_LIMIT_BYTES),
+                        if t.memory_limit_bytes % MIB == 0 {
+                            format!("{} MiB", mb(t.memory_limit_bytes))
+                        } else {
+                            format!("{} bytes", t.memory_limit_bytes)
+                        }
+                    ),
+                ));
+            }
+            check_duration(&key("deadline_ms"), t.deadline, Duration::from_millis(1), MAX_DEADLINE)?;
+            if t.on_error == OnError::DeadLetter && self.sink.dead_letter_topic.is_none() {
+                return Err(ConfigError::invalid(
+                    key("on_error"),
+                    format!(
+                        "transform {:?} sends failing records to a dead-letter topic, but sink.dead_letter_topic is not \
+                         set: set sink.dead_letter_topic, or use on_error = \"fail\"",
+                        t.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_sink(&self) -> Result<(), ConfigError> {
+        let sink = &self.sink;
+        check_not_blank("sink.brokers", &sink.brokers, "or leave it out to use source.brokers")?;
+        check_topic("sink.topic", &sink.topic)?;
+        for (output, topic) in &sink.outputs {
+            let mut key_path = String::from("sink.outputs");
+            push_key(&mut key_path, output);
+            if !is_name(output) {
+                return Err(ConfigError::invalid(
+                    key_path,
+                    format!("output name {output:?} must be made of {NAME_CHARS}"),
+                ));
+            }
+            check_topic(&key_path, topic)?;
+        }
+        check_name(
+            "sink.transactional_id_prefix",
+            &sink.transactional_id_prefix,
+            Some(MAX_NAME_LEN),
+            "transactional ids are \"<prefix>-<slot>\"",
+        )?;
+        let min_slots = if sink.guarantee == Guarantee::ExactlyOnce { 2 } else { 1 };
+        if sink.producer_slots < min_slots || sink.producer_slots > MAX_PRODUCER_SLOTS {
+            let why = if sink.guarantee == Guarantee::ExactlyOnce {
+                " (at least 2 with sink.guarantee = \"exactly-once\": one epoch awaits its commit while the next runs)"
+            } else {
+                ""
+            };
+            return Err(ConfigError::invalid(
+                "sink.producer_slots",
+                format!("must be within {min_slots}..={MAX_PRODUCER_SLOTS}{why}, got {}", sink.producer_slots),
+            ));
+        }
+        check_duration(
+            "sink.transaction_timeout_ms",
+            sink.transaction_timeout,
+            MIN_TRANSACTION_TIMEOUT,
+            MAX_TRANSACTION_TIMEOUT,
+        )?;
+        check_reserved("sink.producer", &sink.producer)?;
+        if let Some(dead) = &sink.dead_letter_topic {
+            check_topic("sink.dead_letter_topic", dead)?;
+            let clash = if *dead == sink.topic {
+                Some("sink.topic".to_owned())
+            } else if let Some(i) = self.source.topics.iter().position(|t| t == dead) {
+                Some(format!("source.topics[{i}]"))
+            } else {
+                sink.outputs.iter().find(|(_, topic)| *topic == dead).map(|(output, _)| {
+                    let mut key_path = String::from("sink.outputs");
+                    push_key(&mut key_path, output);
+                    key_path
+                })
+            };
+            if let Some(other) = clash {
+                return Err(ConfigError::invalid(
+                    "sink.dead_letter_topic",
+                    format!("{dead:?} is also {other}; dead letters need a topic of their own"),
+                ));
+            }
+        }
+        if let Some(partitions) = sink.partitions
+            && partitions < 1
+        {
+            return Err(ConfigError::invalid(
+                "sink.partitions",
+                format!("must be at least 1, got {partitions}; or leave it out to match the source"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_checkpoint(&self) -> Result<(), ConfigError> {
+        let checkpoint = &self.checkpoint;
+        check_duration("checkpoint.interval_ms", checkpoint.interval, MIN_CHECKPOINT_INTERVAL, Duration::MAX)?;
+        check_duration("checkpoint.timeout_ms", checkpoint.timeout, MIN_CHECKPOINT_TIMEOUT, Duration::MAX)?;
+        if checkpoint.max_epoch_bytes < MIN_MAX_EPOCH_BYTES {
+            return Err(ConfigError::invalid(
+                "checkpoint.max_epoch_bytes",
+                format!("must be at least {MIN_MAX_EPOCH_BYTES} (1 MiB), got {}", checkpoint.max_epoch_bytes),
+            ));
+        }
+        let (interval, timeout) = (checkpoint.interval, checkpoint.timeout);
+        let transaction_timeout = self.sink.transaction_timeout;
+        if self.sink.guarantee == Guarantee::ExactlyOnce && interval.saturating_add(timeout) >= transaction_timeout {
+            return Err(ConfigError::invalid(
+                "sink.transaction_timeout_ms",
+                format!(
+                    "with sink.guarantee = \"exactly-once\", checkpoint.interval_ms ({}) + checkpoint.timeout_ms ({}) \
+                     = {} must be less than sink.transaction_timeout_ms ({}), or the broker may abort a transaction \
+                     before its checkpoint completes: lower checkpoint.interval_ms or checkpoint.timeout_ms, or \
+                     raise sink.transaction_timeout_ms (which must itself stay at or below the broker's \
+                     transaction.max.timeout.ms, {} by default)",
+                    interval.as_millis(),
+                    timeout.as_millis(),
+                    interval.saturating_add(timeout).as_millis(),
+                    transaction_timeout.as_millis(),
+                    BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT.as_millis(),
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[A-Za-z0-9._-]+`.
+fn is_name(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn check_name(key_path: &str, value: &str, max_len: Option<usize>, why: &str) -> Result<(), ConfigError> {
+    let too_long = max_len.is_some_and(|max| value.len() > max);
+    if !is_name(value) || too_long || value == "." || value == ".." {
+        let length = max_len.map_or(String::from("1 or more"), |max| format!("1 to {max}"));
+        return Err(ConfigError::invalid(
+            key_path,
+            format!("must be {length} characters among {NAME_CHARS}, and not \".\" or \"..\" ({why}); got {value:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A Kafka topic name: 1 to 249 of `[A-Za-z0-9._-]`, not `.` or `..` (Kafka's `Topic.validate`).
+fn check_topic(key_path: &str, topic: &str) -> Result<(), ConfigError> {
+    if !is_name(topic) || topic.len() > MAX_TOPIC_LEN || topic == "." || topic == ".." {
+        return Err(ConfigError::invalid(
+            key_path,
+            format!(
+                "{topic:?} is not a valid Kafka topic name: use 1 to {MAX_TOPIC_LEN} characters among {NAME_CHARS}, \
+                 and not \".\" or \"..\""
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_not_blank(key_path: &str, value: &str, hint: &str) -> Result<(), ConfigError> {
+    if value.trim().is_empty() {
+        return Err(ConfigError::invalid(key_path, format!("must not be empty ({hint})")));
+    }
+    Ok(())
+}
+
+fn check_range(key_path: &str, value: usize, min: usize, max: usize, unit: &str) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::invalid(key_path, format!("must be within {min}..={max} ({unit}), got {value}")));
+    }
+    Ok(())
+}
+
+/// `min..=max`, in milliseconds; `Duration::MAX` means no upper bound.
+fn check_duration(key_path: &str, value: Duration, min: Duration, max: Duration) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        let allowed = if max == Duration::MAX {
+            format!("at least {}", min.as_millis())
+        } else {
+            format!("within {}..={}", min.as_millis(), max.as_millis())
+        };
+        return Err(ConfigError::invalid(
+            key_path,
+            format!("must be {allowed} (milliseconds), got {}", value.as_millis()),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses librdkafka keys that Weir sets itself, naming the typed option to use instead.
+fn check_reserved(table: &str, properties: &std::collections::BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for key in properties.keys() {
+        let Some(reserved) = RESERVED_RDKAFKA_KEYS.iter().find(|r| key.trim().eq_ignore_ascii_case(r)) else {
+            continue;
+        };
+        let instead = match *reserved {
+            "group.id" => "use source.group_id",
+            "bootstrap.servers" => "use source.brokers or sink.brokers",
+            "transaction.timeout.ms" => "use sink.transaction_timeout_ms",
+            "transactional.id" => "use sink.transactional_id_prefix",
+            _ => "sink.guarantee decides it",
+        };
+        let mut key_path = table.to_owned();
+        push_key(&mut key_path, key);
+        return Err(ConfigError::invalid(
+            key_path,
+            format!(
+                "Weir sets the librdkafka property {reserved:?} itself, for exactly-once to hold; remove it from \
+                 [{table}] ({instead}). Reserved: {}",
+                RESERVED_RDKAFKA_KEYS.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,10 @@
+//! Records from local files: CSV, JSON lines, either inside a `.zip`.
+//!
+//! Used by `weir transform run` (and by the loader that produces files into Kafka). Every row
+//! becomes a JSON object value; CSV rows are converted by [`csv_row_to_json`]: header names
+//! as field names, `NA` and empty cells as `null`, numbers as JSON numbers, everything else as
+//! strings. A key is built from named fields joined by `|` (`origin,carrier` → `EWR|UA`).
+
+mod reader;
+
+pub use reader::{FileError, Format, Row, csv_row_to_json, read_rows};

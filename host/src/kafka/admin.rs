@@ -1,0 +1,96 @@
+//! Start-up checks through the Kafka admin API: topics, partitions, broker configuration.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// How long one metadata or admin request may take before it is an error.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An admin client for one cluster.
+pub struct Admin {
+    client: AdminClient<DefaultClientContext>,
+    brokers: String,
+}
+
+/// What the cluster says about one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicCheck {
+    /// The topic exists with this many partitions.
+    Exists(i32),
+    /// The broker does not know the topic.
+    Missing,
+}
+
+impl Admin {
+    /// An admin client for `brokers` (`bootstrap.servers`).
+    ///
+    /// # Errors
+    /// When librdkafka rejects the configuration.
+    pub fn new(brokers: &str, overrides: &BTreeMap<String, String>) -> Result<Self, KafkaError> {
+        let client = super::client_config(brokers, overrides, &[]).create()?;
+        Ok(Self { client, brokers: brokers.to_owned() })
+    }
+
+    /// The bootstrap servers this client talks to.
+    pub fn brokers(&self) -> &str {
+        &self.brokers
+    }
+
+    /// Partition counts of `topics`, from one metadata request.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached within the request timeout.
+    pub fn topics(&self, topics: &[&str]) -> Result<BTreeMap<String, TopicCheck>, KafkaError> {
+        let metadata = self.client.inner().fetch_metadata(None, REQUEST_TIMEOUT)?;
+        Ok(topics
+            .iter()
+            .map(|name| {
+                let found = metadata.topics().iter().find(|t| t.name() == *name && t.error().is_none());
+                let check = found.map_or(TopicCheck::Missing, |t| TopicCheck::Exists(t.partitions().len() as i32));
+                ((*name).to_owned(), check)
+            })
+            .collect())
+    }
+
+    /// Creates `topic` with `partitions` partitions and replication factor 1 (0 = broker
+    /// default), treating "already exists" as success.
+    ///
+    /// # Errors
+    /// When the broker refuses or cannot be reached.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) -> Result<(), KafkaError> {
+        let replication = TopicReplication::Fixed(-1);
+        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT));
+        let results = self.client.create_topics(&[NewTopic::new(topic, partitions, replication)], &options).await?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) => return Err(KafkaError::AdminOp(code)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The broker's `transaction.max.timeout.ms` (the upper bound of a producer's
+    /// `transaction.timeout.ms`; 900000 by default), read from the first broker of the
+    /// cluster metadata.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached or the broker does not report the setting.
+    pub async fn transaction_max_timeout(&self) -> Result<Duration, KafkaError> {
+        let metadata = self.client.inner().fetch_metadata(None, REQUEST_TIMEOUT)?;
+        let broker = metadata.brokers().first().map(|b| b.id()).ok_or(KafkaError::AdminOp(RDKafkaErrorCode::BrokerNotAvailable))?;
+        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+        let results = self.client.describe_configs(&[ResourceSpecifier::Broker(broker)], &options).await?;
+        let resource = results.into_iter().next().ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))?.map_err(KafkaError::AdminOp)?;
+        let value = resource
+            .get("transaction.max.timeout.ms")
+            .and_then(|entry| entry.value.as_deref())
+            .and_then(|value| value.parse::<u64>().ok())
+            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::InvalidConfig))?;
+        Ok(Duration::from_millis(value))
+    }
+}

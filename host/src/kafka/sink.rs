@@ -1,0 +1,194 @@
+//! The sink's producers. Under exactly-once, a pipeline has k producer slots, each a
+//! transactional producer with the fixed `transactional.id` `<prefix>-<slot>`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::ClientContext;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::TopicPartitionList;
+
+use crate::wasm::OutputRecord;
+
+/// Failed deliveries seen by a producer since its creation: count and first error.
+#[derive(Debug, Default)]
+pub struct DeliveryErrors {
+    /// Number of records the broker did not acknowledge.
+    pub count: u64,
+    /// The first error, for the log.
+    pub first: Option<String>,
+}
+
+/// Records delivery failures, so a checkpoint never commits over a lost record.
+#[derive(Default, Clone)]
+struct SinkContext {
+    errors: Arc<Mutex<DeliveryErrors>>,
+}
+
+impl ClientContext for SinkContext {}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result
+            && let Ok(mut errors) = self.errors.lock()
+        {
+            errors.count += 1;
+            errors.first.get_or_insert_with(|| error.to_string());
+        }
+    }
+}
+
+/// One producer of the sink.
+pub struct ProducerSlot {
+    /// The slot number (epoch N uses slot N mod k).
+    pub slot: usize,
+    /// `transactional.id`, when transactional.
+    pub transactional_id: Option<String>,
+    producer: ThreadedProducer<SinkContext>,
+    errors: Arc<Mutex<DeliveryErrors>>,
+}
+
+impl ProducerSlot {
+    /// A transactional producer with `transactional.id` = `transactional_id` and
+    /// `transaction.timeout.ms` = `transaction_timeout` (bounded by the broker's
+    /// `transaction.max.timeout.ms`). Call [`ProducerSlot::fence`] before use.
+    ///
+    /// # Errors
+    /// When librdkafka rejects the configuration.
+    pub fn transactional(
+        brokers: &str,
+        overrides: &BTreeMap<String, String>,
+        slot: usize,
+        transactional_id: &str,
+        transaction_timeout: Duration,
+    ) -> Result<Self, KafkaError> {
+        let timeout = transaction_timeout.as_millis().to_string();
+        let own = [
+            ("transactional.id", transactional_id),
+            ("enable.idempotence", "true"),
+            ("transaction.timeout.ms", timeout.as_str()),
+        ];
+        Self::create(brokers, overrides, &own, slot, Some(transactional_id.to_owned()))
+    }
+
+    /// A producer without transactions; idempotent when `idempotent` (at-least-once).
+    ///
+    /// # Errors
+    /// When librdkafka rejects the configuration.
+    pub fn plain(brokers: &str, overrides: &BTreeMap<String, String>, idempotent: bool) -> Result<Self, KafkaError> {
+        let own = [("enable.idempotence", if idempotent { "true" } else { "false" })];
+        Self::create(brokers, overrides, &own, 0, None)
+    }
+
+    fn create(
+        brokers: &str,
+        overrides: &BTreeMap<String, String>,
+        own: &[(&str, &str)],
+        slot: usize,
+        transactional_id: Option<String>,
+    ) -> Result<Self, KafkaError> {
+        let context = SinkContext::default();
+        let errors = context.errors.clone();
+        let producer = super::client_config(brokers, overrides, own).create_with_context(context)?;
+        Ok(Self { slot, transactional_id, producer, errors })
+    }
+
+    /// `init_transactions`: fences any earlier producer with the same `transactional.id`,
+    /// aborting what it left open and completing a commit it had started (KIP-98).
+    ///
+    /// # Errors
+    /// When the transaction coordinator cannot be reached within `timeout`.
+    pub fn fence(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.init_transactions(timeout)
+    }
+
+    /// Starts a transaction (local to the client until the first record is sent).
+    ///
+    /// # Errors
+    /// When a transaction is already open or the producer is fenced.
+    pub fn begin(&self) -> Result<(), KafkaError> {
+        self.producer.begin_transaction()
+    }
+
+    /// Queues one record for `topic`; when the queue is full, waits for room.
+    /// `default_timestamp` applies when the record names none.
+    ///
+    /// # Errors
+    /// When librdkafka refuses the record for another reason than a full queue.
+    pub fn send(&self, topic: &str, record: &OutputRecord, default_timestamp: Option<i64>) -> Result<(), KafkaError> {
+        let headers = (!record.headers.is_empty()).then(|| {
+            record.headers.iter().fold(OwnedHeaders::new_with_capacity(record.headers.len()), |headers, h| {
+                headers.insert(Header { key: &h.key, value: Some(&h.value) })
+            })
+        });
+        let mut base = BaseRecord::<[u8], [u8]>::to(topic);
+        base.key = record.key.as_deref();
+        base.payload = record.value.as_deref();
+        base.timestamp = record.timestamp.or(default_timestamp);
+        base.headers = headers;
+        loop {
+            match self.producer.send(base) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    base = returned;
+                    // The producer's own thread drains the queue; give it a moment.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((error, _)) => return Err(error),
+            }
+        }
+    }
+
+    /// Waits until every queued record is acknowledged or failed.
+    ///
+    /// # Errors
+    /// When `timeout` passes first, or a record failed delivery.
+    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.flush(timeout)?;
+        self.check_deliveries()
+    }
+
+    /// Adds `offsets` to the open transaction as the group's offsets
+    /// (`send_offsets_to_transaction`, KIP-98/KIP-447).
+    ///
+    /// # Errors
+    /// When the coordinator refuses or cannot be reached within `timeout`.
+    pub fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.send_offsets_to_transaction(offsets, group, timeout)
+    }
+
+    /// Commits the open transaction.
+    ///
+    /// Ok means the records and offsets of the transaction are committed. Err means they
+    /// were not, or that the outcome is unknown; recovery resolves which.
+    ///
+    /// # Errors
+    /// When the commit fails, times out, or a record failed delivery.
+    pub fn commit(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.check_deliveries()?;
+        self.producer.commit_transaction(timeout)
+    }
+
+    /// Aborts the open transaction.
+    ///
+    /// # Errors
+    /// When the coordinator cannot be reached within `timeout`.
+    pub fn abort(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.abort_transaction(timeout)
+    }
+
+    fn check_deliveries(&self) -> Result<(), KafkaError> {
+        let errors = self.errors.lock().map_err(|_| KafkaError::MessageProduction(RDKafkaErrorCode::Fail))?;
+        if errors.count > 0 {
+            tracing::error!(slot = self.slot, failed = errors.count, first = ?errors.first, "records failed delivery");
+            return Err(KafkaError::MessageProduction(RDKafkaErrorCode::Fail));
+        }
+        Ok(())
+    }
+}

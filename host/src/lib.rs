@@ -1,0 +1,18 @@
+//! Weir: an exactly-once stream processor for Apache Kafka whose operators are sandboxed
+//! WebAssembly components.
+//!
+//! The crate is laid out by stage of the data path (see `DESIGN.md`):
+//!
+//! - [`file`]: reading records from local files (CSV, JSON lines, zip), for `weir transform run`.
+//! - [`wasm`]: the WebAssembly host: engine, limits, host imports and operator instances.
+//! - [`state`]: the state backends that serve a transform's `state` import.
+
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod file;
+pub mod kafka;
+pub mod pipeline;
+pub mod types;
+pub mod state;
+pub mod wasm;

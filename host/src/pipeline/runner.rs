@@ -1,0 +1,383 @@
+//! The runner: start-up checks, recovery, the poll → process → send loop, and checkpoints.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::Offset;
+use rdkafka::consumer::Consumer;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+
+use super::task::Task;
+use crate::checkpoint::fault::{FaultPoint, inject};
+use crate::checkpoint::protocol::{self, Recovered};
+use crate::config::{Guarantee, PipelineConfig, StartPosition, TransformConfig};
+use crate::error::PipelineError;
+use crate::kafka::{Admin, ProducerSlot, Source, TopicCheck};
+use crate::state::{StateDb, TaskOverlays};
+use crate::types::{CheckpointId, TaskId};
+use crate::wasm::{Header, InputRecord, TransformComponent, WasmEngine};
+
+/// Longest pause between two recovery attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long one poll waits for the first record.
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Options of `weir run` beyond the pipeline file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Start even when the consumer group's offsets disagree with the state directory
+    /// (someone reset them by hand); the state directory wins.
+    pub ignore_group_offsets: bool,
+}
+
+/// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
+///
+/// Retriable failures ([`PipelineError::is_retriable`]) run recovery again after an
+/// exponential back-off (1 s doubling to 30 s), logging each attempt.
+///
+/// # Errors
+/// A failure that needs a human: invalid configuration, a missing topic, a refused start-up
+/// check, inconsistent offsets, a state database error, or a transform that cannot load.
+pub fn run(config: &PipelineConfig, engine: &WasmEngine, options: &RunOptions, shutdown: &AtomicBool) -> Result<(), PipelineError> {
+    let chain: Vec<(Arc<TransformComponent>, TransformConfig)> = config
+        .transforms
+        .iter()
+        .map(|t| Ok((Arc::new(engine.load(&t.wasm)?), t.clone())))
+        .collect::<Result<_, PipelineError>>()?;
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let attempt = Instant::now();
+        let result = Runner::start(config, &chain, options, shutdown).and_then(|mut runner| runner.run(shutdown));
+        match result {
+            Ok(()) => return Ok(()),
+            Err(error) if error.is_retriable() && !shutdown.load(Ordering::Relaxed) => {
+                if attempt.elapsed() > MAX_BACKOFF {
+                    backoff = Duration::from_secs(1);
+                }
+                tracing::error!(pipeline = %config.name, %error, retry_in = ?backoff, "pipeline failed; recovering after back-off");
+                sleep_unless(shutdown, backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
+    let until = Instant::now() + duration;
+    while Instant::now() < until && !shutdown.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The records, bytes and start of the open epoch.
+struct Epoch {
+    id: CheckpointId,
+    records: u64,
+    output_bytes: u64,
+    started: Instant,
+}
+
+/// One incarnation of a pipeline, from recovery to a failure or shutdown.
+struct Runner<'a> {
+    config: &'a PipelineConfig,
+    db: Arc<StateDb>,
+    source: Source,
+    slots: Vec<ProducerSlot>,
+    tasks: Vec<Task>,
+    task_index: HashMap<(String, i32), usize>,
+    overlays: Vec<Arc<Mutex<TaskOverlays>>>,
+    epoch: Epoch,
+}
+
+impl<'a> Runner<'a> {
+    /// Start-up checks, recovery, tasks, assignment, and the first epoch's transaction.
+    fn start(
+        config: &'a PipelineConfig,
+        chain: &[(Arc<TransformComponent>, TransformConfig)],
+        options: &RunOptions,
+        shutdown: &AtomicBool,
+    ) -> Result<Self, PipelineError> {
+        let task_ids = check_cluster(config)?;
+        let db = Arc::new(StateDb::open(&config.state.dir)?);
+        let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())
+            .map_err(PipelineError::kafka("creating the source consumer"))?;
+        let slots = producer_slots(config)?;
+        let exactly_once = config.sink.guarantee == Guarantee::ExactlyOnce;
+        let fenced: &[ProducerSlot] = if exactly_once { &slots } else { &[] };
+        let timeout = config.checkpoint.timeout;
+        let Recovered { committed, next } = protocol::recover(&db, fenced, &source, &task_ids, timeout, options.ignore_group_offsets)?;
+        tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
+
+        let outputs: Vec<String> = config.sink.outputs.keys().cloned().collect();
+        let mut tasks = Vec::with_capacity(task_ids.len());
+        for id in &task_ids {
+            let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
+            tasks.push(Task::new(id.clone(), chain, &outputs, db.clone(), snapshot, committed.offsets.get(id).copied())?);
+        }
+        let positions = start_positions(config, &source, &task_ids, &committed.offsets)?;
+        source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
+        if shutdown.load(Ordering::Relaxed) {
+            tracing::info!("shutdown requested during start-up");
+        }
+
+        let task_index = task_ids.iter().enumerate().map(|(i, t)| ((t.topic.clone(), t.partition), i)).collect();
+        let overlays = tasks.iter().map(|t| t.overlays().clone()).collect();
+        let mut runner = Self { config, db, source, slots, tasks, task_index, overlays, epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() } };
+        runner.begin_epoch(next)?;
+        Ok(runner)
+    }
+
+    /// Polls, processes and checkpoints until shutdown; then commits the open epoch.
+    fn run(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
+        let batch_size = self.config.source.batch_size;
+        let mut batches: Vec<Vec<InputRecord>> = vec![Vec::new(); self.tasks.len()];
+        while !shutdown.load(Ordering::Relaxed) {
+            let mut timeout = POLL_TIMEOUT;
+            let mut polled = 0;
+            while polled < batch_size * self.tasks.len() {
+                let Some(message) = self.source.consumer().poll(timeout) else { break };
+                timeout = Duration::ZERO;
+                match message {
+                    Ok(message) => {
+                        polled += 1;
+                        let index = self.task_of(&message)?;
+                        batches[index].push(input_record(&message));
+                        if batches[index].len() >= batch_size {
+                            self.process(index, std::mem::take(&mut batches[index]))?;
+                        }
+                    }
+                    // librdkafka recovers from transient errors itself; a lasting one fails
+                    // the next commit, which sends the pipeline into recovery.
+                    Err(error) => tracing::warn!(%error, "source consumer error"),
+                }
+            }
+            for index in 0..batches.len() {
+                if !batches[index].is_empty() {
+                    self.process(index, std::mem::take(&mut batches[index]))?;
+                }
+            }
+            if self.epoch.records > 0 {
+                inject(FaultPoint::MidEpoch, self.epoch.id);
+                let max_bytes = self.config.checkpoint.max_epoch_bytes;
+                let overlay_full = self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes);
+                if overlay_full || self.epoch.started.elapsed() >= self.config.checkpoint.interval {
+                    self.checkpoint()?;
+                }
+            }
+        }
+        self.finish()
+    }
+
+    /// Index of the task owning `message`'s partition.
+    fn task_of(&self, message: &BorrowedMessage<'_>) -> Result<usize, PipelineError> {
+        self.task_index.get(&(message.topic().to_owned(), message.partition())).copied().ok_or_else(|| {
+            PipelineError::Inconsistent(format!("a record of {}[{}] arrived, which no task owns (partitions added while running?)", message.topic(), message.partition()))
+        })
+    }
+
+    /// Runs one batch through its task and sends the output to the epoch's slot.
+    fn process(&mut self, index: usize, batch: Vec<InputRecord>) -> Result<(), PipelineError> {
+        let count = batch.len() as u64;
+        let last_timestamp = batch.last().map(|r| r.timestamp);
+        let (outputs, dead_letters) = self.tasks[index].process(batch)?;
+        let slot = self.slot();
+        let sink = &self.config.sink;
+        for output in &outputs {
+            let topic = match &output.output {
+                Some(name) => &sink.outputs[name],
+                None => &sink.topic,
+            };
+            slot.send(topic, output, last_timestamp).map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+            self.epoch.output_bytes += (output.key.as_ref().map_or(0, Vec::len) + output.value.as_ref().map_or(0, Vec::len)) as u64;
+        }
+        if let Some(topic) = &sink.dead_letter_topic {
+            for dead_letter in &dead_letters {
+                slot.send(topic, &dead_letter.to_output(), None).map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+            }
+        }
+        self.epoch.records += count;
+        Ok(())
+    }
+
+    /// The producer the open epoch writes through: slot N mod k (the only one when not
+    /// transactional).
+    fn slot(&self) -> &ProducerSlot {
+        &self.slots[self.epoch.id.0 as usize % self.slots.len()]
+    }
+
+    fn begin_epoch(&mut self, id: CheckpointId) -> Result<(), PipelineError> {
+        self.epoch = Epoch { id, records: 0, output_bytes: 0, started: Instant::now() };
+        if self.config.sink.guarantee == Guarantee::ExactlyOnce {
+            self.slot().begin().map_err(PipelineError::kafka(format!("begin_transaction for epoch {id}")))?;
+        }
+        Ok(())
+    }
+
+    /// Barrier → pre-commit → durable → commit → apply for the open epoch; opens the next.
+    fn checkpoint(&mut self) -> Result<(), PipelineError> {
+        let id = self.epoch.id;
+        let timeout = self.config.checkpoint.timeout;
+        let barriers = self.tasks.iter_mut().map(|t| t.barrier(id)).collect::<Result<Vec<_>, _>>()?;
+        let slot = self.slot();
+        let pending = protocol::barrier(id, barriers, slot.transactional_id.as_deref().unwrap_or_default());
+        let state_bytes: usize = pending.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+        match self.config.sink.guarantee {
+            Guarantee::ExactlyOnce => {
+                protocol::pre_commit(slot, &self.source, &pending, timeout)?;
+                protocol::make_durable(&self.db, &pending)?;
+                protocol::commit(slot, id, timeout)?;
+                protocol::apply(&self.db, &self.overlays, id)?;
+            }
+            guarantee => {
+                if guarantee == Guarantee::AtLeastOnce {
+                    slot.flush(timeout).map_err(PipelineError::kafka(format!("flush of checkpoint {id}")))?;
+                }
+                protocol::make_durable(&self.db, &pending)?;
+                protocol::apply(&self.db, &self.overlays, id)?;
+                // The group's offsets only inform other tools here; the state directory is the truth.
+                if let Err(error) = self.source.commit(&pending.offsets, id) {
+                    tracing::warn!(%error, checkpoint = %id, "could not commit the group's offsets");
+                }
+            }
+        }
+        tracing::info!(
+            checkpoint = %id,
+            records = self.epoch.records,
+            output_bytes = self.epoch.output_bytes,
+            state_bytes,
+            duration_ms = self.epoch.started.elapsed().as_millis() as u64,
+            "checkpoint committed"
+        );
+        self.begin_epoch(id.next())
+    }
+
+    /// Shutdown: commits the open epoch, or aborts its (empty) transaction.
+    fn finish(&mut self) -> Result<(), PipelineError> {
+        if self.epoch.records > 0 {
+            self.checkpoint()?;
+        }
+        if self.config.sink.guarantee == Guarantee::ExactlyOnce {
+            let id = self.epoch.id;
+            self.slot().abort(self.config.checkpoint.timeout).map_err(PipelineError::kafka(format!("abort_transaction of empty epoch {id}")))?;
+        }
+        tracing::info!(pipeline = %self.config.name, "stopped after committing the open epoch");
+        Ok(())
+    }
+}
+
+/// Checks topics and the transaction timeout against the cluster; creates sink topics when
+/// allowed. Returns the pipeline's tasks, one per source partition.
+fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> {
+    let brokers = &config.source.brokers;
+    let admin = Admin::new(brokers, &config.source.consumer).map_err(PipelineError::kafka("creating the admin client"))?;
+    let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
+    let found = admin.topics(&names).map_err(PipelineError::kafka(format!("reading the topic metadata of {brokers} (is the broker up?)")))?;
+    let mut tasks = Vec::new();
+    for (topic, check) in &found {
+        match check {
+            TopicCheck::Exists(partitions) => tasks.extend((0..*partitions).map(|partition| TaskId { topic: topic.clone(), partition })),
+            TopicCheck::Missing => {
+                return Err(PipelineError::Refused(format!("source topic `{topic}` (source.topics) does not exist on {brokers}; create it first, e.g. with `weir produce`")));
+            }
+        }
+    }
+    let sink_admin = Admin::new(&config.sink.brokers, &config.sink.producer).map_err(PipelineError::kafka("creating the admin client"))?;
+    let mut sink_topics: Vec<(&str, String)> = vec![(config.sink.topic.as_str(), "sink.topic".to_owned())];
+    sink_topics.extend(config.sink.outputs.iter().map(|(name, topic)| (topic.as_str(), format!("sink.outputs.{name}"))));
+    sink_topics.extend(config.sink.dead_letter_topic.iter().map(|t| (t.as_str(), "sink.dead_letter_topic".to_owned())));
+    let names: Vec<&str> = sink_topics.iter().map(|(t, _)| *t).collect();
+    let found = sink_admin.topics(&names).map_err(PipelineError::kafka(format!("reading the topic metadata of {}", config.sink.brokers)))?;
+    let source_partitions = tasks.iter().filter(|t| t.topic == config.source.topics[0]).count() as i32;
+    for (topic, key) in &sink_topics {
+        if found.get(*topic) != Some(&TopicCheck::Missing) {
+            continue;
+        }
+        if !config.sink.create_topics {
+            return Err(PipelineError::Refused(format!(
+                "sink topic `{topic}` ({key}) does not exist on {}; create it, or set sink.create_topics = true",
+                config.sink.brokers
+            )));
+        }
+        let partitions = config.sink.partitions.unwrap_or(source_partitions.max(1));
+        block_on(sink_admin.create_topic(topic, partitions)).map_err(PipelineError::kafka(format!("creating sink topic {topic}")))?;
+        tracing::info!(topic, partitions, "created sink topic");
+    }
+    if config.sink.guarantee == Guarantee::ExactlyOnce {
+        let max = block_on(sink_admin.transaction_max_timeout()).map_err(PipelineError::kafka("reading the broker's transaction.max.timeout.ms"))?;
+        let wanted = config.sink.transaction_timeout;
+        if wanted > max {
+            return Err(PipelineError::Refused(format!(
+                "sink.transaction_timeout_ms = {} exceeds the broker's transaction.max.timeout.ms = {}; lower sink.transaction_timeout_ms (keeping checkpoint.interval_ms + checkpoint.timeout_ms below it) or raise the broker's limit",
+                wanted.as_millis(),
+                max.as_millis()
+            )));
+        }
+    }
+    Ok(tasks)
+}
+
+/// The producers of the sink: k transactional slots `<prefix>-<slot>`, or one plain producer.
+fn producer_slots(config: &PipelineConfig) -> Result<Vec<ProducerSlot>, PipelineError> {
+    let sink = &config.sink;
+    match sink.guarantee {
+        Guarantee::ExactlyOnce => (0..sink.producer_slots)
+            .map(|slot| {
+                let id = format!("{}-{slot}", sink.transactional_id_prefix);
+                ProducerSlot::transactional(&sink.brokers, &sink.producer, slot, &id, sink.transaction_timeout)
+                    .map_err(PipelineError::kafka(format!("creating producer slot {id}")))
+            })
+            .collect(),
+        Guarantee::AtLeastOnce | Guarantee::None => Ok(vec![
+            ProducerSlot::plain(&sink.brokers, &sink.producer, sink.guarantee == Guarantee::AtLeastOnce)
+                .map_err(PipelineError::kafka("creating the sink producer"))?,
+        ]),
+    }
+}
+
+/// Where each task starts: its committed offset, else the configured start position.
+fn start_positions(
+    config: &PipelineConfig,
+    source: &Source,
+    tasks: &[TaskId],
+    committed: &BTreeMap<TaskId, i64>,
+) -> Result<BTreeMap<TaskId, Offset>, PipelineError> {
+    let fresh: Vec<TaskId> = tasks.iter().filter(|t| !committed.contains_key(*t)).cloned().collect();
+    let mut positions: BTreeMap<TaskId, Offset> = committed.iter().map(|(t, o)| (t.clone(), Offset::Offset(*o))).collect();
+    let start = match config.source.start {
+        StartPosition::Earliest => fresh.iter().map(|t| (t.clone(), Offset::Beginning)).collect(),
+        StartPosition::Latest => fresh.iter().map(|t| (t.clone(), Offset::End)).collect(),
+        StartPosition::Group => fresh.iter().map(|t| (t.clone(), Offset::Stored)).collect(),
+        StartPosition::Timestamp(ms) if !fresh.is_empty() => source
+            .offsets_for_timestamp(&fresh, ms, config.checkpoint.timeout)
+            .map_err(PipelineError::kafka("looking up offsets for source.start"))?,
+        StartPosition::Timestamp(_) => BTreeMap::new(),
+    };
+    positions.extend(start);
+    Ok(positions)
+}
+
+fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
+    let headers = message
+        .headers()
+        .map(|headers| {
+            headers.iter().map(|h| Header { key: h.key.to_owned(), value: h.value.map(<[u8]>::to_vec).unwrap_or_default() }).collect()
+        })
+        .unwrap_or_default();
+    InputRecord {
+        key: message.key().map(<[u8]>::to_vec),
+        value: message.payload().map(<[u8]>::to_vec),
+        headers,
+        timestamp: message.timestamp().to_millis().unwrap_or(0),
+        topic: message.topic().to_owned(),
+        partition: message.partition(),
+        offset: message.offset(),
+    }
+}
+
+/// Runs an admin future to completion from this synchronous runner.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a current-thread tokio runtime").block_on(future)
+}

@@ -1,0 +1,172 @@
+//! A task: one source partition and one instance of every operator of the chain.
+
+use std::sync::{Arc, Mutex};
+
+use crate::checkpoint::protocol::TaskBarrier;
+use crate::config::{OnError, TransformConfig};
+use crate::state::{OperatorState, StateDb, TaskOverlays};
+use crate::types::{CheckpointId, TaskId};
+use crate::wasm::{Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, TransformComponent};
+
+/// A record an operator failed on under `on_error = "dead-letter"`, with the error.
+#[derive(Debug)]
+pub struct DeadLetter {
+    /// The record as the failing operator received it.
+    pub record: InputRecord,
+    /// The failure.
+    pub error: OperatorError,
+}
+
+impl DeadLetter {
+    /// The record as it goes to the dead-letter topic: key, value and headers of the input,
+    /// plus `weir.error`, `weir.operator`, `weir.topic`, `weir.partition`, `weir.offset`.
+    pub fn to_output(&self) -> OutputRecord {
+        let mut headers = self.record.headers.clone();
+        let header = |key: &str, value: String| Header { key: key.into(), value: value.into_bytes() };
+        headers.push(header("weir.error", self.error.kind.to_string()));
+        headers.push(header("weir.operator", self.error.operator.clone()));
+        headers.push(header("weir.topic", self.record.topic.clone()));
+        headers.push(header("weir.partition", self.record.partition.to_string()));
+        headers.push(header("weir.offset", self.record.offset.to_string()));
+        OutputRecord {
+            key: self.record.key.clone(),
+            value: self.record.value.clone(),
+            headers,
+            timestamp: Some(self.record.timestamp),
+            output: None,
+        }
+    }
+}
+
+/// One operator in a task's chain, with its error policy.
+struct Step {
+    operator: Operator,
+    on_error: OnError,
+}
+
+/// One parallel unit of a pipeline (v1: one source partition).
+pub struct Task {
+    id: TaskId,
+    steps: Vec<Step>,
+    overlays: Arc<Mutex<TaskOverlays>>,
+    next_offset: Option<i64>,
+}
+
+impl Task {
+    /// Instantiates the chain for `id`, each operator restored from its committed snapshot.
+    ///
+    /// `next_offset` is the committed position of the task's partition, if any.
+    ///
+    /// # Errors
+    /// When an operator cannot start (instantiation, `init` or `restore` failed).
+    pub fn new(
+        id: TaskId,
+        chain: &[(Arc<TransformComponent>, TransformConfig)],
+        outputs: &[String],
+        db: Arc<StateDb>,
+        snapshot: impl Fn(&str) -> Option<Vec<u8>>,
+        next_offset: Option<i64>,
+    ) -> Result<Self, OperatorError> {
+        let overlays = Arc::new(Mutex::new(TaskOverlays::new(db)));
+        let mut steps = Vec::with_capacity(chain.len());
+        for (component, config) in chain {
+            let limits = OperatorLimits { memory_bytes: config.memory_limit_bytes, deadline: config.deadline, ..OperatorLimits::default() };
+            let state = OperatorState::new(overlays.clone(), &config.name, &id);
+            let mut operator = Operator::new(component.clone(), &config.name, config.config.clone(), limits, outputs.to_vec(), Box::new(state))?;
+            if let Some(snapshot) = snapshot(&config.name) {
+                operator.set_snapshot(snapshot);
+            }
+            steps.push(Step { operator, on_error: config.on_error });
+        }
+        Ok(Self { id, steps, overlays, next_offset })
+    }
+
+    /// The task's id.
+    pub fn id(&self) -> &TaskId {
+        &self.id
+    }
+
+    /// The task's state overlays.
+    pub fn overlays(&self) -> &Arc<Mutex<TaskOverlays>> {
+        &self.overlays
+    }
+
+    /// Bytes written to the current epoch's overlay so far.
+    pub fn epoch_bytes(&self) -> usize {
+        self.overlays.lock().map_or(0, |o| o.current_bytes())
+    }
+
+    /// Runs `batch` (records of this task's partition, in offset order) through the chain.
+    ///
+    /// Returns the chain's output and the records operators under `dead-letter` failed on.
+    ///
+    /// # Errors
+    /// The failure of an operator under `on_error = "fail"`.
+    pub fn process(&mut self, batch: Vec<InputRecord>) -> Result<(Vec<OutputRecord>, Vec<DeadLetter>), OperatorError> {
+        let Some(last) = batch.last() else { return Ok((Vec::new(), Vec::new())) };
+        self.next_offset = Some(last.offset + 1);
+        let origin = (last.topic.clone(), last.partition, last.offset, last.timestamp);
+        let mut dead_letters = Vec::new();
+        let mut records = batch;
+        let steps = self.steps.len();
+        for (index, step) in self.steps.iter_mut().enumerate() {
+            let outputs = match step.operator.process(&records) {
+                Ok(outputs) => outputs,
+                Err(error) if step.on_error == OnError::DeadLetter => isolate(&mut step.operator, records, error, &mut dead_letters),
+                Err(error) => return Err(error),
+            };
+            if index + 1 == steps {
+                return Ok((outputs, dead_letters));
+            }
+            records = outputs.into_iter().map(|output| chain_input(output, &origin)).collect();
+        }
+        unreachable!("this is a bug in Weir: a task has at least one operator")
+    }
+
+    /// Barrier `id`: the task's next offset, its operators' snapshots and its sealed overlay.
+    ///
+    /// # Errors
+    /// When an operator's `snapshot` fails.
+    pub fn barrier(&mut self, id: CheckpointId) -> Result<TaskBarrier, OperatorError> {
+        let mut snapshots = Vec::new();
+        for step in &mut self.steps {
+            let snapshot = step.operator.snapshot()?;
+            if !snapshot.is_empty() {
+                snapshots.push((step.operator.name().to_owned(), snapshot));
+            }
+        }
+        let writes = self.overlays.lock().map(|mut o| o.seal(id)).unwrap_or_default();
+        Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes })
+    }
+}
+
+/// Replays a failed batch one record at a time on fresh instances: records that fail again
+/// become dead letters, the others' output flows on.
+fn isolate(operator: &mut Operator, records: Vec<InputRecord>, first: OperatorError, dead_letters: &mut Vec<DeadLetter>) -> Vec<OutputRecord> {
+    tracing::warn!(error = %first, "isolating the failing record of the batch (on_error = dead-letter)");
+    let mut outputs = Vec::new();
+    for record in records {
+        match operator.process(std::slice::from_ref(&record)) {
+            Ok(out) => outputs.extend(out),
+            Err(error) => {
+                tracing::warn!(%error, "record sent to the dead-letter topic");
+                dead_letters.push(DeadLetter { record, error });
+            }
+        }
+    }
+    outputs
+}
+
+/// An operator's output as the next operator's input: it keeps the origin (topic, partition,
+/// offset) of the last source record of the batch, and that record's timestamp unless it set one.
+fn chain_input(output: OutputRecord, origin: &(String, i32, i64, i64)) -> InputRecord {
+    InputRecord {
+        key: output.key,
+        value: output.value,
+        headers: output.headers,
+        timestamp: output.timestamp.unwrap_or(origin.3),
+        topic: origin.0.clone(),
+        partition: origin.1,
+        offset: origin.2,
+    }
+}

@@ -1,0 +1,187 @@
+//! Byte encodings of the keys Weir stores in RocksDB (layout documented in the module doc of
+//! [`crate::state`]).
+//!
+//! Every composite key is built from NUL-terminated names and fixed-width big-endian integers, so
+//! it is prefix-free (no encoded operator/task is a prefix of another one, even when one topic name
+//! is a prefix of another) and sorts by its parts. Kafka topic names cannot contain NUL (legal
+//! characters are `[a-zA-Z0-9._-]`); operator names must not either.
+
+use crate::types::{CheckpointId, TaskId};
+
+/// `meta` key of the last applied checkpoint id (u64 BE).
+pub(super) const META_CHECKPOINT: &[u8] = b"checkpoint";
+/// `meta` key of the highest checkpoint id ever written, pending or committed (u64 BE).
+pub(super) const META_EPOCH_FLOOR: &[u8] = b"epoch_floor";
+/// `meta` key prefix of committed offsets: `offset/<topic>\0<partition BE u32>` → next offset, i64 BE.
+pub(super) const META_OFFSET: &[u8] = b"offset/";
+/// `meta` key prefix of committed snapshots: `snapshot/<operator>\0<topic>\0<partition BE u32>` → bytes.
+pub(super) const META_SNAPSHOT: &[u8] = b"snapshot/";
+
+/// `pending` kind byte of a checkpoint's header; the value is the transactional.id (UTF-8).
+pub(super) const PENDING_HEADER: u8 = b'h';
+/// `pending` kind byte of an offset: `<id><o><topic>\0<partition>` → i64 BE.
+pub(super) const PENDING_OFFSET: u8 = b'o';
+/// `pending` kind byte of a snapshot: `<id><s><operator>\0<topic>\0<partition>` → bytes.
+pub(super) const PENDING_SNAPSHOT: u8 = b's';
+/// `pending` kind byte of a state write: `<id><w><full state key>` → `WRITE_PUT` + value, or `WRITE_DELETE`.
+pub(super) const PENDING_WRITE: u8 = b'w';
+/// First byte of a pending write's value: the rest of the value is stored.
+pub(super) const WRITE_PUT: u8 = 1;
+/// The whole value of a pending write that deletes its key.
+pub(super) const WRITE_DELETE: u8 = 0;
+
+/// Key prefix scoping state to one operator of one task: `<operator>\0<topic>\0<partition as 4
+/// bytes BE>\0`.
+///
+/// The operator's own keys follow the prefix unchanged; prefixes of different (operator, task)
+/// pairs never prefix each other, so a scan under one never sees another's keys.
+///
+/// # Panics
+/// If `operator` or the topic contains a NUL byte (pipeline config validation must reject such
+/// names; reaching this is a bug in Weir).
+pub fn state_prefix(operator: &str, task: &TaskId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(operator.len() + task.topic.len() + 7);
+    push_operator_task(&mut key, operator, task);
+    key.push(0);
+    key
+}
+
+/// Appends `<topic>\0<partition BE u32>`.
+pub(super) fn push_task(key: &mut Vec<u8>, task: &TaskId) {
+    push_name(key, &task.topic, "topic");
+    key.extend_from_slice(&task.partition.to_be_bytes());
+}
+
+/// Appends `<operator>\0<topic>\0<partition BE u32>`.
+pub(super) fn push_operator_task(key: &mut Vec<u8>, operator: &str, task: &TaskId) {
+    push_name(key, operator, "operator");
+    push_task(key, task);
+}
+
+fn push_name(key: &mut Vec<u8>, name: &str, what: &str) {
+    assert!(
+        !name.as_bytes().contains(&0),
+        "{what} name {name:?} contains a NUL byte; config validation should have rejected it (this is a bug in Weir)"
+    );
+    key.extend_from_slice(name.as_bytes());
+    key.push(0);
+}
+
+/// Decodes `<topic>\0<partition BE u32>` (the whole of `bytes`).
+pub(super) fn decode_task(bytes: &[u8]) -> Option<TaskId> {
+    let (topic, rest) = split_name(bytes)?;
+    let partition = i32::from_be_bytes(rest.try_into().ok()?);
+    Some(TaskId { topic, partition })
+}
+
+/// Decodes `<operator>\0<topic>\0<partition BE u32>` (the whole of `bytes`).
+pub(super) fn decode_operator_task(bytes: &[u8]) -> Option<(String, TaskId)> {
+    let (operator, rest) = split_name(bytes)?;
+    Some((operator, decode_task(rest)?))
+}
+
+fn split_name(bytes: &[u8]) -> Option<(String, &[u8])> {
+    let end = bytes.iter().position(|&b| b == 0)?;
+    let name = std::str::from_utf8(&bytes[..end]).ok()?.to_owned();
+    Some((name, &bytes[end + 1..]))
+}
+
+/// `<id BE u64>`: the prefix of every `pending` entry of checkpoint `id`.
+pub(super) fn pending_prefix(id: CheckpointId) -> [u8; 8] {
+    id.0.to_be_bytes()
+}
+
+/// `<id BE u64><kind>`, with room for what follows.
+pub(super) fn pending_key(id: CheckpointId, kind: u8, extra: usize) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9 + extra);
+    key.extend_from_slice(&pending_prefix(id));
+    key.push(kind);
+    key
+}
+
+/// Splits a `pending` key into checkpoint id, kind byte and the rest.
+pub(super) fn split_pending_key(key: &[u8]) -> Option<(CheckpointId, u8, &[u8])> {
+    if key.len() < 9 {
+        return None;
+    }
+    let id = u64::from_be_bytes(key[..8].try_into().ok()?);
+    Some((CheckpointId(id), key[8], &key[9..]))
+}
+
+/// `meta` key of the committed offset of `task`.
+pub(super) fn meta_offset_key(task: &TaskId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(META_OFFSET.len() + task.topic.len() + 5);
+    key.extend_from_slice(META_OFFSET);
+    push_task(&mut key, task);
+    key
+}
+
+/// `meta` key of the committed snapshot of `operator` in `task`.
+pub(super) fn meta_snapshot_key(operator: &str, task: &TaskId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(META_SNAPSHOT.len() + operator.len() + task.topic.len() + 6);
+    key.extend_from_slice(META_SNAPSHOT);
+    push_operator_task(&mut key, operator, task);
+    key
+}
+
+/// Decodes a big-endian u64 value.
+pub(super) fn decode_u64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+/// Decodes a big-endian i64 value.
+pub(super) fn decode_i64(bytes: &[u8]) -> Option<i64> {
+    Some(i64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(topic: &str, partition: i32) -> TaskId {
+        TaskId { topic: topic.into(), partition }
+    }
+
+    #[test]
+    fn state_prefix_has_the_documented_layout() {
+        assert_eq!(state_prefix("op", &task("t", 258)), b"op\0t\0\x00\x00\x01\x02\0".to_vec());
+    }
+
+    #[test]
+    fn prefixes_of_different_operators_and_tasks_never_prefix_each_other() {
+        let prefixes = [
+            state_prefix("a", &task("a", 0)),
+            state_prefix("a", &task("ab", 0)),
+            state_prefix("ab", &task("a", 0)),
+            state_prefix("a", &task("a", 1)),
+            state_prefix("a", &task("a", 256)),
+            state_prefix("a", &task("a\x01", 0)),
+        ];
+        for (i, a) in prefixes.iter().enumerate() {
+            for (j, b) in prefixes.iter().enumerate() {
+                if i != j {
+                    assert!(!b.starts_with(a), "{a:?} prefixes {b:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn task_keys_round_trip() {
+        let mut key = Vec::new();
+        push_operator_task(&mut key, "dedupe", &task("orders.v1", 7));
+        assert_eq!(decode_operator_task(&key), Some(("dedupe".to_owned(), task("orders.v1", 7))));
+        let mut key = Vec::new();
+        push_task(&mut key, &task("orders", 0));
+        assert_eq!(decode_task(&key), Some(task("orders", 0)));
+        assert_eq!(decode_task(b"orders\0\0\0"), None);
+        let key = pending_key(CheckpointId(3), PENDING_WRITE, 0);
+        assert_eq!(split_pending_key(&key), Some((CheckpointId(3), PENDING_WRITE, &b""[..])));
+    }
+
+    #[test]
+    #[should_panic(expected = "NUL")]
+    fn operator_names_with_nul_are_refused() {
+        state_prefix("a\0b", &task("t", 0));
+    }
+}

@@ -1,0 +1,123 @@
+//! The process-wide wasmtime engine, its epoch ticker and its linker.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+use super::bindings::{Transform, TransformPre};
+use super::cache::ComponentCache;
+use super::check::{check_header, describe_component};
+use super::component::TransformComponent;
+use super::error::LoadError;
+use super::host::HostState;
+
+/// Period of the epoch ticker; deadlines are enforced with this granularity.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Settings of the [`WasmEngine`].
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    /// Directory of the compiled-component cache; `None` disables it. By default
+    /// [`EngineConfig::default_cache_dir`].
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl EngineConfig {
+    /// `$WEIR_CACHE_DIR/components`, else `$XDG_CACHE_HOME/weir/components`, else
+    /// `$HOME/.cache/weir/components`.
+    pub fn default_cache_dir() -> Option<PathBuf> {
+        let env = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let root = env("WEIR_CACHE_DIR")
+            .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("weir")))
+            .or_else(|| env("HOME").map(|d| d.join(".cache").join("weir")))?;
+        Some(root.join("components"))
+    }
+
+    /// The default configuration, with the default cache directory.
+    pub fn with_default_cache() -> Self {
+        Self { cache_dir: Self::default_cache_dir() }
+    }
+}
+
+/// One wasmtime `Engine` (component model, epoch interruption) with the host's linker.
+///
+/// Cheap to share: clone the `Arc` it is usually held in. A ticker thread advances the engine's
+/// epoch every [`EPOCH_TICK`] for as long as the engine lives.
+pub struct WasmEngine {
+    engine: Engine,
+    linker: Arc<Linker<HostState>>,
+    cache: Option<ComponentCache>,
+}
+
+impl WasmEngine {
+    /// Builds the engine and starts its epoch ticker.
+    ///
+    /// # Errors
+    /// [`LoadError::Engine`] when wasmtime rejects the configuration or the linker cannot be
+    /// built.
+    pub fn new(config: &EngineConfig) -> Result<Self, LoadError> {
+        let engine_error = |e: wasmtime::Error| LoadError::Engine { reason: format!("{e:#}") };
+        let mut wasmtime_config = Config::new();
+        wasmtime_config.wasm_component_model(true).epoch_interruption(true);
+        let engine = Engine::new(&wasmtime_config).map_err(engine_error)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(engine_error)?;
+        Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state).map_err(engine_error)?;
+
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("weir-epoch-ticker".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map_err(|e| LoadError::Engine { reason: format!("cannot start the epoch ticker: {e}") })?;
+
+        Ok(Self { engine, linker: Arc::new(linker), cache: config.cache_dir.clone().map(ComponentCache::new) })
+    }
+
+    /// The underlying wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Loads, validates and pre-instantiates the component at `path`.
+    ///
+    /// Compilation is cached on disk; a second load of the same bytes deserialises instead.
+    ///
+    /// # Errors
+    /// [`LoadError::Read`] when the file cannot be read, [`LoadError::Contract`] when it is not
+    /// a component of `weir:transform@0.1.x`, [`LoadError::Invalid`] when it does not validate
+    /// (a truncated file, say), [`LoadError::Link`] when its imports cannot be satisfied.
+    pub fn load(&self, path: &Path) -> Result<TransformComponent, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+        let contract = |source| LoadError::Contract { path: path.to_owned(), source };
+        check_header(&bytes).map_err(contract)?;
+
+        let cached_at = self.cache.as_ref().map(|cache| (cache, cache.path_for(&self.engine, &bytes)));
+        let cached = cached_at.as_ref().and_then(|(cache, at)| cache.load(&self.engine, at));
+        let component = match cached {
+            Some(component) => component,
+            None => {
+                let component = Component::from_binary(&self.engine, &bytes)
+                    .map_err(|e| LoadError::Invalid { path: path.to_owned(), reason: format!("{e:#}") })?;
+                if let Some((cache, at)) = &cached_at {
+                    cache.store(at, &component);
+                }
+                component
+            }
+        };
+
+        let description = describe_component(&self.engine, &component).map_err(contract)?;
+        let link = |e: wasmtime::Error| LoadError::Link { path: path.to_owned(), reason: format!("{e:#}") };
+        let pre = TransformPre::new(self.linker.instantiate_pre(&component).map_err(link)?).map_err(link)?;
+        Ok(TransformComponent::new(path, bytes.len() as u64, description, pre))
+    }
+}

@@ -1,0 +1,170 @@
+//! Errors of loading components and of running operators.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::check::ContractError;
+use crate::state::StateError;
+
+/// A component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read transform {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The bytes are not a valid WebAssembly component.
+    #[error("{path} is not a valid WebAssembly component: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What the validator or compiler said.
+        reason: String,
+    },
+    /// A valid component that does not implement `weir:transform@0.1.x`.
+    #[error("{path}: {source}")]
+    Contract {
+        /// The file.
+        path: PathBuf,
+        /// What does not match.
+        source: ContractError,
+    },
+    /// The component's imports cannot be satisfied by this host.
+    #[error("{path} cannot be linked: {reason}")]
+    Link {
+        /// The file.
+        path: PathBuf,
+        /// What wasmtime's linker said.
+        reason: String,
+    },
+    /// The engine could not be configured.
+    #[error("cannot configure the WebAssembly engine: {reason}")]
+    Engine {
+        /// What wasmtime said.
+        reason: String,
+    },
+}
+
+/// Which call of the guest failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// Instantiation and the `init` export.
+    Init,
+    /// The `process` export.
+    Process,
+    /// The `snapshot` export.
+    Snapshot,
+    /// The `restore` export.
+    Restore,
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Call::Init => "init",
+            Call::Process => "process",
+            Call::Snapshot => "snapshot",
+            Call::Restore => "restore",
+        })
+    }
+}
+
+/// What went wrong inside an operator call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The call ran past its deadline ([`super::OperatorLimits::deadline`]).
+    #[error("deadline exceeded: the call ran longer than {deadline:?}; make the transform faster or raise the operator's `deadline_ms`")]
+    DeadlineExceeded {
+        /// The deadline in force.
+        deadline: Duration,
+    },
+    /// The guest needed more linear memory than [`super::OperatorLimits::memory_bytes`].
+    #[error("memory limit exceeded: the guest asked for more than {limit_bytes} bytes of linear memory; raise the operator's `memory_limit_bytes` or bound the transform's memory use")]
+    MemoryLimit {
+        /// The limit in force, in bytes.
+        limit_bytes: usize,
+    },
+    /// The guest panicked (a Rust `panic!` or the equivalent of another language).
+    #[error("guest panicked: {message}")]
+    GuestPanic {
+        /// The panic message the guest printed.
+        message: String,
+    },
+    /// The guest exhausted its call stack (unbounded recursion).
+    #[error("stack overflow in the guest (unbounded recursion?)")]
+    StackOverflow,
+    /// Any other WebAssembly trap.
+    #[error("guest trapped: {trap}")]
+    Trap {
+        /// The trap code.
+        trap: wasmtime::Trap,
+    },
+    /// The guest returned output the host refuses.
+    #[error("invalid output: {reason}")]
+    InvalidOutput {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The guest reported an error for the batch (`process` returned `err`), or `init` or
+    /// `restore` refused.
+    #[error("transform error: {message}{}", offset.map(|o| format!(" (at offset {o})")).unwrap_or_default())]
+    Guest {
+        /// The guest's message.
+        message: String,
+        /// The offending input offset, when the guest named it.
+        offset: Option<i64>,
+    },
+    /// The state backend failed during a host call.
+    #[error(transparent)]
+    State(StateError),
+    /// The host failed for another reason (instantiation, a WASI failure).
+    #[error("host failure: {reason}")]
+    Host {
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// The offsets of the input batch a failed call was processing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOffsets {
+    /// Source topic (or input file name for local runs).
+    pub topic: String,
+    /// Source partition.
+    pub partition: i32,
+    /// Offset of the batch's first record.
+    pub first: i64,
+    /// Offset of the batch's last record.
+    pub last: i64,
+}
+
+/// A call into an operator failed. The operator has already been given a fresh instance.
+#[derive(Debug, thiserror::Error)]
+#[error("operator `{operator}` failed in {call}{}: {kind}", offsets.as_ref().map(|o| format!(" on {}[{}] offsets {}..={}", o.topic, o.partition, o.first, o.last)).unwrap_or_default())]
+pub struct OperatorError {
+    /// The operator's name in the pipeline.
+    pub operator: String,
+    /// Which call failed.
+    pub call: Call,
+    /// The batch being processed, for `process` calls.
+    pub offsets: Option<BatchOffsets>,
+    /// What went wrong.
+    #[source]
+    pub kind: ErrorKind,
+}
+
+/// Traps raised by the host inside a guest call; classified into an [`ErrorKind`] afterwards.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostTrap {
+    #[error("deadline exceeded during a host call")]
+    DeadlineExceeded,
+    #[error(transparent)]
+    State(#[from] StateError),
+}

@@ -1,0 +1,122 @@
+//! The data of one operator instance's `Store`, and the host side of its imports.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::Level;
+use super::bindings::weir::transform::{log, state, types};
+use super::error::HostTrap;
+use super::guest_log::{GuestLog, GuestStream};
+use super::limits::MemoryLimiter;
+use crate::state::StateStore;
+
+/// Largest `limit` a guest may pass to `scan-prefix`, to bound one call's result.
+const MAX_SCAN_LIMIT: usize = 10_000;
+
+/// Everything a `Store` owns for one operator instance.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) log: Arc<Mutex<GuestLog>>,
+    /// The operator's state; survives the instance (taken back out when the `Store` is dropped).
+    pub(crate) state: Box<dyn StateStore>,
+    /// Writes of the current call, applied to `state` only when the call succeeds.
+    pub(crate) writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// End of the current call's deadline; host calls past it trap.
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl HostState {
+    pub(crate) fn new(operator: Arc<str>, memory_bytes: usize, state: Box<dyn StateStore>) -> Self {
+        let log = Arc::new(Mutex::new(GuestLog::new(operator)));
+        // No preopened directories, environment, arguments or sockets: clocks, random and the
+        // captured stdio are all a guest gets.
+        let wasi = WasiCtxBuilder::new()
+            .stdout(GuestStream::stdout(log.clone()))
+            .stderr(GuestStream::stderr(log.clone()))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(memory_bytes),
+            log,
+            state,
+            writes: BTreeMap::new(),
+            deadline: None,
+        }
+    }
+
+    /// Applies the current call's writes to the state store.
+    pub(crate) fn commit_writes(&mut self) -> Result<(), crate::state::StateError> {
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        self.state.write(std::mem::take(&mut self.writes).into_iter().collect())
+    }
+
+    fn check_deadline(&self) -> wasmtime::Result<()> {
+        match self.deadline {
+            Some(deadline) if Instant::now() >= deadline => Err(HostTrap::DeadlineExceeded.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl state::Host for HostState {
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        self.check_deadline()?;
+        if let Some(value) = self.writes.get(&key) {
+            return Ok(value.clone());
+        }
+        Ok(self.state.get(&key).map_err(HostTrap::State)?)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        self.check_deadline()?;
+        self.writes.insert(key, Some(value));
+        Ok(())
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        self.check_deadline()?;
+        self.writes.insert(key, None);
+        Ok(())
+    }
+
+    fn scan_prefix(&mut self, prefix: Vec<u8>, limit: u32) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.check_deadline()?;
+        let limit = (limit as usize).min(MAX_SCAN_LIMIT);
+        // Committed entries, over-read by the number of this call's writes under the prefix so
+        // that deletes cannot leave the merged result short.
+        let own: Vec<_> = self.writes.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).collect();
+        let stored = self.state.scan_prefix(&prefix, limit + own.len()).map_err(HostTrap::State)?;
+        let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = stored.into_iter().map(|(k, v)| (k, Some(v))).collect();
+        merged.extend(own.into_iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(merged.into_iter().filter_map(|(k, v)| Some((k, v?))).take(limit).collect())
+    }
+}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        if let Ok(mut log) = self.log.lock() {
+            log.line(level, &message);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,278 @@
+//! One transform placed in a pipeline's chain for one task.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::Store;
+
+use super::bindings::Transform;
+use super::component::TransformComponent;
+use super::engine::EPOCH_TICK;
+use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
+use super::host::HostState;
+use super::limits::OperatorLimits;
+use super::{InputRecord, OutputRecord};
+use crate::state::StateStore;
+
+/// An operator instance: its own `Store` (linear memory, limits, WASI context) and state.
+///
+/// # Failure
+/// When a call fails — a trap, an exceeded limit, an `err` from the guest, invalid output —
+/// the `Store` is dropped (a trap poisons it) together with the call's state writes, and the
+/// next call runs on a fresh instance that was `init`ialised with the same configuration and
+/// `restore`d from the last snapshot ([`Operator::snapshot`] or [`Operator::set_snapshot`]).
+pub struct Operator {
+    name: Arc<str>,
+    component: Arc<TransformComponent>,
+    config: Vec<(String, String)>,
+    limits: OperatorLimits,
+    outputs: Vec<String>,
+    snapshot: Vec<u8>,
+    instance: Instance,
+}
+
+/// Either a live instance, or the state waiting for the next one.
+enum Instance {
+    Live { store: Box<Store<HostState>>, bindings: Transform },
+    Idle(Box<dyn StateStore>),
+    /// Only while a transition is in progress.
+    Moving,
+}
+
+impl Operator {
+    /// Instantiates `component` as operator `name`, calls `init(config)` and `restore` with an
+    /// empty snapshot.
+    ///
+    /// `outputs` are the named sink outputs the guest may address besides the default one.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] for [`Call::Init`] or [`Call::Restore`] when instantiation fails or
+    /// the guest refuses its configuration.
+    pub fn new(
+        component: Arc<TransformComponent>,
+        name: &str,
+        config: Vec<(String, String)>,
+        limits: OperatorLimits,
+        outputs: Vec<String>,
+        state: Box<dyn StateStore>,
+    ) -> Result<Self, OperatorError> {
+        let mut operator = Self {
+            name: name.into(),
+            component,
+            config,
+            limits,
+            outputs,
+            snapshot: Vec::new(),
+            instance: Instance::Idle(state),
+        };
+        operator.ensure_live()?;
+        Ok(operator)
+    }
+
+    /// The operator's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `process` over `batch` (records of one task, in offset order).
+    ///
+    /// Ok means the outputs are valid and the call's state writes were applied to the state
+    /// store; Err means no write of the call took effect.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] naming the kind of failure and the batch's offsets.
+    pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
+        let offsets = batch_offsets(batch);
+        let outputs = self.call(Call::Process, offsets.clone(), |bindings, store| bindings.call_process(store, batch))?;
+        let result = match outputs {
+            Ok(outputs) => self.validate(&outputs).map(|()| outputs),
+            Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
+        };
+        let result = result.and_then(|outputs| {
+            let Instance::Live { store, .. } = &mut self.instance else {
+                unreachable!("this is a bug in Weir: the instance is live after a successful call")
+            };
+            store.data_mut().commit_writes().map_err(ErrorKind::State).map(|()| outputs)
+        });
+        result.map_err(|kind| self.fail(Call::Process, offsets, kind))
+    }
+
+    /// Takes a snapshot of the guest's in-memory state and keeps it as the one fresh instances
+    /// are restored from.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] for [`Call::Snapshot`].
+    pub fn snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
+        let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
+        self.snapshot = snapshot.clone();
+        Ok(snapshot)
+    }
+
+    /// Replaces the snapshot fresh instances are restored from (recovery from a checkpoint),
+    /// and restarts the instance from it.
+    pub fn set_snapshot(&mut self, snapshot: Vec<u8>) {
+        self.snapshot = snapshot;
+        self.recycle();
+    }
+
+    /// Drops the current instance; the next call runs on a fresh one. A `Store` only frees its
+    /// memory when dropped, so long-running operators are recycled periodically.
+    pub fn recycle(&mut self) {
+        if let Instance::Live { .. } = self.instance {
+            self.instance = match std::mem::replace(&mut self.instance, Instance::Moving) {
+                Instance::Live { store, .. } => Instance::Idle(store.into_data().state),
+                other => other,
+            };
+        }
+    }
+
+    /// The operator's state store.
+    pub fn state_mut(&mut self) -> &mut dyn StateStore {
+        match &mut self.instance {
+            Instance::Live { store, .. } => &mut *store.data_mut().state,
+            Instance::Idle(state) => &mut **state,
+            Instance::Moving => unreachable!("this is a bug in Weir: operator instance left in transition"),
+        }
+    }
+
+    /// Runs one guest call with the deadline armed, classifying any failure.
+    fn call<R>(
+        &mut self,
+        call: Call,
+        offsets: Option<BatchOffsets>,
+        f: impl FnOnce(&Transform, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, OperatorError> {
+        self.ensure_live()?;
+        let Instance::Live { store, bindings } = &mut self.instance else {
+            unreachable!("this is a bug in Weir: ensure_live left no live instance")
+        };
+        arm(store, &self.limits);
+        let result = f(bindings, store);
+        store.data_mut().deadline = None;
+        let result = result.map_err(|error| classify(&error, store, &self.limits));
+        result.map_err(|kind| self.fail(call, offsets, kind))
+    }
+
+    /// Instantiates, `init`s and `restore`s a fresh instance if there is none.
+    fn ensure_live(&mut self) -> Result<(), OperatorError> {
+        let state = match std::mem::replace(&mut self.instance, Instance::Moving) {
+            Instance::Idle(state) => state,
+            live => {
+                self.instance = live;
+                return Ok(());
+            }
+        };
+        let mut store = Box::new(Store::new(
+            self.component.pre.engine(),
+            HostState::new(self.name.clone(), self.limits.memory_bytes, state),
+        ));
+        store.limiter(|host| &mut host.limiter);
+        arm(&mut store, &self.limits);
+        let started = (|| {
+            let bindings = self.component.pre.instantiate(&mut *store).map_err(|e| (Call::Init, Err(e)))?;
+            match bindings.call_init(&mut *store, &self.config) {
+                Ok(Ok(())) => {}
+                Ok(Err(message)) => return Err((Call::Init, Ok(message))),
+                Err(trap) => return Err((Call::Init, Err(trap))),
+            }
+            match bindings.call_restore(&mut *store, &self.snapshot) {
+                Ok(Ok(())) => Ok(bindings),
+                Ok(Err(message)) => Err((Call::Restore, Ok(message))),
+                Err(trap) => Err((Call::Restore, Err(trap))),
+            }
+        })();
+        store.data_mut().deadline = None;
+        match started {
+            Ok(bindings) => {
+                // Writes made by init/restore are part of setting up, not of an epoch's input.
+                store.data_mut().writes.clear();
+                self.instance = Instance::Live { store, bindings };
+                Ok(())
+            }
+            Err((call, failure)) => {
+                let kind = match failure {
+                    Ok(message) => ErrorKind::Guest { message, offset: None },
+                    Err(trap) => classify(&trap, &mut store, &self.limits),
+                };
+                self.instance = Instance::Idle(store.into_data().state);
+                Err(self.error(call, None, kind))
+            }
+        }
+    }
+
+    /// Drops the instance after a failed call and builds the error.
+    fn fail(&mut self, call: Call, offsets: Option<BatchOffsets>, kind: ErrorKind) -> OperatorError {
+        self.recycle();
+        tracing::warn!(operator = %self.name, %call, error = %kind, "operator call failed; the next call runs on a fresh instance");
+        self.error(call, offsets, kind)
+    }
+
+    fn error(&self, call: Call, offsets: Option<BatchOffsets>, kind: ErrorKind) -> OperatorError {
+        OperatorError { operator: self.name.to_string(), call, offsets, kind }
+    }
+
+    fn validate(&self, outputs: &[OutputRecord]) -> Result<(), ErrorKind> {
+        let max = self.limits.max_record_bytes;
+        for (index, output) in outputs.iter().enumerate() {
+            let invalid = |reason: String| Err(ErrorKind::InvalidOutput { reason: format!("output record {index}: {reason}") });
+            if let Some(name) = &output.output
+                && !self.outputs.contains(name)
+            {
+                let known = if self.outputs.is_empty() { "none".to_owned() } else { self.outputs.join(", ") };
+                return invalid(format!("names sink output `{name}`, which the pipeline does not define (defined: {known})"));
+            }
+            for (what, len) in [("key", output.key.as_ref().map_or(0, Vec::len)), ("value", output.value.as_ref().map_or(0, Vec::len))] {
+                if len > max {
+                    return invalid(format!("{what} of {len} bytes exceeds the limit of {max} bytes"));
+                }
+            }
+            if let Some(timestamp) = output.timestamp
+                && timestamp < 0
+            {
+                return invalid(format!("negative timestamp {timestamp}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts a call's deadline: epoch ticks for guest code, an instant for host calls.
+fn arm(store: &mut Store<HostState>, limits: &OperatorLimits) {
+    let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+    store.set_epoch_deadline(ticks.max(1));
+    store.data_mut().deadline = Some(Instant::now() + limits.deadline);
+    store.data_mut().limiter.refused = false;
+    store.data_mut().writes.clear();
+    if let Ok(mut log) = store.data().log.lock() {
+        log.clear_stderr_tail();
+    }
+}
+
+/// Names the failure behind a trap.
+fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &OperatorLimits) -> ErrorKind {
+    let deadline = ErrorKind::DeadlineExceeded { deadline: limits.deadline };
+    if let Some(host) = error.downcast_ref::<HostTrap>() {
+        return match host {
+            HostTrap::DeadlineExceeded => deadline,
+            HostTrap::State(e) => ErrorKind::State(crate::state::StateError { message: e.message.clone() }),
+        };
+    }
+    if store.data().limiter.refused {
+        return ErrorKind::MemoryLimit { limit_bytes: limits.memory_bytes };
+    }
+    let panic_message = store.data().log.lock().ok().and_then(|mut log| log.take_panic_message());
+    match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => deadline,
+        Some(wasmtime::Trap::StackOverflow) => ErrorKind::StackOverflow,
+        Some(wasmtime::Trap::UnreachableCodeReached) if panic_message.is_some() => {
+            ErrorKind::GuestPanic { message: panic_message.unwrap_or_default() }
+        }
+        Some(trap) => ErrorKind::Trap { trap: *trap },
+        None => ErrorKind::Host { reason: format!("{error:#}") },
+    }
+}
+
+fn batch_offsets(batch: &[InputRecord]) -> Option<BatchOffsets> {
+    let (first, last) = (batch.first()?, batch.last()?);
+    Some(BatchOffsets { topic: first.topic.clone(), partition: first.partition, first: first.offset, last: last.offset })
+}

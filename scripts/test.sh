@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs Weir's whole test suite: builds the WebAssembly plugins and test guests, the host
+# (release profile, the one CI builds), and every test of the workspace against a real Kafka
+# broker. Starts the broker (scripts/kafka.sh) when none is running, and stops it again then.
+# Extra arguments go to `cargo test` (e.g. a test name filter).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! scripts/kafka.sh status >/dev/null 2>&1; then
+    scripts/kafka.sh start
+    trap 'scripts/kafka.sh stop' EXIT
+fi
+
+scripts/build-plugins.sh
+cargo build --release --workspace --bins
+cargo test --release --workspace "$@"

