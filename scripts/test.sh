@@ -13,4 +13,5 @@ fi
 
 scripts/build-plugins.sh
 cargo build --release --workspace --bins
-cargo test --release --workspace "$@"
+# Pipeline tests each run `weir` processes against one broker; two at a time suit 2 cores.
+cargo test --release --workspace -- --test-threads=2 "$@"

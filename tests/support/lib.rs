@@ -4,6 +4,9 @@
 //! `WEIR_KAFKA_BOOTSTRAP`, else `127.0.0.1:$WEIR_KAFKA_PORT`, else `127.0.0.1:9092`. They fail,
 //! never skip, when it is down.
 
+pub mod flights;
+pub mod pipeline;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -87,7 +90,8 @@ pub struct Consumed {
 }
 
 impl Consumed {
-    fn from_message(message: &BorrowedMessage<'_>) -> Self {
+    /// Copies a consumed message.
+    pub fn from_message(message: &BorrowedMessage<'_>) -> Self {
         let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
         Self { partition: message.partition(), offset: message.offset(), key: text(message.key()), value: text(message.payload()) }
     }

@@ -94,6 +94,7 @@ pub mod log;
 mod output;
 mod record;
 pub mod state;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 
 pub use config::Config;
@@ -132,7 +133,8 @@ pub trait Transform: Sized + 'static {
     /// starting; name the offending key in it.
     fn init(config: &Config) -> Result<Self, String>;
 
-    /// Handles one input record, emitting zero or more output records through `out`.
+    /// Handles one input record, emitting zero or more output records through `out`. Outputs
+    /// without an explicit [`timestamp_ms`](Output::timestamp_ms) get `record`'s timestamp.
     ///
     /// An `Err` fails the whole batch the record belongs to. If the error carries no offset,
     /// the SDK fills in this record's offset.
@@ -161,9 +163,13 @@ pub(crate) fn run_batch<T: Transform>(
 ) -> Result<Vec<Output>, TransformError> {
     let mut out = Emitter::new();
     for record in batch {
+        let first = out.len();
         transform
             .process(&record, &mut out)
             .map_err(|e| e.or_offset(record.offset()))?;
+        // The contract leaves a `none` timestamp to the host, which would use the batch's
+        // last record: give each output the timestamp of the record that produced it.
+        out.default_timestamps(first, record.timestamp_ms());
     }
     Ok(out.into_outputs())
 }
@@ -313,4 +319,50 @@ macro_rules! warn {
 #[macro_export]
 macro_rules! error {
     ($($arg:tt)+) => { $crate::log::log($crate::log::Level::Error, &::std::format!($($arg)+)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Harness;
+
+    /// Emits one output per record; fails on value "fail"; emits a timestamped one for "ts".
+    struct Probe;
+
+    impl Transform for Probe {
+        fn init(_: &Config) -> Result<Self, String> {
+            Ok(Probe)
+        }
+
+        fn process(&mut self, r: &Record, out: &mut Emitter) -> Result<(), TransformError> {
+            state::put(r.value().unwrap_or_default(), b"seen");
+            match r.value_str() {
+                Some("fail") => return Err("failed".into()),
+                Some("ts") => out.emit(Output::from_value("ts").timestamp_ms(-1)),
+                _ => out.forward(r),
+            }
+            Ok(())
+        }
+    }
+
+    fn rec(value: &str, offset: i64) -> Record {
+        Record::new(None::<&str>, Some(value)).with_offset(offset).with_timestamp_ms(offset * 10)
+    }
+
+    #[test]
+    fn outputs_get_their_records_timestamp() {
+        let mut h = Harness::<Probe>::new(&[]).unwrap();
+        let out = h.process(vec![rec("a", 1), rec("ts", 2), rec("b", 3)]).unwrap();
+        let ts: Vec<_> = out.iter().map(Output::timestamp).collect();
+        assert_eq!(ts, vec![Some(10), Some(-1), Some(30)]);
+    }
+
+    #[test]
+    fn errors_get_the_offset_and_roll_back_state() {
+        let mut h = Harness::<Probe>::new(&[]).unwrap();
+        h.process(vec![rec("a", 1)]).unwrap();
+        let err = h.process(vec![rec("b", 2), rec("fail", 3)]).unwrap_err();
+        assert_eq!((err.message(), err.offset()), ("failed", Some(3)));
+        assert_eq!(testing::state_entries(), vec![(b"a".to_vec(), b"seen".to_vec())]);
+    }
 }

@@ -6,8 +6,9 @@ use crate::{Record, TransformError};
 /// One output record, built with [`Output::new`] (or [`Output::json`],
 /// [`Output::from_value`]) and the builder methods, then handed to [`Emitter::emit`].
 ///
-/// By default an output keeps the timestamp of the input record that produced it and goes to
-/// the sink's default topic.
+/// By default an output gets the timestamp of the input record that produced it (the SDK sets
+/// it once [`Transform::process`](crate::Transform::process) returns) and goes to the sink's
+/// default topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output(OutputRecord);
 
@@ -76,7 +77,8 @@ impl Output {
         &self.0.headers
     }
 
-    /// The explicit timestamp, if one was set.
+    /// The timestamp, if set: by [`Output::timestamp_ms`], or by the SDK (the producing
+    /// record's) once `process` has returned.
     pub fn timestamp(&self) -> Option<i64> {
         self.0.timestamp
     }
@@ -108,8 +110,7 @@ impl Emitter {
         self.outputs.push(output);
     }
 
-    /// Emits `record` unchanged: same key, value and headers, the input timestamp, default
-    /// output.
+    /// Emits `record` unchanged: same key, value, headers and timestamp, default output.
     pub fn forward(&mut self, record: &Record) {
         self.emit(Output(OutputRecord {
             key: record.key().map(<[u8]>::to_vec),
@@ -128,6 +129,13 @@ impl Emitter {
     /// Whether nothing has been emitted so far in this batch.
     pub fn is_empty(&self) -> bool {
         self.outputs.is_empty()
+    }
+
+    /// Sets the timestamp of the outputs from index `first` on that have none.
+    pub(crate) fn default_timestamps(&mut self, first: usize, timestamp_ms: i64) {
+        for output in &mut self.outputs[first..] {
+            output.0.timestamp.get_or_insert(timestamp_ms);
+        }
     }
 
     pub(crate) fn into_outputs(self) -> Vec<Output> {

@@ -1,4 +1,4 @@
-//! Running a transform natively, for unit tests.
+//! Running a transform natively, for unit tests (only on targets other than `wasm32`).
 //!
 //! On targets other than `wasm32`, the [`state`](crate::state) functions use an in-memory map
 //! private to the calling thread (each `#[test]` runs on its own thread, so tests do not share
@@ -28,7 +28,6 @@ use crate::{Config, Output, Record, Transform, TransformError};
 
 /// Drives a [`Transform`] like the host does: `init` once, then batches through the same loop
 /// the exported `process` runs. A failed batch rolls back its state writes, as in the host.
-/// Only available on targets other than `wasm32`.
 pub struct Harness<T> {
     transform: T,
 }
@@ -39,7 +38,6 @@ impl<T> std::fmt::Debug for Harness<T> {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 impl<T: Transform> Harness<T> {
     /// Clears this thread's state and initialises the transform with `config`.
     pub fn new(config: &[(&str, &str)]) -> Result<Self, String> {
@@ -76,13 +74,11 @@ impl<T: Transform> Harness<T> {
 }
 
 /// Removes every entry of this thread's in-memory state.
-#[cfg(not(target_arch = "wasm32"))]
 pub fn clear_state() {
     crate::state::imp::STATE.with_borrow_mut(|m| m.clear());
 }
 
 /// All entries of this thread's in-memory state, in key order.
-#[cfg(not(target_arch = "wasm32"))]
 pub fn state_entries() -> Vec<(Vec<u8>, Vec<u8>)> {
     crate::state::imp::STATE.with_borrow(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
 }

@@ -1,11 +1,14 @@
 //! Fault injection for tests: abort the process, like SIGKILL, at a named point of the protocol.
 //!
-//! Set `WEIR_FAULT=<point>` or `WEIR_FAULT=<point>@<checkpoint>`; the process aborts the first
-//! time it reaches `<point>` (of that checkpoint). Points: `mid-epoch` (after a batch of an
-//! epoch, before its barrier), `after-pre-commit`, `after-durable`, `after-commit` (before
-//! apply). Nothing else reads this variable; unset, it costs one branch per call.
+//! Set `WEIR_FAULT=<point>[@<checkpoint>][:sleep=<ms>]`. The process aborts the first time it
+//! reaches `<point>` (of that checkpoint, when given) — or, with `:sleep=<ms>`, stalls there
+//! that long once (to let the broker time a transaction out, or a test look at an open one).
+//! Points: `mid-epoch` (after a batch of an epoch, before its barrier), `after-pre-commit`,
+//! `after-durable`, `after-commit` (before apply). Unset, it costs one branch per call.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use crate::types::CheckpointId;
 
@@ -36,26 +39,61 @@ impl FaultPoint {
     }
 }
 
-fn armed() -> Option<&'static (String, Option<u64>)> {
-    static ARMED: OnceLock<Option<(String, Option<u64>)>> = OnceLock::new();
-    ARMED
-        .get_or_init(|| {
-            let value = std::env::var(FAULT_ENV).ok().filter(|v| !v.is_empty())?;
-            Some(match value.split_once('@') {
-                Some((point, id)) => (point.to_owned(), id.parse().ok()),
-                None => (value, None),
-            })
-        })
-        .as_ref()
+/// A parsed `WEIR_FAULT`.
+#[derive(Debug, PartialEq, Eq)]
+struct Fault {
+    point: String,
+    checkpoint: Option<u64>,
+    sleep: Option<Duration>,
 }
 
-/// Aborts the process if `WEIR_FAULT` names `point` (and `id`, when it names a checkpoint).
+fn parse(value: &str) -> Option<Fault> {
+    let (target, sleep) = match value.split_once(":sleep=") {
+        Some((target, ms)) => (target, Some(Duration::from_millis(ms.parse().ok()?))),
+        None => (value, None),
+    };
+    let (point, checkpoint) = match target.split_once('@') {
+        Some((point, id)) => (point, Some(id.parse().ok()?)),
+        None => (target, None),
+    };
+    Some(Fault { point: point.to_owned(), checkpoint, sleep })
+}
+
+fn armed() -> Option<&'static Fault> {
+    static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
+    ARMED.get_or_init(|| parse(&std::env::var(FAULT_ENV).ok()?)).as_ref()
+}
+
+/// Aborts (or stalls, once) if `WEIR_FAULT` names `point` (and `id`, when it names a checkpoint).
 pub fn inject(point: FaultPoint, id: CheckpointId) {
-    if let Some((name, at)) = armed()
-        && name == point.name()
-        && at.is_none_or(|at| at == id.0)
-    {
-        eprintln!("{FAULT_ENV}: aborting at {} of checkpoint {id}", point.name());
-        std::process::abort();
+    static STALLED: AtomicBool = AtomicBool::new(false);
+    let Some(fault) = armed() else { return };
+    if fault.point != point.name() || fault.checkpoint.is_some_and(|at| at != id.0) {
+        return;
+    }
+    match fault.sleep {
+        Some(duration) if !STALLED.swap(true, Ordering::Relaxed) => {
+            eprintln!("{FAULT_ENV}: stalling {duration:?} at {} of checkpoint {id}", point.name());
+            std::thread::sleep(duration);
+        }
+        Some(_) => {}
+        None => {
+            eprintln!("{FAULT_ENV}: aborting at {} of checkpoint {id}", point.name());
+            std::process::abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_point_checkpoint_and_sleep() {
+        let fault = |point: &str, checkpoint, sleep: Option<u64>| Some(Fault { point: point.into(), checkpoint, sleep: sleep.map(Duration::from_millis) });
+        assert_eq!(parse("mid-epoch"), fault("mid-epoch", None, None));
+        assert_eq!(parse("after-commit@3"), fault("after-commit", Some(3), None));
+        assert_eq!(parse("after-pre-commit@2:sleep=5000"), fault("after-pre-commit", Some(2), Some(5000)));
+        assert_eq!(parse("after-commit@x"), None);
     }
 }

@@ -1,5 +1,7 @@
 //! Subcommands of `weir`. Errors are reported here, at the edge, with `anyhow`.
 
+mod consume;
+mod produce;
 mod run;
 mod status;
 mod transform;
@@ -26,6 +28,10 @@ enum Command {
     Run(run::RunArgs),
     /// Show a pipeline's last committed checkpoint, offsets per partition and lag.
     Status(status::StatusArgs),
+    /// Load a CSV / JSON-lines / zip file into a topic (created when missing).
+    Produce(produce::ProduceArgs),
+    /// Print a topic's records as JSON lines (read_committed unless told otherwise).
+    Consume(consume::ConsumeArgs),
     /// List or abort a dead pipeline's open Kafka transactions.
     #[command(subcommand)]
     Txn(txn::TxnCommand),
@@ -38,5 +44,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::execute(args),
         Command::Status(args) => status::execute(args),
         Command::Txn(command) => txn::execute(command),
+        Command::Produce(args) => produce::execute(args),
+        Command::Consume(args) => consume::execute(args),
     }
 }

