@@ -28,7 +28,11 @@ impl Random {
 }
 
 fn kafka(command: &str) {
-    let status = std::process::Command::new("bash").arg(repo_root().join("scripts/kafka.sh")).arg(command).status().expect("scripts/kafka.sh");
+    let status = std::process::Command::new("bash")
+        .arg(repo_root().join("scripts/kafka.sh"))
+        .arg(command)
+        .status()
+        .expect("scripts/kafka.sh");
     assert!(status.success(), "scripts/kafka.sh {command} failed");
 }
 
@@ -95,6 +99,9 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     );
     assert!(read >= rows.len(), "only {read} outputs; log tail:\n{}", &log[log.len().saturating_sub(5000)..]);
     assert!(status.success(), "the final run stops cleanly");
-    assert!(log.contains("did not commit; discarding it") || log.contains("commit_transaction"), "a transaction was lost to the timeout and replayed");
+    assert!(
+        log.contains("did not commit; discarding it") || log.contains("commit_transaction"),
+        "a transaction was lost to the timeout and replayed"
+    );
     assert!(verdict.is_exactly_once(), "{verdict:?}");
 }

@@ -17,7 +17,12 @@ fn transactional_producer() -> ThreadedProducer<DefaultProducerContext> {
         .expect("transactional producer")
 }
 
-fn send_in_transaction(producer: &ThreadedProducer<DefaultProducerContext>, topic: &str, values: &[&str], commit: bool) {
+fn send_in_transaction(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    values: &[&str],
+    commit: bool,
+) {
     let timeout = Duration::from_secs(30);
     producer.begin_transaction().expect("begin_transaction");
     for value in values {

@@ -38,7 +38,9 @@ async fn passthrough_copies_every_record_once_in_partition_order() {
     assert_eq!(got.len(), want.len(), "no loss, no duplicate");
     // Per key, order is kept (a key stays in one partition end to end).
     for key in ["EWR|UA", "JFK|B6", "LGA|DL"] {
-        let of = |records: &[(Option<String>, String)]| records.iter().filter(|(k, _)| k.as_deref() == Some(key)).cloned().collect::<Vec<_>>();
+        let of = |records: &[(Option<String>, String)]| {
+            records.iter().filter(|(k, _)| k.as_deref() == Some(key)).cloned().collect::<Vec<_>>()
+        };
         assert_eq!(of(&got), of(&want), "order of {key}");
     }
     got.sort();
@@ -65,7 +67,8 @@ async fn crash_and_recover(fault: &str) {
     let rows = flight_rows(6_000);
     produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
     let mut crashed = pipeline.spawn(&[("WEIR_FAULT", fault)]);
-    let status = wait_exit(&mut crashed, RUN_TIMEOUT).unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
+    let status = wait_exit(&mut crashed, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
     assert!(!status.success(), "the fault aborted the process");
     assert!(pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
 
@@ -159,7 +162,9 @@ async fn a_poison_record_goes_to_the_dead_letter_topic_once_and_the_rest_flows()
     let mut spec = Spec::new("misbehave");
     spec.transform = "on_error = \"dead-letter\"".into();
     let pipeline = TestPipeline::new("weir-dlq", &spec);
-    let input: Vec<_> = (0..500).map(|i| (Some(format!("k{}", i % 7)), if i == 250 { "panic".to_owned() } else { format!("v{i}") })).collect();
+    let input: Vec<_> = (0..500)
+        .map(|i| (Some(format!("k{}", i % 7)), if i == 250 { "panic".to_owned() } else { format!("v{i}") }))
+        .collect();
     produce(&pipeline.source, 2, &input).await;
     let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, input.len() - 1, &[]);

@@ -41,7 +41,12 @@ fn check_rejects_bad_files_with_one_line_naming_the_problem() {
         assert!(!ok, "{} was accepted", path.display());
         let lines: Vec<_> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
         assert_eq!(lines.len(), 1, "one error line for {}:\n{stderr}", path.display());
-        assert!(lines[0].contains(expected) && lines[0].contains(&*path.to_string_lossy()), "{}: {}", path.display(), lines[0]);
+        assert!(
+            lines[0].contains(expected) && lines[0].contains(&*path.to_string_lossy()),
+            "{}: {}",
+            path.display(),
+            lines[0]
+        );
     }
 }
 

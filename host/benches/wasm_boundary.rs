@@ -44,7 +44,8 @@ fn flights() -> Vec<InputRecord> {
 fn operator(engine: &WasmEngine, plugin: &str) -> Operator {
     let path = repo().join("target/plugins").join(format!("{plugin}.wasm"));
     let component = Arc::new(engine.load(&path).unwrap_or_else(|e| panic!("{e}: run scripts/build-plugins.sh")));
-    Operator::new(component, plugin, Vec::new(), OperatorLimits::default(), Vec::new(), Box::new(MemoryState::new())).expect("operator")
+    Operator::new(component, plugin, Vec::new(), OperatorLimits::default(), Vec::new(), Box::new(MemoryState::new()))
+        .expect("operator")
 }
 
 /// flight-delays as native Rust: same parsing, state (JSON in a map) and output.
@@ -52,7 +53,8 @@ fn native_flight_delays(state: &mut HashMap<Vec<u8>, Vec<u8>>, record: &InputRec
     let flight: Value = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
     let (origin, carrier) = (flight["origin"].as_str().unwrap(), flight["carrier"].as_str().unwrap());
     let key = format!("{origin}|{carrier}").into_bytes();
-    let mut agg: [i64; 5] = state.get(&key).map(|v| serde_json::from_slice(v).unwrap()).unwrap_or([0, 0, 0, 0, i64::MIN]);
+    let mut agg: [i64; 5] =
+        state.get(&key).map(|v| serde_json::from_slice(v).unwrap()).unwrap_or([0, 0, 0, 0, i64::MIN]);
     agg[0] += 1;
     if let Some(delay) = flight["dep_delay"].as_i64() {
         agg[1] += 1;
@@ -67,7 +69,13 @@ fn native_flight_delays(state: &mut HashMap<Vec<u8>, Vec<u8>>, record: &InputRec
         "total_dep_delay": agg[3], "max_dep_delay": departed.then_some(agg[4]),
         "mean_dep_delay": departed.then(|| agg[3] as f64 / agg[1] as f64),
     });
-    OutputRecord { key: Some(key), value: Some(serde_json::to_vec(&value).unwrap()), headers: Vec::new(), timestamp: None, output: None }
+    OutputRecord {
+        key: Some(key),
+        value: Some(serde_json::to_vec(&value).unwrap()),
+        headers: Vec::new(),
+        timestamp: None,
+        output: None,
+    }
 }
 
 fn boundary(c: &mut Criterion) {
@@ -90,7 +98,13 @@ fn boundary(c: &mut Criterion) {
                     .next()
                     .unwrap()
                     .iter()
-                    .map(|r| OutputRecord { key: r.key.clone(), value: r.value.clone(), headers: r.headers.clone(), timestamp: None, output: None })
+                    .map(|r| OutputRecord {
+                        key: r.key.clone(),
+                        value: r.value.clone(),
+                        headers: r.headers.clone(),
+                        timestamp: None,
+                        output: None,
+                    })
                     .collect::<Vec<_>>()
             })
         });

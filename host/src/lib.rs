@@ -13,6 +13,6 @@ pub mod error;
 pub mod file;
 pub mod kafka;
 pub mod pipeline;
-pub mod types;
 pub mod state;
+pub mod types;
 pub mod wasm;

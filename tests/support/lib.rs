@@ -18,9 +18,8 @@ use rdkafka::message::{BorrowedMessage, Message};
 
 /// Bootstrap servers of the test broker.
 pub fn bootstrap() -> String {
-    std::env::var("WEIR_KAFKA_BOOTSTRAP").unwrap_or_else(|_| {
-        format!("127.0.0.1:{}", std::env::var("WEIR_KAFKA_PORT").unwrap_or_else(|_| "9092".into()))
-    })
+    std::env::var("WEIR_KAFKA_BOOTSTRAP")
+        .unwrap_or_else(|_| format!("127.0.0.1:{}", std::env::var("WEIR_KAFKA_PORT").unwrap_or_else(|_| "9092".into())))
 }
 
 /// A topic name no other test run uses.
@@ -57,11 +56,18 @@ pub fn plugin(name: &str) -> PathBuf {
 pub async fn create_topic(topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("admin client");
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))).request_timeout(Some(Duration::from_secs(20)));
+    let options = AdminOptions::new()
+        .operation_timeout(Some(Duration::from_secs(20)))
+        .request_timeout(Some(Duration::from_secs(20)));
     let results = admin
         .create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &options)
         .await
-        .unwrap_or_else(|e| panic!("cannot create topic {topic} on {}: {e}; is the broker running (scripts/kafka.sh start)?", bootstrap()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot create topic {topic} on {}: {e}; is the broker running (scripts/kafka.sh start)?",
+                bootstrap()
+            )
+        });
     for result in results {
         result.unwrap_or_else(|(t, e)| panic!("cannot create topic {t} on {}: {e}", bootstrap()));
     }
@@ -93,7 +99,12 @@ impl Consumed {
     /// Copies a consumed message.
     pub fn from_message(message: &BorrowedMessage<'_>) -> Self {
         let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
-        Self { partition: message.partition(), offset: message.offset(), key: text(message.key()), value: text(message.payload()) }
+        Self {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: text(message.key()),
+            value: text(message.payload()),
+        }
     }
 }
 

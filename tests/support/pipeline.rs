@@ -44,7 +44,12 @@ impl Spec {
     /// `plugin` with defaults: exactly-once, a checkpoint every 20 ms (many epochs, so faults
     /// can be injected at later checkpoints).
     pub fn new(plugin: &'static str) -> Self {
-        Self { plugin, transform: String::new(), sink: String::new(), checkpoint: "interval_ms = 20\ntimeout_ms = 10000".into() }
+        Self {
+            plugin,
+            transform: String::new(),
+            sink: String::new(),
+            checkpoint: "interval_ms = 20\ntimeout_ms = 10000".into(),
+        }
     }
 }
 
@@ -99,7 +104,8 @@ impl TestPipeline {
     /// Sends SIGTERM and waits for the exit (at most `timeout`).
     pub fn stop(&self, child: &mut Child, timeout: Duration) -> ExitStatus {
         signal(child, "TERM");
-        wait_exit(child, timeout).unwrap_or_else(|| panic!("weir run did not stop within {timeout:?}; log:\n{}", self.log_text()))
+        wait_exit(child, timeout)
+            .unwrap_or_else(|| panic!("weir run did not stop within {timeout:?}; log:\n{}", self.log_text()))
     }
 }
 

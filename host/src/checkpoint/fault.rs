@@ -90,7 +90,9 @@ mod tests {
 
     #[test]
     fn parses_point_checkpoint_and_sleep() {
-        let fault = |point: &str, checkpoint, sleep: Option<u64>| Some(Fault { point: point.into(), checkpoint, sleep: sleep.map(Duration::from_millis) });
+        let fault = |point: &str, checkpoint, sleep: Option<u64>| {
+            Some(Fault { point: point.into(), checkpoint, sleep: sleep.map(Duration::from_millis) })
+        };
         assert_eq!(parse("mid-epoch"), fault("mid-epoch", None, None));
         assert_eq!(parse("after-commit@3"), fault("after-commit", Some(3), None));
         assert_eq!(parse("after-pre-commit@2:sleep=5000"), fault("after-pre-commit", Some(2), Some(5000)));

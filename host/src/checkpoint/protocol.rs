@@ -62,10 +62,16 @@ pub fn barrier(id: CheckpointId, tasks: Vec<TaskBarrier>, transactional_id: &str
 ///
 /// # Errors
 /// [`PipelineError::Kafka`] when a record failed delivery or the coordinator refused.
-pub fn pre_commit(slot: &ProducerSlot, source: &Source, pending: &PendingCheckpoint, timeout: Duration) -> Result<(), PipelineError> {
+pub fn pre_commit(
+    slot: &ProducerSlot,
+    source: &Source,
+    pending: &PendingCheckpoint,
+    timeout: Duration,
+) -> Result<(), PipelineError> {
     let id = pending.id;
     slot.flush(timeout).map_err(PipelineError::kafka(format!("flush of checkpoint {id}")))?;
-    let offsets = Source::offset_list(&pending.offsets, id).map_err(PipelineError::kafka("building the offset list"))?;
+    let offsets =
+        Source::offset_list(&pending.offsets, id).map_err(PipelineError::kafka("building the offset list"))?;
     let group = source.group_metadata().map_err(PipelineError::kafka("reading the group metadata"))?;
     slot.send_offsets(&offsets, &group, timeout)
         .map_err(PipelineError::kafka(format!("send_offsets_to_transaction for checkpoint {id}")))?;
@@ -143,7 +149,8 @@ pub fn recover(
         let id = slot.transactional_id.as_deref().unwrap_or_default();
         slot.fence(timeout).map_err(PipelineError::kafka(format!("init_transactions for transactional id {id}")))?;
     }
-    let group = source.group_offsets(tasks, timeout).map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
+    let group =
+        source.group_offsets(tasks, timeout).map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
 
     if let Some(pending) = db.pending()? {
         if slots.is_empty() || committed_in_kafka(&pending, &db.committed()?, &group) {
@@ -164,14 +171,21 @@ pub fn recover(
 
 /// Whether the transaction of `pending` committed: the group's offsets name it, or — should the
 /// metadata not have survived — equal its offsets wherever those differ from the committed ones.
-fn committed_in_kafka(pending: &PendingCheckpoint, committed: &Committed, group: &BTreeMap<TaskId, GroupOffset>) -> bool {
+fn committed_in_kafka(
+    pending: &PendingCheckpoint,
+    committed: &Committed,
+    group: &BTreeMap<TaskId, GroupOffset>,
+) -> bool {
     let named = group.values().any(|g| parse_checkpoint_metadata(&g.metadata) == Some(pending.id));
     if named {
         return true;
     }
-    let moved: Vec<_> = pending.offsets.iter().filter(|(task, offset)| committed.offsets.get(*task) != Some(*offset)).collect();
+    let moved: Vec<_> =
+        pending.offsets.iter().filter(|(task, offset)| committed.offsets.get(*task) != Some(*offset)).collect();
     let metadata_lost = group.values().all(|g| g.metadata.is_empty());
-    metadata_lost && !moved.is_empty() && moved.iter().all(|(task, offset)| group.get(*task).map(|g| g.offset) == Some(**offset))
+    metadata_lost
+        && !moved.is_empty()
+        && moved.iter().all(|(task, offset)| group.get(*task).map(|g| g.offset) == Some(**offset))
 }
 
 /// Every group offset must be one Weir committed with this state's checkpoint.
@@ -222,7 +236,11 @@ mod tests {
     }
 
     fn committed(id: u64, offsets: &[(i32, i64)]) -> Committed {
-        Committed { id: CheckpointId(id), offsets: offsets.iter().map(|(p, o)| (task(*p), *o)).collect(), snapshots: BTreeMap::new() }
+        Committed {
+            id: CheckpointId(id),
+            offsets: offsets.iter().map(|(p, o)| (task(*p), *o)).collect(),
+            snapshots: BTreeMap::new(),
+        }
     }
 
     fn group(entries: &[(i32, i64, &str)]) -> BTreeMap<TaskId, GroupOffset> {

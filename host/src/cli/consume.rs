@@ -37,7 +37,11 @@ pub struct ConsumeArgs {
 
 pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
-    let partitions = match admin.topics(&[&args.topic]).with_context(|| format!("cannot reach the broker at {}", args.brokers))?.remove(&args.topic) {
+    let partitions = match admin
+        .topics(&[&args.topic])
+        .with_context(|| format!("cannot reach the broker at {}", args.brokers))?
+        .remove(&args.topic)
+    {
         Some(TopicCheck::Exists(partitions)) => partitions,
         _ => anyhow::bail!("topic {} does not exist on {}", args.topic, args.brokers),
     };
@@ -63,10 +67,23 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     while count < max && last.elapsed() < idle {
         let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
         let message = message.with_context(|| format!("consuming {}", args.topic))?;
-        let text = |bytes: Option<&[u8]>| bytes.map_or(Value::Null, |b| serde_json::from_slice(b).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned())));
+        let text = |bytes: Option<&[u8]>| {
+            bytes.map_or(Value::Null, |b| {
+                serde_json::from_slice(b).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
+            })
+        };
         let headers: Map<String, Value> = message
             .headers()
-            .map(|h| h.iter().map(|h| (h.key.to_owned(), Value::String(String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))).collect())
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            Value::String(String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()),
+                        )
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         let line = serde_json::json!({
             "partition": message.partition(),

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use weir::file::{Format, read_rows};
 use weir::kafka::{Admin, TopicCheck};
 
@@ -80,7 +80,11 @@ pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     producer.flush(Duration::from_secs(60)).context("waiting for the broker to acknowledge every record")?;
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
-    println!("wrote {count} records to {} in {seconds:.1} s ({:.0} records/s)", args.topic, count as f64 / seconds.max(1e-9));
+    println!(
+        "wrote {count} records to {} in {seconds:.1} s ({:.0} records/s)",
+        args.topic,
+        count as f64 / seconds.max(1e-9)
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -35,7 +35,9 @@ fn watch_signals(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name("weir-signals".into()).spawn(move || {
         runtime.block_on(async move {
-            let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
+            let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                return;
+            };
             loop {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {}

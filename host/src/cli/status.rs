@@ -47,7 +47,14 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
         let lag = end - ours.unwrap_or(0);
         total_lag += lag;
         let show = |o: Option<i64>| o.map_or_else(|| "-".to_owned(), |o| o.to_string());
-        println!("{:<32} {:>12} {:>12} {:>12} {:>10}", task.to_string(), show(ours), show(group.get(task).map(|g| g.offset)), end, lag);
+        println!(
+            "{:<32} {:>12} {:>12} {:>12} {:>10}",
+            task.to_string(),
+            show(ours),
+            show(group.get(task).map(|g| g.offset)),
+            end,
+            lag
+        );
     }
     println!("total lag: {total_lag} (end = last stable offset, read_committed)");
     Ok(ExitCode::SUCCESS)

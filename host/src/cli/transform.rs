@@ -58,9 +58,7 @@ pub struct RunArgs {
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
-    text.split_once('=')
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("`{text}` is not key=value"))
+    text.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{text}` is not key=value"))
 }
 
 pub fn run(command: TransformCommand) -> anyhow::Result<ExitCode> {
@@ -92,7 +90,8 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         deadline: Duration::from_millis(args.deadline_ms),
         ..OperatorLimits::default()
     };
-    let mut operator = Operator::new(component, &name, args.config, limits, args.outputs, Box::new(MemoryState::new()))?;
+    let mut operator =
+        Operator::new(component, &name, args.config, limits, args.outputs, Box::new(MemoryState::new()))?;
 
     let topic = args.input.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
@@ -110,8 +109,8 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(());
         }
         batch.push(InputRecord {
-            key: row.key.map(String::into_bytes),
             value: Some(row.value_bytes()),
+            key: row.key.map(String::into_bytes),
             headers: Vec::new(),
             timestamp,
             topic: topic.clone(),
@@ -130,7 +129,9 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn output_json(output: &OutputRecord) -> Value {
     let text = |bytes: &Option<Vec<u8>>| match bytes {
         None => Value::Null,
-        Some(bytes) => serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned())),
+        Some(bytes) => {
+            serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+        }
     };
     let key = output.key.as_ref().map_or(Value::Null, |k| Value::String(String::from_utf8_lossy(k).into_owned()));
     let headers: Map<String, Value> = output

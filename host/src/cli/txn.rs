@@ -72,7 +72,9 @@ fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
             let (_, high) = uncommitted.fetch_watermarks(&topic, partition, TIMEOUT)?;
             if stable < high {
                 pinned += 1;
-                println!("{topic}[{partition}]: last stable offset {stable} < high watermark {high}: pinned by an open transaction");
+                println!(
+                    "{topic}[{partition}]: last stable offset {stable} < high watermark {high}: pinned by an open transaction"
+                );
             }
         }
     }

@@ -348,14 +348,17 @@ impl FromStr for StartPosition {
 
 impl<'de> Deserialize<'de> for StartPosition {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Expected;
-        impl serde::de::Expected for Expected {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct StartVisitor;
+        impl serde::de::Visitor<'_> for StartVisitor {
+            type Value = StartPosition;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(StartPosition::EXPECTED)
             }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<StartPosition, E> {
+                s.parse().map_err(|_| E::invalid_value(serde::de::Unexpected::Str(s), &self))
+            }
         }
-        let s = String::deserialize(deserializer)?;
-        s.parse().map_err(|_| serde::de::Error::invalid_value(serde::de::Unexpected::Str(&s), &Expected))
+        deserializer.deserialize_str(StartVisitor)
     }
 }
 

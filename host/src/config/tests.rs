@@ -25,10 +25,11 @@ fn parse(text: &str) -> Result<PipelineConfig, ConfigError> {
 
 /// Parses `MINIMAL` with `line` added to `[table]` (or at the top for `""`).
 fn parse_with(table: &str, line: &str) -> Result<PipelineConfig, ConfigError> {
+    let header = if table == "transforms" { "[[transforms]]\n".to_owned() } else { format!("[{table}]\n") };
     let text = if table.is_empty() {
         format!("{line}\n{MINIMAL}")
     } else {
-        MINIMAL.replacen(&format!("[{table}]\n"), &format!("[{table}]\n{line}\n"), 1)
+        MINIMAL.replacen(&header, &format!("{header}{line}\n"), 1)
     };
     assert_ne!(text, MINIMAL, "no [{table}] in MINIMAL");
     parse(&text)
@@ -234,7 +235,7 @@ fn bad_values_name_key_and_allowed_values() {
 
     let (key_path, message) = parse_error(parse_with("transforms", "on_error = \"skip\""));
     assert_eq!(key_path, "transforms[0].on_error");
-    assert!(message.contains("`fail`, `dead-letter`"), "{message}");
+    assert!(message.contains("`fail` or `dead-letter`"), "{message}");
 
     let (key_path, _) = parse_error(parse_with("source", "batch_size = -1"));
     assert_eq!(key_path, "source.batch_size");
@@ -389,7 +390,8 @@ fn numeric_ranges() {
     ];
     let with_checkpoint = format!("{MINIMAL}\n[checkpoint]\n");
     for (table, line, expected) in cases {
-        let text = with_checkpoint.replacen(&format!("[{table}]\n"), &format!("[{table}]\n{line}\n"), 1);
+        let header = if table == "transforms" { "[[transforms]]\n".to_owned() } else { format!("[{table}]\n") };
+        let text = with_checkpoint.replacen(&header, &format!("{header}{line}\n"), 1);
         let (key_path, message) = invalid(parse(&text));
         assert_eq!(key_path, expected, "{message}");
     }
@@ -403,4 +405,17 @@ fn numeric_ranges() {
     }
     // One producer slot is enough without transactions.
     parse_with("sink", "guarantee = \"at-least-once\"\nproducer_slots = 1").unwrap();
+}
+
+/// The annotated example of `docs/configuration.md` stays a valid pipeline file.
+#[test]
+fn documented_example_is_valid() {
+    let doc = include_str!("../../../docs/configuration.md");
+    let example = doc.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).unwrap();
+    let config = PipelineConfig::from_toml_str(example, Path::new("examples/flights")).unwrap();
+    assert_eq!(config.name, "flight-delays");
+    assert_eq!(config.transforms[0].wasm, Path::new("examples/flights/../../target/plugins/flight-delays.wasm"));
+    assert_eq!(config.transforms[0].config, [("threshold_minutes".to_owned(), "15".to_owned())]);
+    assert_eq!(config.sink.topic, "flight-delays");
+    assert!(config.sink.create_topics);
 }

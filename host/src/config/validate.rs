@@ -72,19 +72,16 @@ impl PipelineConfig {
                     format!("{} is not a WebAssembly component: the path must end in \".wasm\"", t.wasm.display()),
                 ));
             }
-            let mb = |bytes: usize| bytes / MIB;
-            if t.memory_limit_bytes < MIB || t.memory_limit_bytes > MAX_MEMORY_LIMIT_BYTES {
+            let bytes = t.memory_limit_bytes;
+            if !(MIB..=MAX_MEMORY_LIMIT_BYTES).contains(&bytes) {
+                let got = match bytes {
+                    usize::MAX => "a larger value".to_owned(), // saturated by the parser
+                    _ if bytes % MIB == 0 => format!("{}", bytes / MIB),
+                    _ => format!("{bytes} bytes"),
+                };
                 return Err(ConfigError::invalid(
                     key("memory_limit_mb"),
-                    format!(
-                        "must be within 1..={} (MiB), got {}",
-                        mb(MAX_MEMORY_LIMIT_BYTES),
-                        if t.memory_limit_bytes % MIB == 0 {
-                            format!("{} MiB", mb(t.memory_limit_bytes))
-                        } else {
-                            format!("{} bytes", t.memory_limit_bytes)
-                        }
-                    ),
+                    format!("must be within 1..={} (MiB), got {got}", MAX_MEMORY_LIMIT_BYTES / MIB),
                 ));
             }
             check_duration(&key("deadline_ms"), t.deadline, Duration::from_millis(1), MAX_DEADLINE)?;

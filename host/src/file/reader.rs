@@ -102,12 +102,13 @@ pub fn read_rows(
     mut each: impl FnMut(Row) -> Result<(), String>,
 ) -> Result<u64, FileError> {
     let io = |source| FileError::Io { path: path.to_owned(), source };
-    let (reader, implied): (Box<dyn Read>, Option<Format>) = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("zip")) {
-        let (bytes, implied) = read_zip_entry(path, format)?;
-        (Box::new(Cursor::new(bytes)), implied)
-    } else {
-        (Box::new(File::open(path).map_err(io)?), Format::from_name(&path.to_string_lossy()))
-    };
+    let (reader, implied): (Box<dyn Read>, Option<Format>) =
+        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("zip")) {
+            let (bytes, implied) = read_zip_entry(path, format)?;
+            (Box::new(Cursor::new(bytes)), implied)
+        } else {
+            (Box::new(File::open(path).map_err(io)?), Format::from_name(&path.to_string_lossy()))
+        };
     let format = format.or(implied).ok_or_else(|| FileError::UnknownFormat { path: path.to_owned() })?;
     let parse = |line, reason: String| FileError::Parse { path: path.to_owned(), line, reason };
     let mut count = 0;

@@ -63,7 +63,8 @@ impl Admin {
     /// When the broker refuses or cannot be reached.
     pub async fn create_topic(&self, topic: &str, partitions: i32) -> Result<(), KafkaError> {
         let replication = TopicReplication::Fixed(-1);
-        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT));
+        let options =
+            AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT));
         let results = self.client.create_topics(&[NewTopic::new(topic, partitions, replication)], &options).await?;
         for result in results {
             match result {
@@ -82,10 +83,18 @@ impl Admin {
     /// When the cluster cannot be reached or the broker does not report the setting.
     pub async fn transaction_max_timeout(&self) -> Result<Duration, KafkaError> {
         let metadata = self.client.inner().fetch_metadata(None, REQUEST_TIMEOUT)?;
-        let broker = metadata.brokers().first().map(|b| b.id()).ok_or(KafkaError::AdminOp(RDKafkaErrorCode::BrokerNotAvailable))?;
+        let broker = metadata
+            .brokers()
+            .first()
+            .map(|b| b.id())
+            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::BrokerNotAvailable))?;
         let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
         let results = self.client.describe_configs(&[ResourceSpecifier::Broker(broker)], &options).await?;
-        let resource = results.into_iter().next().ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))?.map_err(KafkaError::AdminOp)?;
+        let resource = results
+            .into_iter()
+            .next()
+            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))?
+            .map_err(KafkaError::AdminOp)?;
         let value = resource
             .get("transaction.max.timeout.ms")
             .and_then(|entry| entry.value.as_deref())

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::ClientContext;
+use rdkafka::TopicPartitionList;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::TopicPartitionList;
 
 use crate::wasm::OutputRecord;
 
@@ -159,7 +159,12 @@ impl ProducerSlot {
     ///
     /// # Errors
     /// When the coordinator refuses or cannot be reached within `timeout`.
-    pub fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError> {
+    pub fn send_offsets(
+        &self,
+        offsets: &TopicPartitionList,
+        group: &ConsumerGroupMetadata,
+        timeout: Duration,
+    ) -> Result<(), KafkaError> {
         self.producer.send_offsets_to_transaction(offsets, group, timeout)
     }
 

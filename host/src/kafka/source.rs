@@ -65,7 +65,11 @@ impl Source {
     ///
     /// # Errors
     /// When the group coordinator cannot be reached within `timeout`.
-    pub fn group_offsets(&self, tasks: &[TaskId], timeout: Duration) -> Result<BTreeMap<TaskId, GroupOffset>, KafkaError> {
+    pub fn group_offsets(
+        &self,
+        tasks: &[TaskId],
+        timeout: Duration,
+    ) -> Result<BTreeMap<TaskId, GroupOffset>, KafkaError> {
         let mut list = TopicPartitionList::new();
         for task in tasks {
             list.add_partition(&task.topic, task.partition);
@@ -89,7 +93,12 @@ impl Source {
     ///
     /// # Errors
     /// When the brokers cannot be reached within `timeout`.
-    pub fn offsets_for_timestamp(&self, tasks: &[TaskId], timestamp_ms: i64, timeout: Duration) -> Result<BTreeMap<TaskId, Offset>, KafkaError> {
+    pub fn offsets_for_timestamp(
+        &self,
+        tasks: &[TaskId],
+        timestamp_ms: i64,
+        timeout: Duration,
+    ) -> Result<BTreeMap<TaskId, Offset>, KafkaError> {
         let mut list = TopicPartitionList::new();
         for task in tasks {
             list.add_partition_offset(&task.topic, task.partition, Offset::Offset(timestamp_ms))?;

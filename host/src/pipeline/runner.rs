@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
-use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::task::Task;
@@ -40,7 +39,12 @@ pub struct RunOptions {
 /// # Errors
 /// A failure that needs a human: invalid configuration, a missing topic, a refused start-up
 /// check, inconsistent offsets, a state database error, or a transform that cannot load.
-pub fn run(config: &PipelineConfig, engine: &WasmEngine, options: &RunOptions, shutdown: &AtomicBool) -> Result<(), PipelineError> {
+pub fn run(
+    config: &PipelineConfig,
+    engine: &WasmEngine,
+    options: &RunOptions,
+    shutdown: &AtomicBool,
+) -> Result<(), PipelineError> {
     let chain: Vec<(Arc<TransformComponent>, TransformConfig)> = config
         .transforms
         .iter()
@@ -108,14 +112,22 @@ impl<'a> Runner<'a> {
         let exactly_once = config.sink.guarantee == Guarantee::ExactlyOnce;
         let fenced: &[ProducerSlot] = if exactly_once { &slots } else { &[] };
         let timeout = config.checkpoint.timeout;
-        let Recovered { committed, next } = protocol::recover(&db, fenced, &source, &task_ids, timeout, options.ignore_group_offsets)?;
+        let Recovered { committed, next } =
+            protocol::recover(&db, fenced, &source, &task_ids, timeout, options.ignore_group_offsets)?;
         tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
 
         let outputs: Vec<String> = config.sink.outputs.keys().cloned().collect();
         let mut tasks = Vec::with_capacity(task_ids.len());
         for id in &task_ids {
             let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
-            tasks.push(Task::new(id.clone(), chain, &outputs, db.clone(), snapshot, committed.offsets.get(id).copied())?);
+            tasks.push(Task::new(
+                id.clone(),
+                chain,
+                &outputs,
+                db.clone(),
+                snapshot,
+                committed.offsets.get(id).copied(),
+            )?);
         }
         let positions = start_positions(config, &source, &task_ids, &committed.offsets)?;
         source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
@@ -125,7 +137,16 @@ impl<'a> Runner<'a> {
 
         let task_index = task_ids.iter().enumerate().map(|(i, t)| ((t.topic.clone(), t.partition), i)).collect();
         let overlays = tasks.iter().map(|t| t.overlays().clone()).collect();
-        let mut runner = Self { config, db, source, slots, tasks, task_index, overlays, epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() } };
+        let mut runner = Self {
+            config,
+            db,
+            source,
+            slots,
+            tasks,
+            task_index,
+            overlays,
+            epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() },
+        };
         runner.begin_epoch(next)?;
         Ok(runner)
     }
@@ -174,7 +195,11 @@ impl<'a> Runner<'a> {
     /// Index of the task owning `message`'s partition.
     fn task_of(&self, message: &BorrowedMessage<'_>) -> Result<usize, PipelineError> {
         self.task_index.get(&(message.topic().to_owned(), message.partition())).copied().ok_or_else(|| {
-            PipelineError::Inconsistent(format!("a record of {}[{}] arrived, which no task owns (partitions added while running?)", message.topic(), message.partition()))
+            PipelineError::Inconsistent(format!(
+                "a record of {}[{}] arrived, which no task owns (partitions added while running?)",
+                message.topic(),
+                message.partition()
+            ))
         })
     }
 
@@ -185,20 +210,24 @@ impl<'a> Runner<'a> {
         let (outputs, dead_letters) = self.tasks[index].process(batch)?;
         let slot = self.slot();
         let sink = &self.config.sink;
+        let mut output_bytes = 0;
         for output in &outputs {
             let topic = match &output.output {
                 Some(name) => &sink.outputs[name],
                 None => &sink.topic,
             };
             slot.send(topic, output, last_timestamp).map_err(PipelineError::kafka(format!("producing to {topic}")))?;
-            self.epoch.output_bytes += (output.key.as_ref().map_or(0, Vec::len) + output.value.as_ref().map_or(0, Vec::len)) as u64;
+            output_bytes +=
+                (output.key.as_ref().map_or(0, Vec::len) + output.value.as_ref().map_or(0, Vec::len)) as u64;
         }
         if let Some(topic) = &sink.dead_letter_topic {
             for dead_letter in &dead_letters {
-                slot.send(topic, &dead_letter.to_output(), None).map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+                slot.send(topic, &dead_letter.to_output(), None)
+                    .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
             }
         }
         self.epoch.records += count;
+        self.epoch.output_bytes += output_bytes;
         Ok(())
     }
 
@@ -261,7 +290,9 @@ impl<'a> Runner<'a> {
         }
         if self.config.sink.guarantee == Guarantee::ExactlyOnce {
             let id = self.epoch.id;
-            self.slot().abort(self.config.checkpoint.timeout).map_err(PipelineError::kafka(format!("abort_transaction of empty epoch {id}")))?;
+            self.slot()
+                .abort(self.config.checkpoint.timeout)
+                .map_err(PipelineError::kafka(format!("abort_transaction of empty epoch {id}")))?;
         }
         tracing::info!(pipeline = %self.config.name, "stopped after committing the open epoch");
         Ok(())
@@ -272,24 +303,35 @@ impl<'a> Runner<'a> {
 /// allowed. Returns the pipeline's tasks, one per source partition.
 fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> {
     let brokers = &config.source.brokers;
-    let admin = Admin::new(brokers, &config.source.consumer).map_err(PipelineError::kafka("creating the admin client"))?;
+    let admin =
+        Admin::new(brokers, &config.source.consumer).map_err(PipelineError::kafka("creating the admin client"))?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
-    let found = admin.topics(&names).map_err(PipelineError::kafka(format!("reading the topic metadata of {brokers} (is the broker up?)")))?;
+    let found = admin
+        .topics(&names)
+        .map_err(PipelineError::kafka(format!("reading the topic metadata of {brokers} (is the broker up?)")))?;
     let mut tasks = Vec::new();
     for (topic, check) in &found {
         match check {
-            TopicCheck::Exists(partitions) => tasks.extend((0..*partitions).map(|partition| TaskId { topic: topic.clone(), partition })),
+            TopicCheck::Exists(partitions) => {
+                tasks.extend((0..*partitions).map(|partition| TaskId { topic: topic.clone(), partition }))
+            }
             TopicCheck::Missing => {
-                return Err(PipelineError::Refused(format!("source topic `{topic}` (source.topics) does not exist on {brokers}; create it first, e.g. with `weir produce`")));
+                return Err(PipelineError::Refused(format!(
+                    "source topic `{topic}` (source.topics) does not exist on {brokers}; create it first, e.g. with `weir produce`"
+                )));
             }
         }
     }
-    let sink_admin = Admin::new(&config.sink.brokers, &config.sink.producer).map_err(PipelineError::kafka("creating the admin client"))?;
+    let sink_admin = Admin::new(&config.sink.brokers, &config.sink.producer)
+        .map_err(PipelineError::kafka("creating the admin client"))?;
     let mut sink_topics: Vec<(&str, String)> = vec![(config.sink.topic.as_str(), "sink.topic".to_owned())];
-    sink_topics.extend(config.sink.outputs.iter().map(|(name, topic)| (topic.as_str(), format!("sink.outputs.{name}"))));
+    sink_topics
+        .extend(config.sink.outputs.iter().map(|(name, topic)| (topic.as_str(), format!("sink.outputs.{name}"))));
     sink_topics.extend(config.sink.dead_letter_topic.iter().map(|t| (t.as_str(), "sink.dead_letter_topic".to_owned())));
     let names: Vec<&str> = sink_topics.iter().map(|(t, _)| *t).collect();
-    let found = sink_admin.topics(&names).map_err(PipelineError::kafka(format!("reading the topic metadata of {}", config.sink.brokers)))?;
+    let found = sink_admin
+        .topics(&names)
+        .map_err(PipelineError::kafka(format!("reading the topic metadata of {}", config.sink.brokers)))?;
     let source_partitions = tasks.iter().filter(|t| t.topic == config.source.topics[0]).count() as i32;
     for (topic, key) in &sink_topics {
         if found.get(*topic) != Some(&TopicCheck::Missing) {
@@ -302,11 +344,13 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
             )));
         }
         let partitions = config.sink.partitions.unwrap_or(source_partitions.max(1));
-        block_on(sink_admin.create_topic(topic, partitions)).map_err(PipelineError::kafka(format!("creating sink topic {topic}")))?;
+        block_on(sink_admin.create_topic(topic, partitions))
+            .map_err(PipelineError::kafka(format!("creating sink topic {topic}")))?;
         tracing::info!(topic, partitions, "created sink topic");
     }
     if config.sink.guarantee == Guarantee::ExactlyOnce {
-        let max = block_on(sink_admin.transaction_max_timeout()).map_err(PipelineError::kafka("reading the broker's transaction.max.timeout.ms"))?;
+        let max = block_on(sink_admin.transaction_max_timeout())
+            .map_err(PipelineError::kafka("reading the broker's transaction.max.timeout.ms"))?;
         let wanted = config.sink.transaction_timeout;
         if wanted > max {
             return Err(PipelineError::Refused(format!(
@@ -345,7 +389,8 @@ fn start_positions(
     committed: &BTreeMap<TaskId, i64>,
 ) -> Result<BTreeMap<TaskId, Offset>, PipelineError> {
     let fresh: Vec<TaskId> = tasks.iter().filter(|t| !committed.contains_key(*t)).cloned().collect();
-    let mut positions: BTreeMap<TaskId, Offset> = committed.iter().map(|(t, o)| (t.clone(), Offset::Offset(*o))).collect();
+    let mut positions: BTreeMap<TaskId, Offset> =
+        committed.iter().map(|(t, o)| (t.clone(), Offset::Offset(*o))).collect();
     let start = match config.source.start {
         StartPosition::Earliest => fresh.iter().map(|t| (t.clone(), Offset::Beginning)).collect(),
         StartPosition::Latest => fresh.iter().map(|t| (t.clone(), Offset::End)).collect(),
@@ -363,7 +408,10 @@ fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
     let headers = message
         .headers()
         .map(|headers| {
-            headers.iter().map(|h| Header { key: h.key.to_owned(), value: h.value.map(<[u8]>::to_vec).unwrap_or_default() }).collect()
+            headers
+                .iter()
+                .map(|h| Header { key: h.key.to_owned(), value: h.value.map(<[u8]>::to_vec).unwrap_or_default() })
+                .collect()
         })
         .unwrap_or_default();
     InputRecord {
@@ -379,5 +427,9 @@ fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
 
 /// Runs an admin future to completion from this synchronous runner.
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a current-thread tokio runtime").block_on(future)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread tokio runtime")
+        .block_on(future)
 }

@@ -67,12 +67,23 @@ impl Task {
         snapshot: impl Fn(&str) -> Option<Vec<u8>>,
         next_offset: Option<i64>,
     ) -> Result<Self, OperatorError> {
-        let overlays = Arc::new(Mutex::new(TaskOverlays::new(db)));
+        let overlays = TaskOverlays::new(db);
         let mut steps = Vec::with_capacity(chain.len());
         for (component, config) in chain {
-            let limits = OperatorLimits { memory_bytes: config.memory_limit_bytes, deadline: config.deadline, ..OperatorLimits::default() };
+            let limits = OperatorLimits {
+                memory_bytes: config.memory_limit_bytes,
+                deadline: config.deadline,
+                ..OperatorLimits::default()
+            };
             let state = OperatorState::new(overlays.clone(), &config.name, &id);
-            let mut operator = Operator::new(component.clone(), &config.name, config.config.clone(), limits, outputs.to_vec(), Box::new(state))?;
+            let mut operator = Operator::new(
+                component.clone(),
+                &config.name,
+                config.config.clone(),
+                limits,
+                outputs.to_vec(),
+                Box::new(state),
+            )?;
             if let Some(snapshot) = snapshot(&config.name) {
                 operator.set_snapshot(snapshot);
             }
@@ -112,7 +123,9 @@ impl Task {
         for (index, step) in self.steps.iter_mut().enumerate() {
             let outputs = match step.operator.process(&records) {
                 Ok(outputs) => outputs,
-                Err(error) if step.on_error == OnError::DeadLetter => isolate(&mut step.operator, records, error, &mut dead_letters),
+                Err(error) if step.on_error == OnError::DeadLetter => {
+                    isolate(&mut step.operator, records, error, &mut dead_letters)
+                }
                 Err(error) => return Err(error),
             };
             if index + 1 == steps {
@@ -142,7 +155,12 @@ impl Task {
 
 /// Replays a failed batch one record at a time on fresh instances: records that fail again
 /// become dead letters, the others' output flows on.
-fn isolate(operator: &mut Operator, records: Vec<InputRecord>, first: OperatorError, dead_letters: &mut Vec<DeadLetter>) -> Vec<OutputRecord> {
+fn isolate(
+    operator: &mut Operator,
+    records: Vec<InputRecord>,
+    first: OperatorError,
+    dead_letters: &mut Vec<DeadLetter>,
+) -> Vec<OutputRecord> {
     tracing::warn!(error = %first, "isolating the failing record of the batch (on_error = dead-letter)");
     let mut outputs = Vec::new();
     for record in records {

@@ -108,22 +108,6 @@ pub(super) fn split_pending_key(key: &[u8]) -> Option<(CheckpointId, u8, &[u8])>
     Some((CheckpointId(id), key[8], &key[9..]))
 }
 
-/// `meta` key of the committed offset of `task`.
-pub(super) fn meta_offset_key(task: &TaskId) -> Vec<u8> {
-    let mut key = Vec::with_capacity(META_OFFSET.len() + task.topic.len() + 5);
-    key.extend_from_slice(META_OFFSET);
-    push_task(&mut key, task);
-    key
-}
-
-/// `meta` key of the committed snapshot of `operator` in `task`.
-pub(super) fn meta_snapshot_key(operator: &str, task: &TaskId) -> Vec<u8> {
-    let mut key = Vec::with_capacity(META_SNAPSHOT.len() + operator.len() + task.topic.len() + 6);
-    key.extend_from_slice(META_SNAPSHOT);
-    push_operator_task(&mut key, operator, task);
-    key
-}
-
 /// Decodes a big-endian u64 value.
 pub(super) fn decode_u64(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(bytes.try_into().ok()?))

@@ -212,7 +212,8 @@ impl StateStore for OperatorState {
         let strip = self.prefix.len();
         // A lazy merge of the overlays (newest first) and RocksDB, so deletes cost one step each
         // and the scan stops after `limit` live entries.
-        let mut layers: Vec<Peekable<_>> = overlays.layers().map(|layer| range_prefix(layer, full_prefix).peekable()).collect();
+        let mut layers: Vec<Peekable<_>> =
+            overlays.layers().map(|layer| range_prefix(layer, full_prefix).peekable()).collect();
         let mut db = self.db.state_iter(full_prefix);
         while entries.len() < limit {
             // The smallest key among the overlays, with the value of the newest layer holding it.
@@ -364,13 +365,18 @@ mod tests {
         state.write(vec![put("other", "x"), put("k", "exact")]).unwrap();
         checkpoint(&db, &overlays, 1);
         // Sealed: deletes k0..k3, rewrites k5, adds k5a.
-        state.write(vec![delete("k0"), delete("k1"), delete("k2"), delete("k3"), put("k5", "s"), put("k5a", "s")]).unwrap();
+        state
+            .write(vec![delete("k0"), delete("k1"), delete("k2"), delete("k3"), put("k5", "s"), put("k5a", "s")])
+            .unwrap();
         overlays.lock().unwrap().seal(CheckpointId(2));
         // Current: revives k1, deletes k4 and k5a, deletes a key that never existed.
         state.write(vec![put("k1", "cur"), delete("k4"), delete("k5a"), delete("k55")]).unwrap();
 
         assert_eq!(scan(&mut state, "k", 3), pairs(&[("k", "exact"), ("k1", "cur"), ("k5", "s")]));
-        assert_eq!(scan(&mut state, "k", 5), pairs(&[("k", "exact"), ("k1", "cur"), ("k5", "s"), ("k6", "db"), ("k7", "db")]));
+        assert_eq!(
+            scan(&mut state, "k", 5),
+            pairs(&[("k", "exact"), ("k1", "cur"), ("k5", "s"), ("k6", "db"), ("k7", "db")])
+        );
         assert_eq!(scan(&mut state, "k", 100).len(), 7);
         assert_eq!(scan(&mut state, "k5", 100), pairs(&[("k5", "s")]));
         assert_eq!(scan(&mut state, "k0", 100), vec![]);
@@ -431,7 +437,10 @@ mod tests {
 
         state.write(vec![put("c", "3")]).unwrap();
         let writes3 = overlays.lock().unwrap().seal(CheckpointId(3));
-        assert_eq!(overlays.lock().unwrap().sealed.keys().copied().collect::<Vec<_>>(), vec![CheckpointId(1), CheckpointId(3)]);
+        assert_eq!(
+            overlays.lock().unwrap().sealed.keys().copied().collect::<Vec<_>>(),
+            vec![CheckpointId(1), CheckpointId(3)]
+        );
 
         db.write_pending(&PendingCheckpoint { id: CheckpointId(1), writes, ..Default::default() }).unwrap();
         db.apply_pending(CheckpointId(1)).unwrap();

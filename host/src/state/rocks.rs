@@ -92,15 +92,13 @@ impl StateDb {
     /// When the directory cannot be created or RocksDB cannot open it — for example because
     /// another process has it open for writing (RocksDB's `LOCK` file).
     pub fn open(dir: &Path) -> Result<Self, StateError> {
-        std::fs::create_dir_all(dir).map_err(|e| StateError {
-            message: format!("cannot create state directory {}: {e}", dir.display()),
-        })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StateError { message: format!("cannot create state directory {}: {e}", dir.display()) })?;
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
-        let db = DB::open_cf_descriptors(&options, dir, column_families()).map_err(|e| StateError {
-            message: format!("cannot open state database {}: {e}", dir.display()),
-        })?;
+        let db = DB::open_cf_descriptors(&options, dir, column_families())
+            .map_err(|e| StateError { message: format!("cannot open state database {}: {e}", dir.display()) })?;
         Ok(Self::wrap(db, dir))
     }
 
@@ -119,8 +117,8 @@ impl StateDb {
             });
         }
         let options = Options::default();
-        let db = DB::open_cf_descriptors_read_only(&options, dir, column_families(), false).map_err(|e| StateError {
-            message: format!("cannot open state database {} read-only: {e}", dir.display()),
+        let db = DB::open_cf_descriptors_read_only(&options, dir, column_families(), false).map_err(|e| {
+            StateError { message: format!("cannot open state database {} read-only: {e}", dir.display()) }
         })?;
         Ok(Self::wrap(db, dir))
     }
@@ -142,7 +140,10 @@ impl StateDb {
     pub fn committed(&self) -> Result<Committed, StateError> {
         let _transition = self.lock();
         let meta = self.cf(CF_META);
-        let mut committed = Committed { id: self.read_u64(META_CHECKPOINT)?.map_or(CheckpointId(0), CheckpointId), ..Committed::default() };
+        let mut committed = Committed {
+            id: self.read_u64(META_CHECKPOINT)?.map_or(CheckpointId(0), CheckpointId),
+            ..Committed::default()
+        };
         self.for_each(meta, META_OFFSET, |key, value| {
             let task = keys::decode_task(&key[META_OFFSET.len()..]);
             match (task, keys::decode_i64(value)) {
@@ -232,7 +233,9 @@ impl StateDb {
         }
         self.status(&iter)?;
         if !has_header {
-            return Err(self.error(format!("pending checkpoint {id} has no header: the database was not written by Weir")));
+            return Err(
+                self.error(format!("pending checkpoint {id} has no header: the database was not written by Weir"))
+            );
         }
         checkpoint.writes = writes;
         Ok(Some(checkpoint))
@@ -286,9 +289,7 @@ impl StateDb {
         batch.put_cf(meta, META_EPOCH_FLOOR, id.0.to_be_bytes());
         let mut options = WriteOptions::default();
         options.set_sync(true);
-        self.db
-            .write_opt(batch, &options)
-            .map_err(|e| self.error(format!("cannot write pending checkpoint {id}: {e}")))
+        self.db.write_opt(batch, &options).map_err(|e| self.error(format!("cannot write pending checkpoint {id}: {e}")))
     }
 
     /// Applies pending checkpoint `id` — its writes into `state`, its offsets, snapshots and id
@@ -306,7 +307,7 @@ impl StateDb {
         let committed = self.read_u64(META_CHECKPOINT)?.map_or(CheckpointId(0), CheckpointId);
         let floor = self.read_epoch_floor()?;
         let (state, pending, meta) = (self.cf(CF_STATE), self.cf(CF_PENDING), self.cf(CF_META));
-        let mut iter = self.iter(pending, &[]);
+        let iter = self.iter(pending, &[]);
         let lowest = iter.key().and_then(keys::split_pending_key).map(|(lowest, _, _)| lowest);
         self.status(&iter)?;
         match lowest {
@@ -350,13 +351,13 @@ impl StateDb {
             Ok(true)
         })?;
         if !has_header {
-            return Err(self.error(format!("pending checkpoint {id} has no header: the database was not written by Weir")));
+            return Err(
+                self.error(format!("pending checkpoint {id} has no header: the database was not written by Weir"))
+            );
         }
         batch.put_cf(meta, META_CHECKPOINT, id.0.to_be_bytes());
         batch.put_cf(meta, META_EPOCH_FLOOR, floor.max(id).0.to_be_bytes());
-        self.db
-            .write(batch)
-            .map_err(|e| self.error(format!("cannot apply pending checkpoint {id}: {e}")))
+        self.db.write(batch).map_err(|e| self.error(format!("cannot apply pending checkpoint {id}: {e}")))
     }
 
     /// Deletes pending checkpoint `id`, in one write batch; committed state, offsets, snapshots
@@ -375,9 +376,7 @@ impl StateDb {
         if batch.is_empty() {
             return Ok(());
         }
-        self.db
-            .write(batch)
-            .map_err(|e| self.error(format!("cannot discard pending checkpoint {id}: {e}")))
+        self.db.write(batch).map_err(|e| self.error(format!("cannot discard pending checkpoint {id}: {e}")))
     }
 
     /// The committed value of a full state key.
@@ -433,10 +432,8 @@ impl StateDb {
     }
 
     fn read_u64(&self, key: &[u8]) -> Result<Option<u64>, StateError> {
-        let value = self
-            .db
-            .get_pinned_cf(self.cf(CF_META), key)
-            .map_err(|e| self.error(format!("cannot read meta: {e}")))?;
+        let value =
+            self.db.get_pinned_cf(self.cf(CF_META), key).map_err(|e| self.error(format!("cannot read meta: {e}")))?;
         match value {
             None => Ok(None),
             Some(value) => keys::decode_u64(&value).map(Some).ok_or_else(|| self.corrupt("meta entry", key)),
@@ -498,7 +495,10 @@ impl StateDb {
     }
 
     fn corrupt(&self, what: &str, key: &[u8]) -> StateError {
-        self.error(format!("malformed {what} {:?}: the database was not written by this version of Weir", key.escape_ascii().to_string()))
+        self.error(format!(
+            "malformed {what} {:?}: the database was not written by this version of Weir",
+            key.escape_ascii().to_string()
+        ))
     }
 }
 
@@ -583,7 +583,10 @@ mod tests {
         assert_eq!(value(&db, "gone"), None);
         let committed = db.committed().unwrap();
         let expected = checkpoint(2, vec![]);
-        assert_eq!(committed, Committed { id: CheckpointId(2), offsets: expected.offsets, snapshots: expected.snapshots });
+        assert_eq!(
+            committed,
+            Committed { id: CheckpointId(2), offsets: expected.offsets, snapshots: expected.snapshots }
+        );
         assert_eq!(db.pending().unwrap(), None);
         assert_eq!(db.epoch_floor().unwrap(), CheckpointId(2));
     }

@@ -6,8 +6,6 @@ use wasmtime::component::types::ComponentItem;
 
 /// The contract package this host implements.
 pub const CONTRACT_PACKAGE: &str = "weir:transform";
-/// The contract version this host implements; components built against any `0.1.x` load.
-pub const CONTRACT_VERSION: &str = "0.1.0";
 /// Functions every transform exports.
 pub const REQUIRED_EXPORTS: [&str; 4] = ["init", "process", "snapshot", "restore"];
 
@@ -19,13 +17,17 @@ pub enum ContractError {
     #[error("not a WebAssembly file (no `\\0asm` header); build transforms with scripts/build-plugins.sh")]
     NotWasm,
     /// A core module (WebAssembly 1.0), not a component.
-    #[error("a core WebAssembly module, not a component; build for wasm32-wasip2 or wrap it with `wasm-tools component new`")]
+    #[error(
+        "a core WebAssembly module, not a component; build for wasm32-wasip2 or wrap it with `wasm-tools component new`"
+    )]
     CoreModule,
     /// The file names an unknown WebAssembly binary version or layer.
     #[error("unknown WebAssembly binary version {0:#x}; expected a component (layer 1)")]
     UnknownVersion(u32),
     /// Built against another version of the contract.
-    #[error("built against {found}; this Weir implements weir:transform@0.1.x: rebuild the transform with a matching SDK")]
+    #[error(
+        "built against {found}; this Weir implements weir:transform@0.1.x: rebuild the transform with a matching SDK"
+    )]
     WrongVersion {
         /// The package and version found, e.g. `weir:transform@0.2.0`.
         found: String,
@@ -71,8 +73,10 @@ pub struct ComponentDescription {
 /// [`ContractError::OtherWorld`] when it lacks one of [`REQUIRED_EXPORTS`].
 pub fn describe_component(engine: &Engine, component: &Component) -> Result<ComponentDescription, ContractError> {
     let ty = component.component_type();
-    let imports: Vec<(String, &str)> = ty.imports(engine).map(|(name, item)| (name.to_owned(), kind(&item))).collect();
-    let exports: Vec<(String, &str)> = ty.exports(engine).map(|(name, item)| (name.to_owned(), kind(&item))).collect();
+    let imports: Vec<(String, &str)> =
+        ty.imports(engine).map(|(name, item)| (name.to_owned(), kind(&item.ty))).collect();
+    let exports: Vec<(String, &str)> =
+        ty.exports(engine).map(|(name, item)| (name.to_owned(), kind(&item.ty))).collect();
 
     for (name, _) in &imports {
         if let Some(rest) = name.strip_prefix(CONTRACT_PACKAGE).and_then(|r| r.strip_prefix('/')) {

@@ -80,13 +80,17 @@ impl fmt::Display for Call {
 #[non_exhaustive]
 pub enum ErrorKind {
     /// The call ran past its deadline ([`super::OperatorLimits::deadline`]).
-    #[error("deadline exceeded: the call ran longer than {deadline:?}; make the transform faster or raise the operator's `deadline_ms`")]
+    #[error(
+        "deadline exceeded: the call ran longer than {deadline:?}; make the transform faster or raise the operator's `deadline_ms`"
+    )]
     DeadlineExceeded {
         /// The deadline in force.
         deadline: Duration,
     },
     /// The guest needed more linear memory than [`super::OperatorLimits::memory_bytes`].
-    #[error("memory limit exceeded: the guest asked for more than {limit_bytes} bytes of linear memory; raise the operator's `memory_limit_bytes` or bound the transform's memory use")]
+    #[error(
+        "memory limit exceeded: the guest asked for more than {limit_bytes} bytes of linear memory; raise the operator's `memory_limit_bytes` or bound the transform's memory use"
+    )]
     MemoryLimit {
         /// The limit in force, in bytes.
         limit_bytes: usize,

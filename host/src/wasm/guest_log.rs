@@ -160,10 +160,7 @@ mod tests {
         let mut log = GuestLog::new("op".into());
         log.write(1, b"thread '<unnamed>' panicked at src/lib.rs:10:5:\nmisbehave: panic at offset 3\n");
         log.write(1, b"note: run with `RUST_BACKTRACE=1`\n");
-        assert_eq!(
-            log.take_panic_message().as_deref(),
-            Some("misbehave: panic at offset 3 (src/lib.rs:10:5)")
-        );
+        assert_eq!(log.take_panic_message().as_deref(), Some("misbehave: panic at offset 3 (src/lib.rs:10:5)"));
         assert_eq!(log.take_panic_message(), None);
     }
 

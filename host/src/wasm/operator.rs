@@ -33,7 +33,10 @@ pub struct Operator {
 
 /// Either a live instance, or the state waiting for the next one.
 enum Instance {
-    Live { store: Box<Store<HostState>>, bindings: Transform },
+    Live {
+        store: Box<Store<HostState>>,
+        bindings: Transform,
+    },
     Idle(Box<dyn StateStore>),
     /// Only while a transition is in progress.
     Moving,
@@ -83,7 +86,8 @@ impl Operator {
     /// An [`OperatorError`] naming the kind of failure and the batch's offsets.
     pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
         let offsets = batch_offsets(batch);
-        let outputs = self.call(Call::Process, offsets.clone(), |bindings, store| bindings.call_process(store, batch))?;
+        let outputs =
+            self.call(Call::Process, offsets.clone(), |bindings, store| bindings.call_process(store, batch))?;
         let result = match outputs {
             Ok(outputs) => self.validate(&outputs).map(|()| outputs),
             Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
@@ -214,14 +218,19 @@ impl Operator {
     fn validate(&self, outputs: &[OutputRecord]) -> Result<(), ErrorKind> {
         let max = self.limits.max_record_bytes;
         for (index, output) in outputs.iter().enumerate() {
-            let invalid = |reason: String| Err(ErrorKind::InvalidOutput { reason: format!("output record {index}: {reason}") });
+            let invalid =
+                |reason: String| Err(ErrorKind::InvalidOutput { reason: format!("output record {index}: {reason}") });
             if let Some(name) = &output.output
                 && !self.outputs.contains(name)
             {
                 let known = if self.outputs.is_empty() { "none".to_owned() } else { self.outputs.join(", ") };
-                return invalid(format!("names sink output `{name}`, which the pipeline does not define (defined: {known})"));
+                return invalid(format!(
+                    "names sink output `{name}`, which the pipeline does not define (defined: {known})"
+                ));
             }
-            for (what, len) in [("key", output.key.as_ref().map_or(0, Vec::len)), ("value", output.value.as_ref().map_or(0, Vec::len))] {
+            for (what, len) in
+                [("key", output.key.as_ref().map_or(0, Vec::len)), ("value", output.value.as_ref().map_or(0, Vec::len))]
+            {
                 if len > max {
                     return invalid(format!("{what} of {len} bytes exceeds the limit of {max} bytes"));
                 }
@@ -274,5 +283,10 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
 
 fn batch_offsets(batch: &[InputRecord]) -> Option<BatchOffsets> {
     let (first, last) = (batch.first()?, batch.last()?);
-    Some(BatchOffsets { topic: first.topic.clone(), partition: first.partition, first: first.offset, last: last.offset })
+    Some(BatchOffsets {
+        topic: first.topic.clone(),
+        partition: first.partition,
+        first: first.offset,
+        last: last.offset,
+    })
 }

@@ -9,7 +9,7 @@
 //! | `loop` | loops forever (CPU deadline) |
 //! | `alloc` | allocates 1 MiB blocks forever, touching every page (memory limit) |
 //! | `panic` | panics with `misbehave: panic at offset <offset>` (a trap) |
-//! | `recurse` | unbounded recursion with a 1 KiB stack frame each (stack overflow trap) |
+//! | `recurse` | unbounded recursion on the native wasm stack (stack overflow trap) |
 //! | `invalid-output` | emits the record to the undefined sink output `no-such-output` |
 //! | `error` | returns a transform-error `misbehave: error at offset <offset>` (offset filled in) |
 //! | `open-file` | tries `std::fs::read("/etc/passwd")`, emits value `open-file: ok` or `open-file: err: <error>` |
@@ -36,13 +36,15 @@ pub struct Misbehave;
 /// optimiser can neither drop the recursion nor turn it into a loop.
 #[inline(never)]
 fn recurse(depth: u64) -> u64 {
-    let mut frame = [0u8; 1024];
-    frame[(depth % 1024) as usize] = depth as u8;
-    black_box(&mut frame);
-    if black_box(depth) == u64::MAX {
+    // Called through an opaque function pointer so it can be neither inlined nor turned into a
+    // loop, and with no address-taken locals, so its frames grow wasmtime's native wasm stack
+    // (a stack-overflow trap) rather than the shadow stack in linear memory (which would run
+    // into address 0 first and trap as an out-of-bounds access).
+    let next: fn(u64) -> u64 = black_box(recurse);
+    if depth == u64::MAX {
         return 0;
     }
-    recurse(depth + 1) + u64::from(frame[(depth % 7) as usize])
+    next(depth + 1).wrapping_add(depth)
 }
 
 /// Tries to open a TCP connection to 127.0.0.1:9092.

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds a Go transform (a main package that calls weir.Export) into a weir:transform@0.1.0
+# component:
+#
+#   guest-sdk/go/build.sh <package-dir> <out.wasm>
+#
+#  1. GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared: a WASI preview1 reactor core module
+#     that exports the world's functions (the SDK implements the canonical ABI by hand);
+#  2. cmd/weir-patch-core adds the non-Go allocators the component model needs (see there);
+#  3. guest-sdk/js/bin/weir-wrap-core.js embeds the WIT world and lifts the module into a
+#     component with the WASI preview1 reactor adapter that jco ships (`npm ci` in
+#     guest-sdk/js if needed).
+#
+# Needs Go 1.24 or newer (//go:wasmexport) and Node.js 20.
+set -euo pipefail
+
+sdk=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if (($# != 2)); then
+    sed -n '2,15s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+fi
+pkg=$(cd "$1" && pwd)
+out=$2
+[[ $out = /* ]] || out=$PWD/$out
+
+command -v go >/dev/null || { echo "weir-build-go: no go command (Go 1.24+ needed)" >&2; exit 1; }
+version=$(go env GOVERSION)
+if ! printf '%s\n' go1.24 "$version" | sort -V -C; then
+    echo "weir-build-go: $version is too old: //go:wasmexport needs Go 1.24+ (GOTOOLCHAIN=go1.24.x fetches one)" >&2
+    exit 1
+fi
+"$sdk/../js/install.sh"
+
+cache=${WEIR_CACHE:-$HOME/.cache/weir}/polyglot
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$cache/bin" "$(dirname "$out")"
+go build -C "$sdk" -o "$cache/bin/weir-patch-core" ./cmd/weir-patch-core
+GOOS=wasip1 GOARCH=wasm go build -C "$pkg" -buildmode=c-shared -trimpath -o "$work/core.wasm" .
+"$cache/bin/weir-patch-core" "$work/core.wasm" "$work/patched.wasm"
+node "$sdk/../js/bin/weir-wrap-core.js" "$work/patched.wasm" -o "$out"

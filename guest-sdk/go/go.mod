@@ -1,0 +1,3 @@
+module example.invalid/weir/guest-sdk/go
+
+go 1.24

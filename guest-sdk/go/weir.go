@@ -1,0 +1,329 @@
+// Package weir is the SDK for writing Weir transforms in Go.
+//
+// A Weir transform is a WebAssembly component of the weir:transform@0.1.0 world
+// (guest-sdk/wit/transform.wit). This package hides the component-model plumbing: implement
+// [Transform], register a [Factory] with [Export] from an init function of package main, and
+// build the package with guest-sdk/go/build.sh (standard Go: GOOS=wasip1 GOARCH=wasm
+// -buildmode=c-shared, then wrapped into a component with the WASI preview1 reactor adapter).
+//
+// The host calls the factory once per operator instance with the operator's [Config], then hands
+// over batches of records; the SDK calls [Transform.Process] once per record, in offset order,
+// and collects what it emits. A non-nil error stops the batch: none of its outputs or state
+// writes take effect (the host rolls them back) and the pipeline's error policy decides what
+// happens next. A panic traps the instance (the runtime prints it to stderr, which the host
+// logs); the host then discards the instance and restores a fresh one from the last checkpoint.
+// Anything that must survive a crash goes through package state, or through [Snapshotter] and
+// [Restorer] for data kept in memory. Guests get no filesystem, network or environment.
+//
+// Example: count records per key.
+//
+//	package main
+//
+//	import (
+//		weir "example.invalid/weir/guest-sdk/go"
+//		"example.invalid/weir/guest-sdk/go/state"
+//	)
+//
+//	type counter struct{}
+//
+//	func (counter) Process(r *weir.Record, emit *weir.Emitter) error {
+//		if r.Key == nil {
+//			return nil
+//		}
+//		var n int64
+//		if _, err := state.GetJSON(r.Key, &n); err != nil {
+//			return err
+//		}
+//		n++
+//		if err := state.PutJSON(r.Key, n); err != nil {
+//			return err
+//		}
+//		out, err := weir.JSON(r.Key, n)
+//		if err != nil {
+//			return err
+//		}
+//		emit.Emit(out)
+//		return nil
+//	}
+//
+//	func init() {
+//		weir.Export(func(c weir.Config) (weir.Transform, error) {
+//			return counter{}, c.AllowOnly()
+//		})
+//	}
+//
+//	func main() {}
+//
+// Natively (not GOOS=wasip1), state is an in-memory map and logs go to stderr, so transforms
+// can be tested with `go test` through package weirtest.
+package weir
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"example.invalid/weir/guest-sdk/go/internal/abi"
+)
+
+// Contract is the WIT package and version this SDK implements.
+const Contract = "weir:transform@0.1.0"
+
+// Transform is the logic of one operator. One value exists per operator instance (one per
+// task); it sees every record of its task, in offset order.
+type Transform interface {
+	// Process handles one input record, emitting zero or more outputs through emit. Outputs
+	// without a timestamp get r's. A non-nil error fails the whole batch; an error that is
+	// not a *TransformError with an offset gets r's offset.
+	Process(r *Record, emit *Emitter) error
+}
+
+// Snapshotter is implemented by transforms that keep state in memory: Snapshot is called at
+// every checkpoint barrier. Without it, snapshots are empty.
+type Snapshotter interface {
+	Snapshot() []byte
+}
+
+// Restorer is implemented by transforms that keep state in memory: Restore gets the last
+// committed snapshot (empty when there is none) on a fresh instance, after the factory.
+type Restorer interface {
+	Restore(snapshot []byte) error
+}
+
+// Factory creates a transform from the operator's configuration. An error stops the pipeline
+// from starting; name the offending key in it.
+type Factory func(config Config) (Transform, error)
+
+// Header is one Kafka record header: a UTF-8 name and raw bytes (empty for a null value).
+type Header = abi.Header
+
+// Record is one input record. A nil Key or Value is a Kafka null; a non-nil empty slice is an
+// empty one. Key, Value and header values alias the host's buffers: do not modify them.
+type Record struct {
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	Timestamp int64 // milliseconds since the Unix epoch
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// KeyString returns the key as text; ok is false for a null key or invalid UTF-8.
+func (r *Record) KeyString() (s string, ok bool) { return utf8Text(r.Key) }
+
+// ValueString returns the value as text; ok is false for a null value or invalid UTF-8.
+func (r *Record) ValueString() (s string, ok bool) { return utf8Text(r.Value) }
+
+// ValueJSON decodes the value as JSON into v; the error names the record's offset.
+func (r *Record) ValueJSON(v any) error {
+	if r.Value == nil {
+		return Errorf("record at offset %d has a null value, not JSON", r.Offset).WithOffset(r.Offset)
+	}
+	if err := json.Unmarshal(r.Value, v); err != nil {
+		return Errorf("value of record at offset %d is not valid JSON: %v", r.Offset, err).WithOffset(r.Offset)
+	}
+	return nil
+}
+
+// Header returns the value of the first header named name.
+func (r *Record) Header(name string) ([]byte, bool) {
+	for _, h := range r.Headers {
+		if h.Key == name {
+			return h.Value, true
+		}
+	}
+	return nil, false
+}
+
+func utf8Text(b []byte) (string, bool) {
+	if b == nil || !utf8.Valid(b) {
+		return "", false
+	}
+	return string(b), true
+}
+
+// Output is one output record. By default it gets the timestamp of the input record that
+// produced it and goes to the sink's default topic.
+type Output struct {
+	Key       []byte // nil: a Kafka null key
+	Value     []byte // nil: a Kafka null value
+	Headers   []Header
+	Timestamp *int64  // nil: the producing record's
+	Sink      *string // named sink output; nil: the default topic
+}
+
+// NewOutput returns an output with key and value (nil for null), no headers.
+func NewOutput(key, value []byte) Output { return Output{Key: key, Value: value} }
+
+// JSON returns an output with key and v encoded as compact JSON (struct field order kept,
+// no HTML escaping).
+func JSON(key []byte, v any) (Output, error) {
+	data, err := MarshalJSON(v)
+	if err != nil {
+		return Output{}, Errorf("cannot serialise output as JSON: %v", err)
+	}
+	return Output{Key: key, Value: data}, nil
+}
+
+// WithHeader returns o with a header appended (repeated names allowed, order kept).
+func (o Output) WithHeader(key string, value []byte) Output {
+	o.Headers = append(o.Headers[:len(o.Headers):len(o.Headers)], Header{Key: key, Value: value})
+	return o
+}
+
+// WithTimestamp returns o with its timestamp set (milliseconds since the Unix epoch).
+func (o Output) WithTimestamp(ms int64) Output {
+	o.Timestamp = &ms
+	return o
+}
+
+// To returns o addressed to the named sink output; the host fails the batch when the pipeline
+// defines no such output.
+func (o Output) To(name string) Output {
+	o.Sink = &name
+	return o
+}
+
+// MarshalJSON encodes v as compact JSON without HTML escaping (the bytes serde_json writes
+// for the same data, except for the formatting of some floats: Go writes 11.0 as 11).
+func MarshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// Emitter collects the outputs of a batch.
+type Emitter struct {
+	outputs []Output
+}
+
+// Emit emits o.
+func (e *Emitter) Emit(o Output) { e.outputs = append(e.outputs, o) }
+
+// Forward emits r unchanged: same key, value, headers and timestamp, default output.
+func (e *Emitter) Forward(r *Record) {
+	ts := r.Timestamp
+	e.outputs = append(e.outputs, Output{Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: &ts})
+}
+
+// Len is the number of outputs emitted so far in this batch.
+func (e *Emitter) Len() int { return len(e.outputs) }
+
+// Outputs returns the outputs emitted so far.
+func (e *Emitter) Outputs() []Output { return e.outputs }
+
+// TransformError is a failure a transform reports for a record instead of panicking: the
+// host logs Message and, with the dead-letter policy, writes the offending record to the
+// dead-letter topic with the message in its headers.
+type TransformError struct {
+	Message string
+	Offset  *int64 // the offending input record's offset, if known
+}
+
+// Errorf returns a TransformError with a formatted message and no offset.
+func Errorf(format string, args ...any) *TransformError {
+	return &TransformError{Message: fmt.Sprintf(format, args...)}
+}
+
+// WithOffset sets the offset of the offending input record.
+func (e *TransformError) WithOffset(offset int64) *TransformError {
+	e.Offset = &offset
+	return e
+}
+
+func (e *TransformError) Error() string { return e.Message }
+
+// RunBatch runs records through t: the loop behind the exported process function, shared
+// with package weirtest. It stops at the first error, returned as a *TransformError with the
+// failing record's offset filled in when it carries none.
+func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
+	var emit Emitter
+	for i := range records {
+		r := &records[i]
+		first := len(emit.outputs)
+		if err := t.Process(r, &emit); err != nil {
+			var te *TransformError
+			if !errors.As(err, &te) || te == nil {
+				te = &TransformError{Message: err.Error()}
+			}
+			failure := *te
+			if failure.Offset == nil {
+				off := r.Offset
+				failure.Offset = &off
+			}
+			return nil, &failure
+		}
+		for j := first; j < len(emit.outputs); j++ {
+			if emit.outputs[j].Timestamp == nil {
+				ts := r.Timestamp
+				emit.outputs[j].Timestamp = &ts
+			}
+		}
+	}
+	return emit.outputs, nil
+}
+
+var instance Transform
+
+// Export registers the factory as the component's transform. Call it exactly once, from an
+// init function of package main. process, snapshot and restore before a successful init fail
+// (or return an empty snapshot).
+func Export(factory Factory) {
+	if factory == nil {
+		panic("weir.Export: nil factory")
+	}
+	abi.Exports = abi.Hooks{
+		Init: func(entries [][2]string) error {
+			instance = nil
+			t, err := factory(NewConfig(entries...))
+			if err != nil {
+				return err
+			}
+			if t == nil {
+				return errors.New("the factory returned no transform")
+			}
+			instance = t
+			return nil
+		},
+		Process: func(batch []abi.InputRecord) ([]abi.OutputRecord, *abi.TransformError) {
+			if instance == nil {
+				return nil, &abi.TransformError{Message: "process called before a successful init"}
+			}
+			records := make([]Record, len(batch))
+			for i, b := range batch {
+				records[i] = Record(b)
+			}
+			outputs, failure := RunBatch(instance, records)
+			if failure != nil {
+				return nil, &abi.TransformError{Message: failure.Message, Offset: failure.Offset}
+			}
+			raw := make([]abi.OutputRecord, len(outputs))
+			for i, o := range outputs {
+				raw[i] = abi.OutputRecord{Key: o.Key, Value: o.Value, Headers: o.Headers, Timestamp: o.Timestamp, Output: o.Sink}
+			}
+			return raw, nil
+		},
+		Snapshot: func() []byte {
+			if s, ok := instance.(Snapshotter); ok {
+				return s.Snapshot()
+			}
+			return nil
+		},
+		Restore: func(snapshot []byte) error {
+			if instance == nil {
+				return errors.New("restore called before a successful init")
+			}
+			if r, ok := instance.(Restorer); ok {
+				return r.Restore(snapshot)
+			}
+			return nil
+		},
+	}
+}

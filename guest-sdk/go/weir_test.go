@@ -1,0 +1,136 @@
+//go:build !wasip1
+
+package weir_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	weir "example.invalid/weir/guest-sdk/go"
+	"example.invalid/weir/guest-sdk/go/state"
+	"example.invalid/weir/guest-sdk/go/weirtest"
+)
+
+// probe emits one output per record; fails on "fail"; "ts" gets its own timestamp; "plain"
+// returns a plain error.
+type probe struct{}
+
+func (probe) Process(r *weir.Record, emit *weir.Emitter) error {
+	state.Put(r.Value, "seen")
+	switch string(r.Value) {
+	case "fail":
+		return weir.Errorf("failed")
+	case "plain":
+		return errors.New("plain error")
+	case "ts":
+		emit.Emit(weir.NewOutput(nil, []byte("ts")).WithTimestamp(-1))
+	default:
+		emit.Forward(r)
+	}
+	return nil
+}
+
+func newProbe(weir.Config) (weir.Transform, error) { return probe{}, nil }
+
+func rec(value string, offset int64) weir.Record {
+	return weir.Record{Value: []byte(value), Offset: offset, Timestamp: offset * 10}
+}
+
+func TestOutputsGetTheirRecordsTimestamp(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(newProbe)
+	out, err := h.Process(rec("a", 1), rec("ts", 2), rec("b", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, o := range out {
+		got = append(got, *o.Timestamp)
+	}
+	if len(got) != 3 || got[0] != 10 || got[1] != -1 || got[2] != 30 {
+		t.Fatalf("timestamps %v", got)
+	}
+}
+
+func TestErrorsGetTheOffsetAndRollBackState(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(newProbe)
+	if _, err := h.Process(rec("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.Process(rec("b", 2), rec("fail", 3))
+	if err == nil || err.Message != "failed" || *err.Offset != 3 {
+		t.Fatalf("error %+v", err)
+	}
+	_, err = h.Process(rec("plain", 4))
+	if err == nil || err.Message != "plain error" || *err.Offset != 4 {
+		t.Fatalf("error %+v", err)
+	}
+	entries := weirtest.StateEntries()
+	if len(entries) != 1 || string(entries["a"]) != "seen" {
+		t.Fatalf("state %v", entries)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	c := weir.NewConfig([2]string{"n", "1"}, [2]string{"bad", "x"}, [2]string{"n", "2"})
+	if v, _ := c.Get("n"); v != "2" {
+		t.Fatal(v)
+	}
+	if n, err := c.Int("n", 0); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	if n, err := c.Int("missing", 7); n != 7 || err != nil {
+		t.Fatal(n, err)
+	}
+	if _, err := c.Int("bad", 0); err == nil || !strings.Contains(err.Error(), "config key `bad`: invalid value \"x\"") {
+		t.Fatal(err)
+	}
+	if _, err := c.Require("missing"); err == nil || !strings.Contains(err.Error(), "`missing`") {
+		t.Fatal(err)
+	}
+	if err := c.AllowOnly("n"); err == nil || !strings.Contains(err.Error(), "`bad` (allowed: n)") {
+		t.Fatal(err)
+	}
+	if err := c.AllowOnly("n", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := weir.NewConfig([2]string{"i", " 1"}).Int("i", 0); err == nil {
+		t.Fatal("leading space accepted")
+	}
+}
+
+func TestStateJSON(t *testing.T) {
+	weirtest.ResetState()
+	type doc struct {
+		B int    `json:"b"`
+		A string `json:"a"`
+	}
+	if err := state.PutJSON("k", doc{1, "<&>"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := state.Get("k"); string(v) != `{"b":1,"a":"<&>"}` {
+		t.Fatalf("%s", v)
+	}
+	var d doc
+	if found, err := state.GetJSON("k", &d); !found || err != nil || d.A != "<&>" {
+		t.Fatal(found, err, d)
+	}
+	if found, err := state.GetJSON("missing", &d); found || err != nil {
+		t.Fatal(found, err)
+	}
+	state.Put("bad", "{")
+	if _, err := state.GetJSON("bad", &d); err == nil || !strings.Contains(err.Error(), `state key "bad": stored value is not the expected JSON`) {
+		t.Fatal(err)
+	}
+	state.Put("p/2", "y")
+	state.Put("p/1", "x")
+	if e := state.ScanPrefix("p/", 10); len(e) != 2 || string(e[0].Key) != "p/1" {
+		t.Fatal(e)
+	}
+	state.Delete("p/1")
+	if _, ok := state.Get("p/1"); ok {
+		t.Fatal("not deleted")
+	}
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+// Builds a JavaScript transform into a weir:transform@0.1.0 component with componentize-js
+// (SpiderMonkey/StarlingMonkey, pre-initialised with Wizer).
+//
+//   node guest-sdk/js/bin/weir-build-js.js <entry.js> -o <out.wasm> [--aot]
+//
+// The entry module exports init/process/snapshot/restore, normally through `exportTransform`.
+// It may import other modules by relative path (the SDK included); bare package names are not
+// resolved. WASI features: stdio (console.* and uncaught errors to the host log), random
+// (Math.random, crypto) and clocks (Date, performance) stay on; http and fetch-event are
+// disabled, since the Weir host grants no wasi:http.
+import { componentize } from '@bytecodealliance/componentize-js';
+import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const witPath = resolve(here, '../../wit');
+
+function usage(code) {
+  console.error('usage: weir-build-js.js <entry.js> -o <out.wasm> [--aot]');
+  process.exit(code);
+}
+
+const args = process.argv.slice(2);
+let entry;
+let out;
+let aot = false;
+for (let i = 0; i < args.length; i++) {
+  const a = args[i];
+  if (a === '-o' || a === '--out') out = args[++i];
+  else if (a === '--aot') aot = true;
+  else if (a === '-h' || a === '--help') usage(0);
+  else if (a.startsWith('-')) usage(2);
+  else if (entry === undefined) entry = a;
+  else usage(2);
+}
+if (!entry || !out) usage(2);
+
+const started = Date.now();
+const { component } = await componentize({
+  sourcePath: resolve(entry),
+  witPath,
+  worldName: 'transform',
+  disableFeatures: ['http', 'fetch-event'],
+  enableAot: aot,
+});
+const dest = resolve(out);
+await mkdir(dirname(dest), { recursive: true });
+await writeFile(`${dest}.tmp`, component);
+await rename(`${dest}.tmp`, dest);
+console.error(`weir-build-js: ${dest} (${component.byteLength} bytes, ${((Date.now() - started) / 1000).toFixed(1)} s)`);

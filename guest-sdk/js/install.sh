@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs guest-sdk/js's pinned npm packages (componentize-js, jco, wizer) with `npm ci` when
+# node_modules is missing or older than package-lock.json.
+set -euo pipefail
+dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+command -v node >/dev/null && command -v npm >/dev/null || {
+    echo "weir-js: Node.js 20+ and npm are needed" >&2
+    exit 1
+}
+stamp=$dir/node_modules/.weir-lock.sha256
+want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+    echo "weir-js: npm ci in $dir" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    echo "$want" >"$stamp"
+fi

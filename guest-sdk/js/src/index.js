@@ -1,0 +1,430 @@
+// @weir/guest — write Weir transforms in JavaScript.
+//
+// A Weir transform is a WebAssembly component of the `weir:transform@0.1.0` world
+// (guest-sdk/wit/transform.wit). Subclass `Transform`, export it once with `exportTransform`, and
+// build the module with `guest-sdk/js/bin/weir-build-js.js` (componentize-js / StarlingMonkey).
+// See README.md next to this folder and index.d.ts for the API.
+
+import * as host from './host.js';
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/** `string` as UTF-8, bytes as `Uint8Array`. */
+export function toBytes(value) {
+  if (typeof value === 'string') return encoder.encode(value);
+  if (value instanceof Uint8Array) return value;
+  if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  throw new TypeError(`expected a string or Uint8Array, got ${value === null ? 'null' : typeof value}`);
+}
+
+function optBytes(value) {
+  return value === null || value === undefined ? null : toBytes(value);
+}
+
+/** UTF-8 text of `bytes`, or `null` for null or invalid UTF-8. */
+export function utf8(bytes) {
+  if (bytes === null || bytes === undefined) return null;
+  try {
+    return decoder.decode(bytes);
+  } catch {
+    return null;
+  }
+}
+
+function toBigInt(n, what) {
+  if (typeof n === 'bigint') return n;
+  if (typeof n === 'number' && Number.isSafeInteger(n)) return BigInt(n);
+  throw new TypeError(`${what} must be a safe integer or a bigint, got ${n}`);
+}
+
+function toNumber(n) {
+  return typeof n === 'bigint' ? Number(n) : n;
+}
+
+/** A failure a transform reports for a record instead of trapping: throw it from `process`. */
+export class TransformError extends Error {
+  constructor(message, offset = undefined) {
+    super(String(message));
+    this.name = 'TransformError';
+    /** Offset of the offending input record; the SDK fills in the current record's when unset. */
+    this.offset = offset;
+  }
+}
+
+/** A bad configuration; thrown by `Config` helpers, reported as `init`'s error. */
+export class ConfigError extends Error {
+  constructor(message) {
+    super(String(message));
+    this.name = 'ConfigError';
+  }
+}
+
+/** One input record. Offsets and timestamps are numbers (exact below 2^53). */
+export class Record {
+  constructor({ key = null, value = null, headers = [], timestamp = 0, topic = '', partition = 0, offset = 0 } = {}) {
+    /** The record key; `null` for a Kafka null key. */
+    this.key = optBytes(key);
+    /** The record value; `null` for a Kafka null value (a tombstone). */
+    this.value = optBytes(value);
+    /** Headers `{ key, value }`, in the order the producer wrote them. */
+    this.headers = headers.map((h) => normalizeHeader(h));
+    /** Milliseconds since the Unix epoch. */
+    this.timestamp = toNumber(timestamp);
+    this.topic = topic;
+    this.partition = partition;
+    /** The record's offset in its source partition. */
+    this.offset = toNumber(offset);
+    this._timestamp = toBigInt(timestamp, 'timestamp');
+  }
+
+  /** The key as UTF-8 text; `null` for a null key or invalid UTF-8. */
+  get keyString() {
+    return utf8(this.key);
+  }
+
+  /** The value as UTF-8 text; `null` for a null value or invalid UTF-8. */
+  get valueString() {
+    return utf8(this.value);
+  }
+
+  /** The value parsed as JSON; a TransformError carrying this record's offset otherwise. */
+  valueJson() {
+    if (this.value === null) {
+      throw new TransformError(`record at offset ${this.offset} has a null value, not JSON`, this.offset);
+    }
+    const text = utf8(this.value);
+    try {
+      if (text === null) throw new SyntaxError('invalid UTF-8');
+      return JSON.parse(text);
+    } catch (e) {
+      throw new TransformError(`value of record at offset ${this.offset} is not valid JSON: ${e.message}`, this.offset);
+    }
+  }
+
+  /** The value of the first header named `name`, or `null`. */
+  header(name) {
+    const h = this.headers.find((h) => h.key === name);
+    return h ? h.value : null;
+  }
+}
+
+function normalizeHeader(h) {
+  if (Array.isArray(h)) return { key: String(h[0]), value: toBytes(h[1]) };
+  return { key: String(h.key), value: toBytes(h.value) };
+}
+
+/** One output record; builder methods return `this`. */
+export class Output {
+  constructor(key = null, value = null) {
+    this.key = optBytes(key);
+    this.value = optBytes(value);
+    this.headers = [];
+    /** Milliseconds since the Unix epoch; `undefined` takes the producing record's. */
+    this.timestamp = undefined;
+    /** Named sink output; `undefined` is the sink's default topic. */
+    this.output = undefined;
+  }
+
+  /** An output with `key` and `JSON.stringify(value)` as its value. */
+  static json(key, value) {
+    let text;
+    try {
+      text = JSON.stringify(value);
+    } catch (e) {
+      throw new TransformError(`cannot serialise output as JSON: ${e.message}`);
+    }
+    if (text === undefined) throw new TransformError('cannot serialise output as JSON: value is not JSON');
+    return new Output(key, text);
+  }
+
+  /** Appends a header (repeated names allowed, order kept). */
+  header(key, value) {
+    this.headers.push({ key: String(key), value: toBytes(value) });
+    return this;
+  }
+
+  /** Sets the timestamp instead of keeping the input record's. */
+  withTimestamp(timestampMs) {
+    this.timestamp = timestampMs;
+    return this;
+  }
+
+  /** Sends the record to the named sink output (the host fails the batch if there is none). */
+  toOutput(name) {
+    this.output = String(name);
+    return this;
+  }
+}
+
+/** The operator's configuration: a `Map` of string to string (last value wins), plus `entries`
+ * with every pair in file order and typed getters that throw ConfigError naming the key. */
+export class Config extends Map {
+  constructor(entries = []) {
+    const pairs = entries instanceof Map ? [...entries] : Array.isArray(entries) ? entries : Object.entries(entries);
+    super(pairs.map(([k, v]) => [String(k), String(v)]));
+    /** All `[key, value]` pairs, in file order. */
+    this.pairs = pairs.map(([k, v]) => [String(k), String(v)]);
+  }
+
+  require(key) {
+    if (!this.has(key)) throw new ConfigError(`missing required config key \`${key}\``);
+    return this.get(key);
+  }
+
+  parse(key, defaultValue, parser) {
+    if (!this.has(key)) return defaultValue;
+    const value = this.get(key);
+    try {
+      return parser(value);
+    } catch (e) {
+      throw new ConfigError(`config key \`${key}\`: invalid value ${JSON.stringify(value)}: ${e.message}`);
+    }
+  }
+
+  /** An integer: optional sign and ASCII digits (a safe integer). */
+  getInt(key, defaultValue = undefined) {
+    return this.parse(key, defaultValue, (v) => {
+      if (!/^[+-]?[0-9]+$/.test(v)) throw new Error(v === '' ? 'cannot parse integer from empty string' : 'invalid digit found in string');
+      const n = Number(v);
+      if (!Number.isSafeInteger(n)) throw new Error('number too large to fit in target type');
+      return n;
+    });
+  }
+
+  getFloat(key, defaultValue = undefined) {
+    return this.parse(key, defaultValue, (v) => {
+      if (!/^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$/.test(v)) throw new Error('invalid float literal');
+      return Number(v);
+    });
+  }
+
+  getBool(key, defaultValue = undefined) {
+    return this.parse(key, defaultValue, (v) => {
+      if (v !== 'true' && v !== 'false') throw new Error('provided string was not `true` or `false`');
+      return v === 'true';
+    });
+  }
+
+  /** Throws a ConfigError naming the first key that is not in `allowed`. */
+  allowOnly(allowed) {
+    for (const [k] of this.pairs) {
+      if (!allowed.includes(k)) {
+        throw new ConfigError(
+          allowed.length === 0
+            ? `unknown config key \`${k}\` (this transform takes no configuration)`
+            : `unknown config key \`${k}\` (allowed: ${allowed.join(', ')})`,
+        );
+      }
+    }
+  }
+}
+
+/** Base class of a transform: one object per operator instance. */
+export class Transform {
+  /** Creates the instance from the operator's configuration; throw (a ConfigError) for a bad
+   * one: its message becomes `init`'s error. Subclasses call `super(config)` first. */
+  constructor(_config) {}
+
+  /** Handles one record; call `emit(output)` zero or more times. Throw TransformError to fail
+   * the batch. */
+  process(_record, _emit) {
+    throw new Error(`${this.constructor.name} must implement process(record, emit)`);
+  }
+
+  /** In-memory state to save at a checkpoint barrier; default empty. */
+  snapshot() {
+    return new Uint8Array(0);
+  }
+
+  /** Restores what `snapshot` returned (empty when there is none); default ignores it. */
+  restore(_snapshot) {}
+}
+
+/** Durable key-value state, scoped by the host to this operator and task. */
+export const state = {
+  /** The value under `key` (string or bytes), or `null`. */
+  get(key) {
+    const v = host.get(toBytes(key));
+    return v === undefined || v === null ? null : v;
+  },
+  put(key, value) {
+    host.put(toBytes(key), toBytes(value));
+  },
+  delete(key) {
+    host.del(toBytes(key));
+  },
+  /** Up to `limit` `[key, value]` entries whose key starts with `prefix`, in byte order. */
+  scanPrefix(prefix, limit) {
+    if (!Number.isInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer');
+    return host.scanPrefix(toBytes(prefix), Math.min(limit, 0xffffffff));
+  },
+  /** The JSON value under `key`, parsed, or `defaultValue` when absent. */
+  getJson(key, defaultValue = null) {
+    const bytes = state.get(key);
+    if (bytes === null) return defaultValue;
+    try {
+      const text = utf8(bytes);
+      if (text === null) throw new SyntaxError('invalid UTF-8');
+      return JSON.parse(text);
+    } catch (e) {
+      throw new TransformError(`state key ${JSON.stringify(keyText(key))}: stored value is not the expected JSON: ${e.message}`);
+    }
+  },
+  /** Stores `JSON.stringify(value)` under `key`. */
+  putJson(key, value) {
+    let text;
+    try {
+      text = JSON.stringify(value);
+    } catch (e) {
+      throw new TransformError(`state key ${JSON.stringify(keyText(key))}: cannot serialise value as JSON: ${e.message}`);
+    }
+    if (text === undefined) throw new TransformError(`state key ${JSON.stringify(keyText(key))}: value is not JSON`);
+    state.put(key, text);
+  },
+};
+
+function keyText(key) {
+  return typeof key === 'string' ? key : new TextDecoder().decode(toBytes(key));
+}
+
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
+
+function writeLog(level, message) {
+  host.log(level, String(message));
+}
+
+/** Logging into the host's structured log (rate-limited by the host). */
+export const log = {
+  log(level, message) {
+    if (!LEVELS.includes(level)) throw new RangeError(`log level must be one of ${LEVELS.join(', ')}`);
+    writeLog(level, message);
+  },
+  trace: (message) => writeLog('trace', message),
+  debug: (message) => writeLog('debug', message),
+  info: (message) => writeLog('info', message),
+  warn: (message) => writeLog('warn', message),
+  error: (message) => writeLog('error', message),
+};
+
+function toOutputRecord(o, defaultTimestamp) {
+  if (!(o instanceof Output)) {
+    if (o === null || typeof o !== 'object') throw new TypeError('emit() takes an Output');
+    const out = new Output(o.key ?? null, o.value ?? null);
+    (o.headers ?? []).forEach((h) => out.headers.push(normalizeHeader(h)));
+    out.timestamp = o.timestamp ?? undefined;
+    out.output = o.output ?? undefined;
+    o = out;
+  }
+  return {
+    key: o.key ?? undefined,
+    value: o.value ?? undefined,
+    headers: o.headers,
+    timestamp: o.timestamp === undefined || o.timestamp === null ? defaultTimestamp : toBigInt(o.timestamp, 'timestamp'),
+    output: o.output ?? undefined,
+  };
+}
+
+/** Runs one batch through `transform`: the loop behind the exported `process` (and the test
+ * harness). Returns the outputs as WIT `output-record`s; throws TransformError. */
+export function runBatch(transform, records) {
+  const outputs = [];
+  let current = null;
+  const emit = (output) => {
+    outputs.push(toOutputRecord(output, current._timestamp));
+  };
+  emit.forward = (record) => {
+    outputs.push({ key: record.key ?? undefined, value: record.value ?? undefined, headers: record.headers, timestamp: record._timestamp, output: undefined });
+  };
+  for (const record of records) {
+    current = record;
+    try {
+      transform.process(record, emit);
+    } catch (e) {
+      if (e instanceof TransformError) {
+        if (e.offset === undefined || e.offset === null) e.offset = record.offset;
+        throw e;
+      }
+      // A bug (TypeError, ...): JavaScript cannot trap on purpose, so the batch fails with the
+      // exception as its error; the stack goes to the log.
+      if (e instanceof Error && e.stack) writeLog('error', `uncaught ${e.name} at offset ${record.offset}: ${e.message}\n${e.stack}`);
+      throw new TransformError(`uncaught ${errorText(e)}`, record.offset);
+    }
+  }
+  return outputs;
+}
+
+function fromWit(r) {
+  const rec = Object.create(Record.prototype);
+  rec.key = r.key ?? null;
+  rec.value = r.value ?? null;
+  rec.headers = r.headers;
+  rec.timestamp = Number(r.timestamp);
+  rec.topic = r.topic;
+  rec.partition = r.partition;
+  rec.offset = Number(r.offset);
+  rec._timestamp = r.timestamp;
+  return rec;
+}
+
+function errorText(e) {
+  if (e instanceof ConfigError || e instanceof TransformError) return e.message;
+  if (e instanceof Error) return `${e.name}: ${e.message}`;
+  return String(e);
+}
+
+/** Creates `cls` from `(key, value)` pairs; throws a string (the init error) on failure. */
+export function createTransform(cls, config) {
+  try {
+    return new cls(new Config(config));
+  } catch (e) {
+    throw errorText(e);
+  }
+}
+
+/**
+ * Exports a Transform subclass as the component's world. In the entry module:
+ *
+ *   export const { init, process, snapshot, restore } = exportTransform(MyTransform);
+ */
+export function exportTransform(cls) {
+  if (typeof cls !== 'function' || !(cls.prototype instanceof Transform)) {
+    throw new TypeError('exportTransform() takes a subclass of Transform');
+  }
+  let instance = null;
+  return {
+    init(config) {
+      instance = null;
+      instance = createTransform(cls, config);
+    },
+    process(batch) {
+      if (instance === null) throw witError('process called before a successful init', undefined);
+      try {
+        return runBatch(instance, batch.map(fromWit));
+      } catch (e) {
+        if (e instanceof TransformError) throw witError(e.message, e.offset);
+        throw e;
+      }
+    },
+    snapshot() {
+      if (instance === null) return new Uint8Array(0);
+      const s = instance.snapshot();
+      return s === undefined || s === null ? new Uint8Array(0) : toBytes(s);
+    },
+    restore(snapshot) {
+      if (instance === null) throw 'restore called before a successful init';
+      try {
+        instance.restore(snapshot);
+      } catch (e) {
+        throw errorText(e);
+      }
+    },
+  };
+}
+
+function witError(message, offset) {
+  const e = new Error(message);
+  e.payload = { message, offset: offset === undefined || offset === null ? undefined : toBigInt(offset, 'offset') };
+  return e;
+}

@@ -1,0 +1,94 @@
+// npm test  (node --import ./testing/register.js --test)
+import { test, beforeEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { Config, Output, Record, Transform, TransformError, exportTransform, state } from '../src/index.js';
+import { Harness, logLines, resetState, stateEntries } from '../testing/harness.js';
+
+/** Emits one output per record; fails on value "fail"; "ts" gets its own timestamp; "bug" throws. */
+class Probe extends Transform {
+  process(r, emit) {
+    state.put(r.value ?? '', 'seen');
+    switch (r.valueString) {
+      case 'fail':
+        throw new TransformError('failed');
+      case 'bug':
+        null.boom();
+        break;
+      case 'ts':
+        emit(new Output(null, 'ts').withTimestamp(-1));
+        break;
+      default:
+        emit.forward(r);
+    }
+  }
+}
+
+const rec = (value, offset) => new Record({ value, offset, timestamp: offset * 10 });
+
+beforeEach(() => resetState());
+
+test('outputs get their record timestamp', () => {
+  const h = new Harness(Probe);
+  const out = h.process([rec('a', 1), rec('ts', 2), rec('b', 3)]);
+  assert.deepEqual(out.map((o) => o.timestamp), [10n, -1n, 30n]);
+});
+
+test('errors get the offset and roll back state', () => {
+  const h = new Harness(Probe);
+  h.process([rec('a', 1)]);
+  assert.throws(() => h.process([rec('b', 2), rec('fail', 3)]), (e) => e.message === 'failed' && e.offset === 3);
+  assert.deepEqual([...stateEntries().keys()], ['a']);
+});
+
+test('an uncaught exception fails the batch with its offset and is logged', () => {
+  const h = new Harness(Probe);
+  assert.throws(() => h.process([rec('bug', 5)]), (e) => e instanceof TransformError && e.offset === 5 && e.message.startsWith('uncaught TypeError'));
+  assert.ok(logLines.some(([level, line]) => level === 'error' && line.includes('uncaught TypeError')));
+});
+
+test('config helpers', () => {
+  const c = new Config([['n', '1'], ['bad', 'x'], ['n', '2']]);
+  assert.equal(c.get('n'), '2');
+  assert.equal(c.getInt('n', 0), 2);
+  assert.equal(c.getInt('missing', 7), 7);
+  assert.throws(() => c.getInt('bad', 0), /`bad`: invalid value "x"/);
+  assert.throws(() => c.require('missing'), /`missing`/);
+  assert.throws(() => c.allowOnly(['n']), /`bad` \(allowed: n\)/);
+  c.allowOnly(['n', 'bad']);
+  assert.deepEqual(c.pairs, [['n', '1'], ['bad', 'x'], ['n', '2']]);
+  assert.equal(new Config({ f: '1.5e3' }).getFloat('f'), 1500);
+  assert.equal(new Config({ b: 'true' }).getBool('b'), true);
+});
+
+test('world exports: init errors are strings, process errors carry a payload', () => {
+  class Strict extends Transform {
+    constructor(config) {
+      super(config);
+      config.allowOnly([]);
+    }
+    process() {
+      throw new TransformError('nope', 9n);
+    }
+  }
+  const world = exportTransform(Strict);
+  assert.throws(() => world.process([]), (e) => e.payload.message === 'process called before a successful init');
+  assert.throws(() => world.init([['x', '1']]), (e) => typeof e === 'string' && e.includes('`x`'));
+  world.init([]);
+  const raw = { key: undefined, value: new Uint8Array([1]), headers: [], timestamp: 5n, topic: 't', partition: 0, offset: 4n };
+  assert.throws(() => world.process([raw]), (e) => e.payload.message === 'nope' && e.payload.offset === 9n);
+  assert.deepEqual(world.snapshot(), new Uint8Array(0));
+  world.restore(new Uint8Array(0));
+});
+
+test('state JSON helpers', () => {
+  state.putJson('k', { a: 1, b: [true, null] });
+  assert.deepEqual(state.getJson('k'), { a: 1, b: [true, null] });
+  assert.equal(state.getJson('missing', 0), 0);
+  state.put('bad', '{');
+  assert.throws(() => state.getJson('bad'), /state key "bad": stored value is not the expected JSON/);
+  state.put('p/1', 'x');
+  state.put('p/2', 'y');
+  assert.deepEqual(state.scanPrefix('p/', 10).map(([k]) => new TextDecoder().decode(k)), ['p/1', 'p/2']);
+  state.delete('p/1');
+  assert.equal(state.get('p/1'), null);
+});

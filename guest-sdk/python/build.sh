@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds a Python transform into a weir:transform@0.1.0 component with componentize-py.
+#
+#   guest-sdk/python/build.sh <app-dir> <module> <out.wasm>
+#
+# <app-dir> holds <module>.py (or a package), whose top level binds `WitWorld = export(...)`.
+# componentize-py bundles CPython, the standard library, weir_guest and the app, and
+# pre-initialises the interpreter (importing the app) at build time.
+#
+# componentize-py comes from a venv in ${WEIR_CACHE:-~/.cache/weir}/polyglot/venv, created
+# here with the version pinned in requirements-build.txt when it is missing.
+set -euo pipefail
+
+sdk=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if (($# != 3)); then
+    sed -n '2,11s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+fi
+app_dir=$(cd "$1" && pwd)
+module=$2
+out=$3
+[[ $out = /* ]] || out=$PWD/$out
+
+cache=${WEIR_CACHE:-$HOME/.cache/weir}/polyglot
+venv=$cache/venv
+pin=$(sed -n 's/^componentize-py==//p' "$sdk/requirements-build.txt")
+
+if [[ $("$venv/bin/componentize-py" --version 2>/dev/null) != "componentize-py $pin" ]]; then
+    echo "weir-build-py: installing componentize-py $pin into $venv" >&2
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+        command -v apt-get >/dev/null || { echo "weir-build-py: python3 lacks venv/ensurepip" >&2; exit 1; }
+        sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+        "${sudo[@]}" apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq python3-venv >&2
+    fi
+    mkdir -p "$cache"
+    [[ -x $venv/bin/pip ]] || python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$sdk/requirements-build.txt" >&2
+fi
+
+mkdir -p "$(dirname "$out")"
+# Run from the app folder, with no virtualenv in the environment, so that componentize-py
+# bundles the app, the SDK and the standard library only.
+cd "$app_dir"
+env -u VIRTUAL_ENV "$venv/bin/componentize-py" -d "$sdk/../wit" -w transform \
+    componentize -p "$app_dir" -p "$sdk" "$module" -o "$out.tmp" >&2
+mv -f "$out.tmp" "$out"

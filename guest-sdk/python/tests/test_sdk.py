@@ -1,0 +1,104 @@
+"""Native tests of weir_guest (pytest guest-sdk/python)."""
+
+import pytest
+
+from weir_guest import Config, ConfigError, Output, Record, Transform, TransformError, export, state
+from weir_guest.testing import Harness, reset_state, state_entries
+
+
+class Probe(Transform):
+    """One output per record; fails on "fail"; "ts" gets its own timestamp; "bug" raises."""
+
+    def process(self, r, emit):
+        state.put(r.value or b"", b"seen")
+        if r.value == b"fail":
+            raise TransformError("failed")
+        if r.value == b"bug":
+            raise KeyError("boom")
+        if r.value == b"ts":
+            emit(Output(value="ts").with_timestamp(-1))
+        else:
+            emit.forward(r)
+
+
+def rec(value, offset):
+    return Record(value=value, offset=offset, timestamp=offset * 10)
+
+
+@pytest.fixture(autouse=True)
+def clean_state():
+    reset_state()
+
+
+def test_outputs_get_their_records_timestamp():
+    h = Harness(Probe)
+    out = h.process([rec("a", 1), rec("ts", 2), rec("b", 3)])
+    assert [o.timestamp for o in out] == [10, -1, 30]
+
+
+def test_errors_get_the_offset_and_roll_back_state():
+    h = Harness(Probe)
+    h.process([rec("a", 1)])
+    with pytest.raises(TransformError) as e:
+        h.process([rec("b", 2), rec("fail", 3)])
+    assert (e.value.message, e.value.offset) == ("failed", 3)
+    assert state_entries() == [(b"a", b"seen")]
+
+
+def test_other_exceptions_propagate_and_roll_back():
+    # In a component they trap the instance (the host restores a fresh one).
+    h = Harness(Probe)
+    with pytest.raises(KeyError):
+        h.process([rec("x", 1), rec("bug", 2)])
+    assert state_entries() == []
+
+
+def test_config_helpers():
+    c = Config([("n", "1"), ("bad", "x"), ("n", "2")])
+    assert c["n"] == "2" and c.get_int("n", 0) == 2 and c.get_int("missing", 7) == 7
+    with pytest.raises(ConfigError, match=r'`bad`: invalid value "x"'):
+        c.get_int("bad", 0)
+    with pytest.raises(ConfigError, match="`missing`"):
+        c.require("missing")
+    with pytest.raises(ConfigError, match=r"`bad` \(allowed: n\)"):
+        c.allow_only(["n"])
+    c.allow_only(["n", "bad"])
+    assert c.entries == [("n", "1"), ("bad", "x"), ("n", "2")]
+    with pytest.raises(ConfigError):
+        Config({"i": " 1"}).get_int("i")  # no whitespace, as Rust's i64::from_str
+    assert Config({"f": "1.5e3"}).get_float("f") == 1500.0
+    assert Config({"b": "true"}).get_bool("b") is True
+
+
+def test_init_errors_are_reported_as_text():
+    class Strict(Transform):
+        def __init__(self, config):
+            config.allow_only([])
+
+        def process(self, record, emit):
+            pass
+
+    with pytest.raises(ValueError, match="unknown config key `x`"):
+        Harness(Strict, {"x": "1"})
+
+
+def test_state_json_helpers():
+    state.put_json("k", {"b": 1, "a": [True, None]})
+    assert state.get("k") == b'{"b":1,"a":[true,null]}'  # compact, field order kept
+    assert state.get_json("k") == {"b": 1, "a": [True, None]}
+    assert state.get_json("missing", 0) == 0
+    state.put("bad", "{")
+    with pytest.raises(TransformError, match='state key "bad": stored value is not the expected JSON'):
+        state.get_json("bad")
+    state.put("p/2", "y")
+    state.put("p/1", "x")
+    assert [k for k, _ in state.scan_prefix("p/", 10)] == [b"p/1", b"p/2"]
+    state.delete("p/1")
+    assert state.get("p/1") is None
+
+
+def test_output_json_and_export_stand_in():
+    o = Output.json("k", {"x": 1.0, "y": "é"}).header("h", "v").to_output("side")
+    assert o.value == '{"x":1.0,"y":"é"}'.encode()
+    assert o.headers[0].key == "h" and o.output == "side"
+    assert export(Probe).transform_class is Probe

