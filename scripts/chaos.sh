@@ -10,5 +10,5 @@ if ! scripts/kafka.sh status >/dev/null 2>&1; then
     trap 'scripts/kafka.sh stop' EXIT
 fi
 scripts/build-plugins.sh plugins
-cargo build --release --workspace --bins
+cargo build --release --workspace --all-targets
 cargo test --release -p weir-tests --test chaos_flights -- --nocapture

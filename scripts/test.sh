@@ -12,6 +12,6 @@ if ! scripts/kafka.sh status >/dev/null 2>&1; then
 fi
 
 scripts/build-plugins.sh
-cargo build --release --workspace --bins
+cargo build --release --workspace --all-targets
 # Pipeline tests each run `weir` processes against one broker; two at a time suit 2 cores.
 cargo test --release --workspace -- --test-threads=2 "$@"

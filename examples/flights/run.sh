@@ -16,7 +16,8 @@ export WEIR_KAFKA_BOOTSTRAP="127.0.0.1:$port"
 
 scripts/kafka.sh start
 scripts/build-plugins.sh plugins
-cargo build --release -p weir
+# The same build as scripts/test.sh, so neither invalidates the other's artifacts.
+cargo build --release --workspace --all-targets
 weir="$CARGO_TARGET_DIR/release/weir"
 
 # A per-run copy of the pipeline file: own topics, own state directory.

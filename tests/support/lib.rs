@@ -49,7 +49,7 @@ pub fn plugin(name: &str) -> PathBuf {
     path
 }
 
-/// Creates `topic` with `partitions` partitions (replication factor 1).
+/// Creates `topic` with `partitions` partitions (replication factor 1); an existing topic is kept.
 ///
 /// # Panics
 /// When the broker cannot be reached or refuses, naming the broker.
@@ -69,7 +69,10 @@ pub async fn create_topic(topic: &str, partitions: i32) {
             )
         });
     for result in results {
-        result.unwrap_or_else(|(t, e)| panic!("cannot create topic {t} on {}: {e}", bootstrap()));
+        match result {
+            Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => panic!("cannot create topic {t} on {}: {e}", bootstrap()),
+        }
     }
 }
 
