@@ -214,3 +214,27 @@ fn a_missing_source_topic_is_named() {
     let log = pipeline.log_text();
     assert!(log.contains(&pipeline.source) && log.contains("does not exist"), "{log}");
 }
+
+/// At-least-once and none: no transactions; everything arrives once when nothing crashes.
+async fn without_transactions(guarantee: &str) {
+    let mut spec = Spec::new("passthrough");
+    spec.sink = format!("guarantee = \"{guarantee}\"");
+    let pipeline = TestPipeline::new("weir-guarantee", &spec);
+    let input = keyed(&flight_rows(2_000));
+    produce(&pipeline.source, 2, &input).await;
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, input.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    assert_eq!(reader.records.len(), input.len(), "{guarantee}: every record once");
+    assert!(pipeline.log_text().contains("checkpoint committed"), "{guarantee} checkpoints too");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_least_once_delivers_everything() {
+    without_transactions("at-least-once").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn none_delivers_everything_without_a_crash() {
+    without_transactions("none").await;
+}
