@@ -5,13 +5,13 @@
 //   node guest-sdk/js/bin/weir-build-js.js <entry.js> -o <out.wasm> [--aot]
 //
 // The entry module exports init/process/snapshot/restore, normally through `exportTransform`.
-// It may import other modules by relative path (the SDK included); bare package names are not
-// resolved. WASI features: stdio (console.* and uncaught errors to the host log), random
+// It may import other modules by relative path (the SDK included); bare package names and
+// absolute paths are not resolved. WASI features: stdio (console.* and uncaught errors to the host log), random
 // (Math.random, crypto) and clocks (Date, performance) stay on; http and fetch-event are
 // disabled, since the Weir host grants no wasi:http.
 import { componentize } from '@bytecodealliance/componentize-js';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { dirname, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -37,9 +37,17 @@ for (let i = 0; i < args.length; i++) {
 }
 if (!entry || !out) usage(2);
 
+// componentize-js can only read modules below its working directory: run it from the deepest
+// folder that holds both the entry module and this SDK.
+const sourcePath = resolve(entry);
+const sdkDir = resolve(here, '..');
+let root = dirname(sourcePath);
+while (relative(root, sdkDir).startsWith('..')) root = dirname(root);
+process.chdir(root);
+
 const started = Date.now();
 const { component } = await componentize({
-  sourcePath: resolve(entry),
+  sourcePath,
   witPath,
   worldName: 'transform',
   disableFeatures: ['http', 'fetch-event'],
