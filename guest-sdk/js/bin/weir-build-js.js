@@ -43,6 +43,10 @@ const sourcePath = resolve(entry);
 const sdkDir = resolve(here, '..');
 let root = dirname(sourcePath);
 while (relative(root, sdkDir).startsWith('..')) root = dirname(root);
+if (root === dirname(root)) {
+  console.error(`weir-build-js: ${sourcePath} and the SDK (${sdkDir}) share no folder but the root, and componentize-js reads modules only below its working directory: keep them under one folder`);
+  process.exit(1);
+}
 process.chdir(root);
 
 const started = Date.now();

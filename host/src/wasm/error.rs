@@ -159,8 +159,7 @@ pub struct OperatorError {
     pub call: Call,
     /// The batch being processed, for `process` calls.
     pub offsets: Option<BatchOffsets>,
-    /// What went wrong.
-    #[source]
+    /// What went wrong (already part of the message, so not repeated as a source).
     pub kind: ErrorKind,
 }
 

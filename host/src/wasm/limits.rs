@@ -40,11 +40,13 @@ impl Default for OperatorLimits {
 pub(crate) struct MemoryLimiter {
     limit: usize,
     pub(crate) refused: bool,
+    /// Largest linear memory granted so far, in bytes.
+    pub(crate) peak: usize,
 }
 
 impl MemoryLimiter {
     pub(crate) fn new(limit: usize) -> Self {
-        Self { limit, refused: false }
+        Self { limit, refused: false, peak: 0 }
     }
 }
 
@@ -53,6 +55,9 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         // Refuse rather than trap: `memory.grow` returns -1 and a guest may cope with it.
         let allowed = desired <= self.limit;
         self.refused |= !allowed;
+        if allowed {
+            self.peak = self.peak.max(desired);
+        }
         Ok(allowed)
     }
 

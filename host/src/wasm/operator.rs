@@ -102,13 +102,23 @@ impl Operator {
     }
 
     /// Takes a snapshot of the guest's in-memory state and keeps it as the one fresh instances
-    /// are restored from.
+    /// are restored from. An instance whose linear memory grew past half the limit is then
+    /// recycled (its `Store` dropped; the next call runs on a fresh one restored from it).
     ///
     /// # Errors
     /// An [`OperatorError`] for [`Call::Snapshot`].
     pub fn snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
         let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
         self.snapshot = snapshot.clone();
+        // A Store frees memory only when dropped, and some guest runtimes never give memory
+        // back (componentize-py leaks per call). Right after a snapshot a fresh instance loses
+        // nothing, so recycle one that has grown past half its limit.
+        if let Instance::Live { store, .. } = &self.instance
+            && store.data().limiter.peak > self.limits.memory_bytes / 2
+        {
+            tracing::debug!(operator = %self.name, peak = store.data().limiter.peak, "recycling the instance to free its memory");
+            self.recycle();
+        }
         Ok(snapshot)
     }
 
