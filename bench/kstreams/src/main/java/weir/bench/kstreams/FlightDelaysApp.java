@@ -1,0 +1,171 @@
+package weir.bench.kstreams;
+
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Kafka Streams twin of Weir's flight-delays plugin, for scripts/bench.sh. The input is already
+ * partitioned by origin|carrier, so there is no repartition: one Processor API node with a
+ * persistent RocksDB store, one output record per input record.
+ */
+public final class FlightDelaysApp {
+    static final String STORE = "flight-delays-state";
+    private static final Logger LOG = LoggerFactory.getLogger(FlightDelaysApp.class);
+
+    private FlightDelaysApp() {}
+
+    /** input topic → process (state store) → output topic. */
+    public static Topology topology(String input, String output, long thresholdMinutes) {
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.addStateStore(Stores.keyValueStoreBuilder(
+                        Stores.persistentKeyValueStore(STORE), Serdes.String(), Serdes.String())
+                .withCachingEnabled());
+        builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+                .process(() -> new StatsProcessor(thresholdMinutes), STORE)
+                .to(output, Produced.with(Serdes.String(), Serdes.String()));
+        return builder.build();
+    }
+
+    static final class StatsProcessor implements Processor<String, String, String, String> {
+        private final long thresholdMinutes;
+        private ProcessorContext<String, String> context;
+        private KeyValueStore<String, String> store;
+
+        StatsProcessor(long thresholdMinutes) {
+            this.thresholdMinutes = thresholdMinutes;
+        }
+
+        @Override
+        public void init(ProcessorContext<String, String> context) {
+            this.context = context;
+            this.store = context.getStateStore(STORE);
+        }
+
+        @Override
+        public void process(Record<String, String> record) {
+            FlightDelays.Flight flight;
+            try {
+                flight = FlightDelays.parseFlight(record.value());
+            } catch (FlightDelays.BadRecord e) {
+                // Weir's plugin fails the batch here; the benchmark data has no bad records.
+                LOG.warn("skipping record at {}: {}", context.recordMetadata().map(m -> m.topic() + "-"
+                        + m.partition() + "@" + m.offset()).orElse("?"), e.getMessage());
+                return;
+            }
+            String key = flight.key();
+            FlightDelays.Stats stats = FlightDelays.parseState(store.get(key));
+            stats.add(flight.depDelay(), thresholdMinutes);
+            store.put(key, FlightDelays.stateJson(stats));
+            // Same timestamp (and headers) as the input record.
+            context.forward(record.withKey(key)
+                    .withValue(FlightDelays.summaryJson(stats, flight.origin(), flight.carrier())));
+        }
+    }
+
+    private static final String USAGE = "usage: java -jar weir-kstreams-flight-delays.jar --bootstrap HOST:PORT"
+            + " --input TOPIC --output TOPIC --application-id ID --state-dir DIR"
+            + " [--commit-interval-ms 1000] [--threads 1] [--threshold-minutes 15]";
+
+    static Map<String, String> parseArgs(String[] args) {
+        Map<String, String> opts = new LinkedHashMap<>(Map.of(
+                "commit-interval-ms", "1000", "threads", "1", "threshold-minutes", "15"));
+        for (int i = 0; i < args.length; i++) {
+            if (args[i].equals("-h") || args[i].equals("--help")) {
+                System.out.println(USAGE);
+                System.exit(0);
+            }
+            if (!args[i].startsWith("--") || i + 1 >= args.length) {
+                fail("bad argument " + args[i]);
+            }
+            opts.put(args[i].substring(2), args[++i]);
+        }
+        for (String required : new String[] {"bootstrap", "input", "output", "application-id", "state-dir"}) {
+            if (!opts.containsKey(required)) {
+                fail("missing --" + required);
+            }
+        }
+        for (String name : opts.keySet()) {
+            if (!Map.of("bootstrap", 0, "input", 0, "output", 0, "application-id", 0, "state-dir", 0,
+                    "commit-interval-ms", 0, "threads", 0, "threshold-minutes", 0).containsKey(name)) {
+                fail("unknown option --" + name);
+            }
+        }
+        return opts;
+    }
+
+    private static void fail(String message) {
+        System.err.println(message);
+        System.err.println(USAGE);
+        System.exit(2);
+    }
+
+    public static void main(String[] args) throws InterruptedException {
+        Map<String, String> opts = parseArgs(args);
+        Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, opts.get("application-id"));
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, opts.get("bootstrap"));
+        props.put(StreamsConfig.STATE_DIR_CONFIG, opts.get("state-dir"));
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.parseLong(opts.get("commit-interval-ms")));
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Integer.parseInt(opts.get("threads")));
+        props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+
+        Topology topology = topology(opts.get("input"), opts.get("output"),
+                Long.parseLong(opts.get("threshold-minutes")));
+        KafkaStreams streams = new KafkaStreams(topology, props);
+        CountDownLatch stopped = new CountDownLatch(1);
+        AtomicBoolean announced = new AtomicBoolean();
+        AtomicBoolean failed = new AtomicBoolean();
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.RUNNING && announced.compareAndSet(false, true)) {
+                System.out.println("state RUNNING");
+                System.out.flush();
+            }
+            if (now == KafkaStreams.State.ERROR) {
+                failed.set(true);
+            }
+            if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
+                stopped.countDown();
+            }
+        });
+        streams.setUncaughtExceptionHandler(e -> {
+            LOG.error("stream thread failed", e);
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        Thread hook = new Thread(() -> {
+            // SIGTERM / SIGINT: commit what is processed and leave cleanly.
+            streams.close(Duration.ofSeconds(60));
+            stopped.countDown();
+        }, "shutdown");
+        Runtime.getRuntime().addShutdownHook(hook);
+        streams.start();
+        stopped.await();
+        if (failed.get()) {
+            streams.close(Duration.ofSeconds(60));
+            System.err.println("Kafka Streams failed; see the log above");
+            Runtime.getRuntime().halt(1);
+        }
+    }
+}
