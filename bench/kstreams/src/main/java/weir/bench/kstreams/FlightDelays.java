@@ -4,7 +4,7 @@ import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonGenerator;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamWriteFeature;
+import com.fasterxml.jackson.core.io.NumberOutput;
 import java.io.IOException;
 import java.io.StringWriter;
 
@@ -14,8 +14,7 @@ import java.io.StringWriter;
  * as compact JSON with the plugin's field order.
  */
 public final class FlightDelays {
-    /** Streaming JSON; the fast (Schubfach) double writer prints the shortest repr like Rust's ryu. */
-    static final JsonFactory JSON = JsonFactory.builder().enable(StreamWriteFeature.USE_FAST_DOUBLE_WRITER).build();
+    static final JsonFactory JSON = new JsonFactory();
 
     private FlightDelays() {}
 
@@ -179,13 +178,67 @@ public final class FlightDelays {
             writeNullableLong(g, "max_dep_delay", s.maxDepDelay);
             g.writeFieldName("mean_dep_delay");
             if (s.departed > 0) {
-                g.writeNumber((double) s.totalDepDelay / (double) s.departed);
+                g.writeRawValue(rustFloat((double) s.totalDepDelay / (double) s.departed));
             } else {
                 g.writeNull();
             }
             g.writeEndObject();
         } catch (IOException e) {
             throw new IllegalStateException(e);
+        }
+        return out.toString();
+    }
+
+    /**
+     * A finite double exactly as serde_json (ryu) prints it, so the output bytes equal the plugin's:
+     * the shortest round-trip digits (Schubfach, via Jackson's fast writer), laid out like ryu's
+     * {@code format64}: {@code 11.0}, {@code 0.3333333333333333}, {@code 0.00043956043956043956},
+     * {@code 1e16}, {@code 1.5e-7} (Java's own layout would give {@code 4.3956043956043956E-4}).
+     * The one known difference: Java keeps two digits where ryu may print one, which only shows
+     * for the smallest subnormals ({@code 4.9e-324} vs {@code 5e-324}); a mean is never one.
+     */
+    public static String rustFloat(double d) {
+        if (d == 0.0) {
+            return (1.0 / d < 0) ? "-0.0" : "0.0";
+        }
+        String java = NumberOutput.toString(d, true); // e.g. "-4.3956043956043956E-4", "12.5", "1.0E16"
+        boolean negative = java.startsWith("-");
+        String m = negative ? java.substring(1) : java;
+        int exponent = 0;
+        int e = m.indexOf('E');
+        if (e >= 0) {
+            exponent = Integer.parseInt(m.substring(e + 1));
+            m = m.substring(0, e);
+        }
+        int dot = m.indexOf('.');
+        String digits = dot < 0 ? m : m.substring(0, dot) + m.substring(dot + 1);
+        int kk = (dot < 0 ? m.length() : dot) + exponent; // the value is 0.DIGITS × 10^kk
+        int lead = 0;
+        while (digits.charAt(lead) == '0') {
+            lead++;
+        }
+        int end = digits.length();
+        while (digits.charAt(end - 1) == '0') {
+            end--;
+        }
+        digits = digits.substring(lead, end);
+        kk -= lead;
+        int length = digits.length();
+        int k = kk - length; // the value is DIGITS × 10^k
+        StringBuilder out = new StringBuilder(24);
+        if (negative) {
+            out.append('-');
+        }
+        if (0 <= k && kk <= 16) {
+            out.append(digits).append("0".repeat(k)).append(".0");
+        } else if (0 < kk && kk <= 16) {
+            out.append(digits, 0, kk).append('.').append(digits, kk, length);
+        } else if (-5 < kk && kk <= 0) {
+            out.append("0.").append("0".repeat(-kk)).append(digits);
+        } else if (length == 1) {
+            out.append(digits).append('e').append(kk - 1);
+        } else {
+            out.append(digits.charAt(0)).append('.').append(digits, 1, length).append('e').append(kk - 1);
         }
         return out.toString();
     }

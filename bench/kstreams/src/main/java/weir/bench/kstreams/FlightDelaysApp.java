@@ -1,12 +1,19 @@
 package weir.bench.kstreams;
 
 import java.time.Duration;
+import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.ExecutionException;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -119,6 +126,25 @@ public final class FlightDelaysApp {
         System.exit(2);
     }
 
+    /**
+     * Creates the output topic when missing, with the input's partition count (Kafka Streams does
+     * not create sink topics; Weir's sink does, with {@code create_topics = true}).
+     */
+    static void createOutputTopic(String bootstrap, String input, String output) throws InterruptedException {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(props)) {
+            int partitions = admin.describeTopics(List.of(input)).allTopicNames().get().get(input).partitions().size();
+            admin.createTopics(List.of(new NewTopic(output, Optional.of(partitions), Optional.empty()))).all().get();
+            System.err.println("created topic " + output + " with " + partitions + " partitions");
+        } catch (ExecutionException e) {
+            if (!(e.getCause() instanceof TopicExistsException)) {
+                System.err.println("cannot create the output topic " + output + ": " + e.getCause());
+                System.exit(1);
+            }
+        }
+    }
+
     public static void main(String[] args) throws InterruptedException {
         Map<String, String> opts = parseArgs(args);
         Properties props = new Properties();
@@ -134,6 +160,7 @@ public final class FlightDelaysApp {
 
         Topology topology = topology(opts.get("input"), opts.get("output"),
                 Long.parseLong(opts.get("threshold-minutes")));
+        createOutputTopic(opts.get("bootstrap"), opts.get("input"), opts.get("output"));
         KafkaStreams streams = new KafkaStreams(topology, props);
         CountDownLatch stopped = new CountDownLatch(1);
         AtomicBoolean announced = new AtomicBoolean();
@@ -155,9 +182,11 @@ public final class FlightDelaysApp {
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
         Thread hook = new Thread(() -> {
-            // SIGTERM / SIGINT: commit what is processed and leave cleanly.
-            streams.close(Duration.ofSeconds(60));
+            // SIGTERM / SIGINT: commit what is processed and leave; exit status 0 when closed in time.
+            boolean closed = streams.close(Duration.ofSeconds(60));
             stopped.countDown();
+            System.err.println(closed ? "closed" : "close timed out");
+            Runtime.getRuntime().halt(closed && !failed.get() ? 0 : 1);
         }, "shutdown");
         Runtime.getRuntime().addShutdownHook(hook);
         streams.start();

@@ -2,6 +2,7 @@ package weir.bench.kstreams;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import java.nio.file.Path;
 import java.util.List;
 import java.util.Properties;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -12,6 +13,7 @@ import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.TopologyTestDriver;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /** The same flights and expected bytes as the plugin's own unit test (plugins/flight-delays/src/lib.rs). */
 class FlightDelaysAppTest {
@@ -22,10 +24,11 @@ class FlightDelaysAppTest {
     }
 
     @Test
-    void runningStatisticsPerOriginAndCarrier() {
+    void runningStatisticsPerOriginAndCarrier(@TempDir Path stateDir) {
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, "test");
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "unused:9092");
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         try (TopologyTestDriver driver = new TopologyTestDriver(FlightDelaysApp.topology("in", "out", 15), props)) {
             TestInputTopic<String, String> in = driver.createInputTopic("in", new StringSerializer(), new StringSerializer());
             TestOutputTopic<String, String> out = driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
@@ -49,6 +52,22 @@ class FlightDelaysAppTest {
                     got.get(4));
             assertEquals("{\"flights\":4,\"departed\":3,\"delayed\":1,\"total_dep_delay\":33,\"max_dep_delay\":16}",
                     driver.<String, String>getKeyValueStore(FlightDelaysApp.STORE).get("EWR|UA"));
+        }
+    }
+
+    @Test
+    void floatsAreLaidOutLikeRust() {
+        // serde_json / ryu output for each (the first five seen from the real plugin).
+        String[][] cases = {
+            {"11.0", "11.0"}, {"-4.0", "-4.0"}, {"0.3333333333333333", "0.3333333333333333"},
+            {"-0.00088261253309797", "-0.00088261253309797"}, {"4.3975373790677223E-4", "0.00043975373790677223"},
+            {"12.52286865854727", "12.52286865854727"}, {"0.0", "0.0"}, {"-0.0", "-0.0"}, {"1e16", "1e16"},
+            {"1e15", "1000000000000000.0"}, {"1.5e-7", "1.5e-7"}, {"0.00001", "0.00001"}, {"1e-6", "1e-6"},
+            {"123456789012345680", "1.2345678901234568e17"}, {"1234.5", "1234.5"},
+            {"1.7976931348623157e308", "1.7976931348623157e308"}, {"0.1", "0.1"}, {"100.0", "100.0"},
+        };
+        for (String[] c : cases) {
+            assertEquals(c[1], FlightDelays.rustFloat(Double.parseDouble(c[0])), c[0]);
         }
     }
 
