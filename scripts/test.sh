@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs Weir's whole test suite: builds the WebAssembly plugins and test guests, the host
-# (release profile, the one CI builds), and every test of the workspace against a real Kafka
-# broker. Starts the broker (scripts/kafka.sh) when none is running, and stops it again then.
+# Runs Weir's whole test suite: builds the WebAssembly plugins and test guests (Rust, and
+# Python, JavaScript and Go after their SDKs' own unit tests), the host (release profile, the
+# one CI builds), and every test of the workspace against a real Kafka broker. Starts the broker (scripts/kafka.sh) when none is running, and stops it again then.
 # Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,7 @@ if ! scripts/kafka.sh status >/dev/null 2>&1; then
 fi
 
 scripts/build-plugins.sh
+scripts/build-polyglot.sh --test
 cargo build --release --workspace --all-targets
 # Pipeline tests each run `weir` processes against one broker; two at a time suit 2 cores.
 cargo test --release --workspace -- --test-threads=2 "$@"

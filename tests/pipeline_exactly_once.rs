@@ -5,24 +5,10 @@
 use std::time::Duration;
 
 use weir_tests::flights::verify;
-use weir_tests::pipeline::{Reader, Spec, TestPipeline, produce, wait_exit};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, wait_exit};
 use weir_tests::{Isolation, flight_rows};
 
 const PARTITIONS: i32 = 4;
-const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn keyed(rows: &[weir::file::Row]) -> Vec<(Option<String>, String)> {
-    rows.iter().map(|r| (r.key.clone(), String::from_utf8(r.value_bytes()).unwrap())).collect()
-}
-
-/// Runs until `expected` output records are committed, then stops with SIGTERM (exit 0).
-fn run_to_completion(pipeline: &TestPipeline, reader: &mut Reader, expected: usize, env: &[(&str, &str)]) {
-    let mut child = pipeline.spawn(env);
-    let read = reader.read_until(expected, RUN_TIMEOUT);
-    let status = pipeline.stop(&mut child, Duration::from_secs(60));
-    assert!(read >= expected, "only {read} of {expected} outputs committed; log:\n{}", pipeline.log_text());
-    assert!(status.success(), "weir run exited with {status}; log:\n{}", pipeline.log_text());
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn passthrough_copies_every_record_once_in_partition_order() {

@@ -10,6 +10,24 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::{Consumed, Isolation, bootstrap, create_topic, plugin, unique_name, weir_binary};
 
+/// How long a test pipeline may take to commit all its outputs.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Rows as `(key, value)` pairs for [`produce`].
+pub fn keyed(rows: &[weir::file::Row]) -> Vec<(Option<String>, String)> {
+    rows.iter().map(|r| (r.key.clone(), String::from_utf8(r.value_bytes()).unwrap())).collect()
+}
+
+/// Runs `pipeline` until `expected` output records are committed, then stops it with SIGTERM
+/// and checks it exited 0.
+pub fn run_to_completion(pipeline: &TestPipeline, reader: &mut Reader, expected: usize, env: &[(&str, &str)]) {
+    let mut child = pipeline.spawn(env);
+    let read = reader.read_until(expected, RUN_TIMEOUT);
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    assert!(read >= expected, "only {read} of {expected} outputs committed; log:\n{}", pipeline.log_text());
+    assert!(status.success(), "weir run exited with {status}; log:\n{}", pipeline.log_text());
+}
+
 /// A pipeline file in its own temporary directory, with fresh topics and state.
 pub struct TestPipeline {
     /// Pipeline name (also the transactional id prefix).

@@ -80,6 +80,9 @@ fn check(file: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Batches between two snapshots in `weir transform run`.
+const SNAPSHOT_EVERY_BATCHES: u64 = 16;
+
 fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.batch_size > 0, "--batch-size must be at least 1");
     let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
@@ -98,9 +101,16 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut batch = Vec::with_capacity(args.batch_size);
+    let mut batches = 0u64;
     let mut flush = |batch: &mut Vec<InputRecord>, out: &mut dyn Write| -> Result<(), String> {
         let outputs = operator.process(batch).map_err(|e| e.to_string())?;
         batch.clear();
+        batches += 1;
+        // As a pipeline's checkpoints do: a snapshot lets the operator recycle an instance whose
+        // memory grew past half its limit (some guest runtimes never free memory).
+        if batches % SNAPSHOT_EVERY_BATCHES == 0 {
+            operator.snapshot().map_err(|e| e.to_string())?;
+        }
         outputs.iter().try_for_each(|output| writeln!(out, "{}", output_json(output))).map_err(|e| e.to_string())
     };
     let limit = args.limit.unwrap_or(u64::MAX);

@@ -23,9 +23,8 @@ test('running statistics per origin and carrier', () => {
     flight('EWR', 'UA', '15'),
   ]);
   assert.equal(out[0], '{"origin":"EWR","carrier":"UA","flights":1,"departed":0,"delayed":0,"total_dep_delay":0,"max_dep_delay":null,"mean_dep_delay":null}');
-  // Rust writes -4.0 and 11.0: JSON.stringify writes whole-number floats as integers.
-  assert.equal(out[2], '{"origin":"JFK","carrier":"AA","flights":1,"departed":1,"delayed":0,"total_dep_delay":-4,"max_dep_delay":-4,"mean_dep_delay":-4}');
-  assert.equal(out[4], '{"origin":"EWR","carrier":"UA","flights":4,"departed":3,"delayed":1,"total_dep_delay":33,"max_dep_delay":16,"mean_dep_delay":11}');
+  assert.equal(out[2], '{"origin":"JFK","carrier":"AA","flights":1,"departed":1,"delayed":0,"total_dep_delay":-4,"max_dep_delay":-4,"mean_dep_delay":-4.0}');
+  assert.equal(out[4], '{"origin":"EWR","carrier":"UA","flights":4,"departed":3,"delayed":1,"total_dep_delay":33,"max_dep_delay":16,"mean_dep_delay":11.0}');
   const stats = JSON.parse(new TextDecoder().decode(stateEntries().get('EWR|UA')));
   assert.deepEqual([stats.flights, stats.delayed], [4, 1]);
   assert.equal(new TextDecoder().decode(stateEntries().get('EWR|UA')),
