@@ -249,6 +249,7 @@ impl<'a> Runner<'a> {
     fn checkpoint(&mut self) -> Result<(), PipelineError> {
         let id = self.epoch.id;
         let timeout = self.config.checkpoint.timeout;
+        let barrier_at = Instant::now();
         let barriers = self.tasks.iter_mut().map(|t| t.barrier(id)).collect::<Result<Vec<_>, _>>()?;
         let slot = self.slot();
         let pending = protocol::barrier(id, barriers, slot.transactional_id.as_deref().unwrap_or_default());
@@ -277,7 +278,9 @@ impl<'a> Runner<'a> {
             records = self.epoch.records,
             output_bytes = self.epoch.output_bytes,
             state_bytes,
-            duration_ms = self.epoch.started.elapsed().as_millis() as u64,
+            epoch_ms = self.epoch.started.elapsed().as_millis() as u64,
+            // Barrier to commit: how long the checkpoint itself took (pre-commit, durable, commit).
+            checkpoint_us = barrier_at.elapsed().as_micros() as u64,
             "checkpoint committed"
         );
         self.begin_epoch(id.next())
