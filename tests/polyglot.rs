@@ -16,6 +16,9 @@ const FLIGHT_DELAYS: [&str; 4] = ["flight-delays", "flight-delays-py", "flight-d
 /// The JavaScript runtime (SpiderMonkey) needs more than the default 64 MiB.
 const MEMORY_LIMIT_MB: &str = "128";
 
+/// An output record's key and value, as text.
+type KeyValue = (Option<String>, Option<String>);
+
 /// `weir transform run` of `plugin` over the first `limit` flights; its stdout lines.
 fn transform_run(plugin_name: &str, limit: u64, memory_limit_mb: &str) -> Vec<String> {
     let limit = limit.to_string();
@@ -82,7 +85,7 @@ async fn every_port_runs_exactly_once_on_the_broker_like_rust() {
         let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
         run_to_completion(&pipeline, &mut reader, input.len(), &[]);
         reader.drain(Duration::from_secs(2));
-        let mut by_partition: BTreeMap<i32, Vec<(Option<String>, Option<String>)>> = BTreeMap::new();
+        let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
         for record in reader.records {
             by_partition.entry(record.partition).or_default().push((record.key, record.value));
         }
@@ -97,9 +100,7 @@ async fn every_port_runs_exactly_once_on_the_broker_like_rust() {
     for (port, got) in &outputs[1..] {
         for (partition, want) in rust {
             let got = got.get(partition).map_or(&[][..], Vec::as_slice);
-            let render = |records: &[(Option<String>, Option<String>)]| {
-                records.iter().map(|(k, v)| format!("{k:?} {v:?}")).collect::<Vec<_>>()
-            };
+            let render = |records: &[KeyValue]| records.iter().map(|(k, v)| format!("{k:?} {v:?}")).collect::<Vec<_>>();
             assert_same_outputs(&format!("{port} partition {partition}"), &render(got), &render(want));
         }
     }

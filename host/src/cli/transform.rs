@@ -108,7 +108,7 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         batches += 1;
         // As a pipeline's checkpoints do: a snapshot lets the operator recycle an instance whose
         // memory grew past half its limit (some guest runtimes never free memory).
-        if batches % SNAPSHOT_EVERY_BATCHES == 0 {
+        if batches.is_multiple_of(SNAPSHOT_EVERY_BATCHES) {
             operator.snapshot().map_err(|e| e.to_string())?;
         }
         outputs.iter().try_for_each(|output| writeln!(out, "{}", output_json(output))).map_err(|e| e.to_string())

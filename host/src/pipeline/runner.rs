@@ -175,9 +175,9 @@ impl<'a> Runner<'a> {
                     Err(error) => tracing::warn!(%error, "source consumer error"),
                 }
             }
-            for index in 0..batches.len() {
-                if !batches[index].is_empty() {
-                    self.process(index, std::mem::take(&mut batches[index]))?;
+            for (index, batch) in batches.iter_mut().enumerate() {
+                if !batch.is_empty() {
+                    self.process(index, std::mem::take(batch))?;
                 }
             }
             if self.epoch.records > 0 {

@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use super::{StateError, StateStore};
+use super::{Entries, StateError, StateStore};
 
 /// An in-memory [`StateStore`]: a sorted map, lost when dropped.
 ///
@@ -42,7 +42,7 @@ impl StateStore for MemoryState {
         Ok(())
     }
 
-    fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StateError> {
+    fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries, StateError> {
         Ok(self
             .entries
             .range(prefix.to_vec()..)

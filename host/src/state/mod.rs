@@ -104,8 +104,11 @@ pub trait StateStore: Send + 'static {
     ///
     /// # Errors
     /// When the backend cannot be read; the calling guest is trapped.
-    fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StateError>;
+    fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries, StateError>;
 }
+
+/// Key-value entries, in ascending key order: what a prefix scan returns.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A state backend failed.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::keys::state_prefix;
-use super::{StateDb, StateError, StateStore};
+use super::{Entries, StateDb, StateError, StateStore};
 use crate::types::{CheckpointId, TaskId};
 
 /// Writes of one epoch: full state key → `Some(value)` (put) or `None` (delete).
@@ -201,7 +201,7 @@ impl StateStore for OperatorState {
         Ok(())
     }
 
-    fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StateError> {
+    fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries, StateError> {
         let mut entries = Vec::new();
         if limit == 0 {
             return Ok(entries);

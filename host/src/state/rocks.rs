@@ -11,11 +11,11 @@ use rocksdb::{
     WriteBatch, WriteOptions,
 };
 
-use super::StateError;
 use super::keys::{
     self, META_CHECKPOINT, META_EPOCH_FLOOR, META_OFFSET, META_SNAPSHOT, PENDING_HEADER, PENDING_OFFSET,
     PENDING_SNAPSHOT, PENDING_WRITE, WRITE_DELETE, WRITE_PUT,
 };
+use super::{Entries, StateError};
 use crate::types::{CheckpointId, TaskId};
 
 /// Column family of the committed state: full state keys (see [`super::state_prefix`]) → values.
@@ -394,7 +394,7 @@ impl StateDb {
     ///
     /// # Errors
     /// When RocksDB cannot be read.
-    pub fn scan_prefix(&self, prefix: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StateError> {
+    pub fn scan_prefix(&self, prefix: &[u8], limit: usize) -> Result<Entries, StateError> {
         let mut entries = Vec::new();
         if limit == 0 {
             return Ok(entries);
