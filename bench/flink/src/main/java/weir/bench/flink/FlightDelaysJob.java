@@ -112,13 +112,14 @@ public final class FlightDelaysJob {
 
     private static final String USAGE = "usage: java -jar weir-flink-flight-delays.jar --bootstrap HOST:PORT"
             + " --input TOPIC --output TOPIC --application-id ID --state-dir DIR"
-            + " [--checkpoint-interval-ms 1000] [--parallelism 1] [--threshold-minutes 15]";
+            + " [--commit-interval-ms 1000] [--threads 1] [--threshold-minutes 15]"
+            + " (the same flags as bench/kstreams: the commit interval is the checkpoint interval, threads the parallelism)";
     private static final List<String> OPTIONS = List.of("bootstrap", "input", "output", "application-id",
-            "state-dir", "checkpoint-interval-ms", "parallelism", "threshold-minutes");
+            "state-dir", "commit-interval-ms", "threads", "threshold-minutes");
 
     static Map<String, String> parseArgs(String[] args) {
         Map<String, String> opts = new LinkedHashMap<>(Map.of(
-                "checkpoint-interval-ms", "1000", "parallelism", "1", "threshold-minutes", "15"));
+                "commit-interval-ms", "1000", "threads", "1", "threshold-minutes", "15"));
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("-h") || args[i].equals("--help")) {
                 System.out.println(USAGE);
@@ -167,14 +168,14 @@ public final class FlightDelaysJob {
         createOutputTopic(bootstrap, opts.get("input"), opts.get("output"));
 
         Map<String, String> conf = new HashMap<>();
-        conf.put("execution.checkpointing.interval", opts.get("checkpoint-interval-ms") + " ms");
+        conf.put("execution.checkpointing.interval", opts.get("commit-interval-ms") + " ms");
         conf.put("execution.checkpointing.mode", "EXACTLY_ONCE");
         conf.put("execution.checkpointing.dir", stateDir.resolve("checkpoints").toUri().toString());
         conf.put("execution.checkpointing.incremental", "true");
         conf.put("state.backend.type", "rocksdb");
         conf.put("state.backend.rocksdb.localdir", stateDir.resolve("rocksdb").toString());
         conf.put("io.tmp.dirs", stateDir.resolve("tmp").toString());
-        conf.put("parallelism.default", opts.get("parallelism"));
+        conf.put("parallelism.default", opts.get("threads"));
         conf.put("restart-strategy.type", "none");
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(conf));
 
