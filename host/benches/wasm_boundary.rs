@@ -1,7 +1,11 @@
 //! Per-record cost of a transform through the WebAssembly boundary, beside the same logic as
-//! native Rust: passthrough and flight-delays, batches of 1, 64 and 1024 real flights.
+//! native Rust: passthrough and flight-delays, batches of 1, 64 and 1024 real flights
+//! (`per_record`). Then per guest language (`polyglot`): instantiation of flight-delays
+//! (compilation cached, `InstancePre` ready: instantiate + `init` + `restore`) and its per-record
+//! cost in batches of 256, for the Rust plugin and its Python, JavaScript and Go ports.
 //!
-//! Needs the plugins (`scripts/build-plugins.sh`). Run: `cargo bench -p weir --bench wasm_boundary`.
+//! Needs the plugins (`scripts/build-plugins.sh`, `scripts/build-polyglot.sh`).
+//! Run: `cargo bench -p weir --bench wasm_boundary`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,7 +15,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use serde_json::{Value, json};
 use weir::file::read_rows;
 use weir::state::MemoryState;
-use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, WasmEngine};
+use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, TransformComponent, WasmEngine};
 
 const BATCHES: [usize; 3] = [1, 64, 1024];
 const RECORDS: usize = 4096;
@@ -41,10 +45,18 @@ fn flights() -> Vec<InputRecord> {
     records
 }
 
-fn operator(engine: &WasmEngine, plugin: &str) -> Operator {
+fn component(engine: &WasmEngine, plugin: &str) -> Arc<TransformComponent> {
     let path = repo().join("target/plugins").join(format!("{plugin}.wasm"));
-    let component = Arc::new(engine.load(&path).unwrap_or_else(|e| panic!("{e}: run scripts/build-plugins.sh")));
-    Operator::new(component, plugin, Vec::new(), OperatorLimits::default(), Vec::new(), Box::new(MemoryState::new()))
+    let build = if plugin.ends_with("-py") || plugin.ends_with("-js") || plugin.ends_with("-go") {
+        "scripts/build-polyglot.sh"
+    } else {
+        "scripts/build-plugins.sh"
+    };
+    Arc::new(engine.load(&path).unwrap_or_else(|e| panic!("{e}: run {build}")))
+}
+
+fn operator(component: &Arc<TransformComponent>, plugin: &str, limits: OperatorLimits) -> Operator {
+    Operator::new(component.clone(), plugin, Vec::new(), limits, Vec::new(), Box::new(MemoryState::new()))
         .expect("operator")
 }
 
@@ -85,7 +97,7 @@ fn boundary(c: &mut Criterion) {
     for batch in BATCHES {
         group.throughput(Throughput::Elements(batch as u64));
         for plugin in ["passthrough", "flight-delays"] {
-            let mut operator = operator(&engine, plugin);
+            let mut operator = operator(&component(&engine, plugin), plugin, OperatorLimits::default());
             let mut chunks = records.chunks(batch).cycle();
             group.bench_with_input(BenchmarkId::new(format!("wasm/{plugin}"), batch), &batch, |b, _| {
                 b.iter(|| operator.process(chunks.next().unwrap()).unwrap())
@@ -117,5 +129,31 @@ fn boundary(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, boundary);
+/// flight-delays in each guest language.
+const LANGUAGES: [&str; 4] = ["flight-delays", "flight-delays-py", "flight-delays-js", "flight-delays-go"];
+
+fn polyglot(c: &mut Criterion) {
+    let engine = WasmEngine::new(&EngineConfig::with_default_cache()).expect("engine");
+    let records = flights();
+    // Room for SpiderMonkey's heap and componentize-py's per-call leak over a whole run.
+    let limits = OperatorLimits { memory_bytes: 512 << 20, ..OperatorLimits::default() };
+    let mut group = c.benchmark_group("polyglot");
+    for plugin in LANGUAGES {
+        let component = component(&engine, plugin);
+        println!("{plugin}: component {} bytes", component.size());
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(BenchmarkId::new("instantiate", plugin), |b| {
+            b.iter(|| operator(&component, plugin, limits.clone()))
+        });
+        group.throughput(Throughput::Elements(256));
+        let mut operator = operator(&component, plugin, limits.clone());
+        let mut chunks = records.chunks(256).cycle();
+        group.bench_function(BenchmarkId::new("flight-delays/256", plugin), |b| {
+            b.iter(|| operator.process(chunks.next().unwrap()).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, boundary, polyglot);
 criterion_main!(benches);
