@@ -248,7 +248,11 @@ func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
 	for i := range records {
 		r := &records[i]
 		first := len(emit.outputs)
-		if err := t.Process(r, &emit); err != nil {
+		err := t.Process(r, &emit)
+		if te, ok := err.(*TransformError); ok && te == nil {
+			err = nil // a nil *TransformError returned as an error (Go's typed nil) is success
+		}
+		if err != nil {
 			var te *TransformError
 			if !errors.As(err, &te) || te == nil {
 				te = &TransformError{Message: err.Error()}

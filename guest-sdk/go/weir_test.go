@@ -134,3 +134,23 @@ func TestStateJSON(t *testing.T) {
 		t.Fatal("not deleted")
 	}
 }
+
+// checkNothing returns a nil *TransformError, which becomes a non-nil error interface.
+func checkNothing() *weir.TransformError { return nil }
+
+type typedNil struct{}
+
+func (typedNil) Process(r *weir.Record, emit *weir.Emitter) error {
+	emit.Forward(r)
+	return checkNothing()
+}
+
+func TestTypedNilTransformErrorIsSuccess(t *testing.T) {
+	outputs, err := weir.RunBatch(typedNil{}, []weir.Record{{Value: []byte("a"), Offset: 7}})
+	if err != nil {
+		t.Fatalf("a nil *TransformError failed the batch: %v", err)
+	}
+	if len(outputs) != 1 || string(outputs[0].Value) != "a" {
+		t.Fatalf("outputs %+v", outputs)
+	}
+}

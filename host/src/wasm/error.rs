@@ -89,7 +89,7 @@ pub enum ErrorKind {
     },
     /// The guest needed more linear memory than [`super::OperatorLimits::memory_bytes`].
     #[error(
-        "memory limit exceeded: the guest asked for more than {limit_bytes} bytes of linear memory; raise the operator's `memory_limit_bytes` or bound the transform's memory use"
+        "memory limit exceeded: the guest asked for more than {limit_bytes} bytes of linear memory; raise the operator's `memory_limit_mb` (`--memory-limit-mb` for `weir transform run`) or bound the transform's memory use"
     )]
     MemoryLimit {
         /// The limit in force, in bytes.
