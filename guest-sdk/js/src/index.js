@@ -115,6 +115,15 @@ function normalizeHeader(h) {
   return { key: String(h.key), value: toBytes(h.value) };
 }
 
+/** `JSON.stringify(value)`, refusing NaN and ±Infinity (which it would write as `null`), as
+ * Python's and Go's JSON encoders and Rust's serde_json do. */
+function toJson(value) {
+  return JSON.stringify(value, (_key, v) => {
+    if (typeof v === 'number' && !Number.isFinite(v)) throw new TypeError(`${v} is not a JSON number`);
+    return v;
+  });
+}
+
 /** One output record; builder methods return `this`. */
 export class Output {
   constructor(key = null, value = null) {
@@ -131,7 +140,7 @@ export class Output {
   static json(key, value) {
     let text;
     try {
-      text = JSON.stringify(value);
+      text = toJson(value);
     } catch (e) {
       throw new TransformError(`cannot serialise output as JSON: ${e.message}`);
     }
@@ -276,7 +285,7 @@ export const state = {
   putJson(key, value) {
     let text;
     try {
-      text = JSON.stringify(value);
+      text = toJson(value);
     } catch (e) {
       throw new TransformError(`state key ${JSON.stringify(keyText(key))}: cannot serialise value as JSON: ${e.message}`);
     }
@@ -309,20 +318,15 @@ export const log = {
 };
 
 function toOutputRecord(o, defaultTimestamp) {
-  if (!(o instanceof Output)) {
-    if (o === null || typeof o !== 'object') throw new TypeError('emit() takes an Output');
-    const out = new Output(o.key ?? null, o.value ?? null);
-    (o.headers ?? []).forEach((h) => out.headers.push(normalizeHeader(h)));
-    out.timestamp = o.timestamp ?? undefined;
-    out.output = o.output ?? undefined;
-    o = out;
-  }
+  if (o === null || typeof o !== 'object') throw new TypeError('emit() takes an Output');
+  // Every field is converted here, an Output's too (its fields are writable): a field of the
+  // wrong type must fail the batch with a TypeError, not trap in the canonical ABI.
   return {
-    key: o.key ?? undefined,
-    value: o.value ?? undefined,
-    headers: o.headers,
+    key: optBytes(o.key) ?? undefined,
+    value: optBytes(o.value) ?? undefined,
+    headers: (o.headers ?? []).map(normalizeHeader),
     timestamp: o.timestamp === undefined || o.timestamp === null ? defaultTimestamp : toBigInt(o.timestamp, 'timestamp'),
-    output: o.output ?? undefined,
+    output: o.output === undefined || o.output === null ? undefined : String(o.output),
   };
 }
 

@@ -92,3 +92,22 @@ test('state JSON helpers', () => {
   state.delete('p/1');
   assert.equal(state.get('p/1'), null);
 });
+
+test('a wrongly typed output field fails the batch instead of trapping', () => {
+  class Bad extends Transform {
+    process(r, emit) {
+      const out = new Output('k', 'v');
+      if (r.valueString === 'value') out.value = 42;
+      emit(r.valueString === 'output' ? { key: 'k', value: 'v', output: 42 } : out);
+    }
+  }
+  const h = new Harness(Bad);
+  assert.throws(() => h.process([rec('value', 4)]), (e) => e.offset === 4 && e.message.includes('expected a string or Uint8Array, got number'));
+  assert.equal(new TextDecoder().decode(h.process([rec('output', 5)])[0].value), 'v');
+  assert.equal(h.process([rec('output', 6)])[0].output, '42');
+});
+
+test('NaN and Infinity are not JSON', () => {
+  assert.throws(() => Output.json('k', { x: NaN }), (e) => e instanceof TransformError && e.message.includes('NaN is not a JSON number'));
+  assert.throws(() => state.putJson('k', Infinity), (e) => e instanceof TransformError && e.message.includes('Infinity'));
+});
