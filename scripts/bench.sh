@@ -49,8 +49,8 @@ systems=(
     "rdkafka-loop-txn | $bin/rdkafka-loop | - | - | $bin/rdkafka-loop --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --group @ID@ --transactional-id @ID@ --commit-interval-ms 1000"
     "weir-passthrough | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@"
     "weir-flight-delays | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | ref | $bin/weir run @PIPELINE@"
-    "kstreams-flight-delays | bench/kstreams/target/weir-kstreams-flight-delays.jar | - | check | java -jar bench/kstreams/target/weir-kstreams-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
-    "flink-flight-delays | bench/flink/target/weir-flink-flight-delays.jar | - | check | java -jar bench/flink/target/weir-flink-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
+    "kstreams-flight-delays | bench/kstreams/target/weir-kstreams-flight-delays.jar | - | check | java -Xmx1g -jar bench/kstreams/target/weir-kstreams-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
+    "flink-flight-delays | bench/flink/target/weir-flink-flight-delays.jar | - | check | java -Xmx1g -jar bench/flink/target/weir-flink-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
 )
 field() {
     local parts value
