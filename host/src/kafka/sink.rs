@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::TopicPartitionList;
@@ -150,7 +150,19 @@ impl ProducerSlot {
     /// # Errors
     /// When `timeout` passes first, or a record failed delivery.
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.producer.flush(timeout)?;
+        // rust-rdkafka's flush waits in `poll` for up to 100 ms at a time, but the producer's own
+        // thread serves the delivery reports, so every flush took a full 100 ms. Ask librdkafka
+        // without waiting instead, and sleep briefly between the questions.
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.producer.flush(Duration::ZERO) {
+                Ok(()) => break,
+                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(error) => return Err(error),
+            }
+        }
         self.check_deliveries()
     }
 

@@ -250,22 +250,38 @@ impl<'a> Runner<'a> {
         let id = self.epoch.id;
         let timeout = self.config.checkpoint.timeout;
         let barrier_at = Instant::now();
+        // Microseconds since the previous lap: each phase's share of the checkpoint, logged below.
+        let mut lap_start = barrier_at;
+        let mut lap = || {
+            let now = Instant::now();
+            let us = (now - lap_start).as_micros() as u64;
+            lap_start = now;
+            us
+        };
+        let (pre_commit_us, durable_us, commit_us);
         let barriers = self.tasks.iter_mut().map(|t| t.barrier(id)).collect::<Result<Vec<_>, _>>()?;
         let slot = self.slot();
         let pending = protocol::barrier(id, barriers, slot.transactional_id.as_deref().unwrap_or_default());
         let state_bytes: usize = pending.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+        let barrier_us = lap();
         match self.config.sink.guarantee {
             Guarantee::ExactlyOnce => {
                 protocol::pre_commit(slot, &self.source, &pending, timeout)?;
+                pre_commit_us = lap();
                 protocol::make_durable(&self.db, &pending)?;
+                durable_us = lap();
                 protocol::commit(slot, id, timeout)?;
+                commit_us = lap();
                 protocol::apply(&self.db, &self.overlays, id)?;
             }
             guarantee => {
                 if guarantee == Guarantee::AtLeastOnce {
                     slot.flush(timeout).map_err(PipelineError::kafka(format!("flush of checkpoint {id}")))?;
                 }
+                pre_commit_us = lap();
                 protocol::make_durable(&self.db, &pending)?;
+                durable_us = lap();
+                commit_us = 0;
                 protocol::apply(&self.db, &self.overlays, id)?;
                 // The group's offsets only inform other tools here; the state directory is the truth.
                 if let Err(error) = self.source.commit(&pending.offsets, id) {
@@ -279,8 +295,12 @@ impl<'a> Runner<'a> {
             output_bytes = self.epoch.output_bytes,
             state_bytes,
             epoch_ms = self.epoch.started.elapsed().as_millis() as u64,
-            // Barrier to commit: how long the checkpoint itself took (pre-commit, durable, commit).
+            // Barrier to commit: how long the checkpoint itself took, then its phases.
             checkpoint_us = barrier_at.elapsed().as_micros() as u64,
+            barrier_us,
+            pre_commit_us,
+            durable_us,
+            commit_us,
             "checkpoint committed"
         );
         self.begin_epoch(id.next())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine};
+use wasmtime::{Config, Engine, ProfilingStrategy};
 
 use super::bindings::{Transform, TransformPre};
 use super::cache::ComponentCache;
@@ -16,6 +16,10 @@ use super::host::HostState;
 
 /// Period of the epoch ticker; deadlines are enforced with this granularity.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Set to `perfmap` to have compiled guest code named in `/tmp/perf-<pid>.map`, so that
+/// `perf record`/`perf report` show guest functions instead of anonymous addresses.
+pub const PROFILER_ENV: &str = "WEIR_WASM_PROFILER";
 
 /// Settings of the [`WasmEngine`].
 #[derive(Debug, Clone, Default)]
@@ -62,6 +66,9 @@ impl WasmEngine {
         let engine_error = |e: wasmtime::Error| LoadError::Engine { reason: format!("{e:#}") };
         let mut wasmtime_config = Config::new();
         wasmtime_config.wasm_component_model(true).epoch_interruption(true);
+        if std::env::var(PROFILER_ENV).is_ok_and(|v| v == "perfmap") {
+            wasmtime_config.profiler(ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&wasmtime_config).map_err(engine_error)?;
 
         let mut linker = Linker::new(&engine);
