@@ -1,13 +1,12 @@
 package weir.bench.flink;
 
+import weir.bench.common.BenchCli;
+import weir.bench.common.FlightDelays;
+
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
-import java.util.Optional;
-import java.util.Properties;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -31,10 +30,6 @@ import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.util.Collector;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
-import org.apache.kafka.clients.admin.NewTopic;
-import org.apache.kafka.common.errors.TopicExistsException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -114,58 +109,12 @@ public final class FlightDelaysJob {
             + " --input TOPIC --output TOPIC --application-id ID --state-dir DIR"
             + " [--commit-interval-ms 1000] [--threads 1] [--threshold-minutes 15]"
             + " (the same flags as bench/kstreams: the commit interval is the checkpoint interval, threads the parallelism)";
-    private static final List<String> OPTIONS = List.of("bootstrap", "input", "output", "application-id",
-            "state-dir", "commit-interval-ms", "threads", "threshold-minutes");
-
-    static Map<String, String> parseArgs(String[] args) {
-        Map<String, String> opts = new LinkedHashMap<>(Map.of(
-                "commit-interval-ms", "1000", "threads", "1", "threshold-minutes", "15"));
-        for (int i = 0; i < args.length; i++) {
-            if (args[i].equals("-h") || args[i].equals("--help")) {
-                System.out.println(USAGE);
-                System.exit(0);
-            }
-            if (!args[i].startsWith("--") || i + 1 >= args.length || !OPTIONS.contains(args[i].substring(2))) {
-                fail("bad argument " + args[i]);
-            }
-            opts.put(args[i].substring(2), args[++i]);
-        }
-        for (String required : OPTIONS.subList(0, 5)) {
-            if (!opts.containsKey(required)) {
-                fail("missing --" + required);
-            }
-        }
-        return opts;
-    }
-
-    private static void fail(String message) {
-        System.err.println(message);
-        System.err.println(USAGE);
-        System.exit(2);
-    }
-
-    /** Creates the output topic when missing, with the input's partition count (as bench/kstreams does). */
-    static void createOutputTopic(String bootstrap, String input, String output) throws InterruptedException {
-        Properties props = new Properties();
-        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        try (Admin admin = Admin.create(props)) {
-            int partitions = admin.describeTopics(List.of(input)).allTopicNames().get().get(input).partitions().size();
-            admin.createTopics(List.of(new NewTopic(output, Optional.of(partitions), Optional.empty()))).all().get();
-            System.err.println("created topic " + output + " with " + partitions + " partitions");
-        } catch (ExecutionException e) {
-            if (!(e.getCause() instanceof TopicExistsException)) {
-                System.err.println("cannot create the output topic " + output + ": " + e.getCause());
-                System.exit(1);
-            }
-        }
-    }
-
     public static void main(String[] args) throws Exception {
-        Map<String, String> opts = parseArgs(args);
+        Map<String, String> opts = BenchCli.parseArgs(USAGE, args);
         String bootstrap = opts.get("bootstrap");
         String appId = opts.get("application-id");
         Path stateDir = Path.of(opts.get("state-dir")).toAbsolutePath();
-        createOutputTopic(bootstrap, opts.get("input"), opts.get("output"));
+        BenchCli.createOutputTopic(bootstrap, opts.get("input"), opts.get("output"));
 
         Map<String, String> conf = new HashMap<>();
         conf.put("execution.checkpointing.interval", opts.get("commit-interval-ms") + " ms");

@@ -1,19 +1,14 @@
 package weir.bench.kstreams;
 
+import weir.bench.common.BenchCli;
+import weir.bench.common.FlightDelays;
+
 import java.time.Duration;
-import java.util.List;
-import java.util.Optional;
-import java.util.concurrent.ExecutionException;
-import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
-import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -93,60 +88,8 @@ public final class FlightDelaysApp {
             + " --input TOPIC --output TOPIC --application-id ID --state-dir DIR"
             + " [--commit-interval-ms 1000] [--threads 1] [--threshold-minutes 15]";
 
-    static Map<String, String> parseArgs(String[] args) {
-        Map<String, String> opts = new LinkedHashMap<>(Map.of(
-                "commit-interval-ms", "1000", "threads", "1", "threshold-minutes", "15"));
-        for (int i = 0; i < args.length; i++) {
-            if (args[i].equals("-h") || args[i].equals("--help")) {
-                System.out.println(USAGE);
-                System.exit(0);
-            }
-            if (!args[i].startsWith("--") || i + 1 >= args.length) {
-                fail("bad argument " + args[i]);
-            }
-            opts.put(args[i].substring(2), args[++i]);
-        }
-        for (String required : new String[] {"bootstrap", "input", "output", "application-id", "state-dir"}) {
-            if (!opts.containsKey(required)) {
-                fail("missing --" + required);
-            }
-        }
-        for (String name : opts.keySet()) {
-            if (!Map.of("bootstrap", 0, "input", 0, "output", 0, "application-id", 0, "state-dir", 0,
-                    "commit-interval-ms", 0, "threads", 0, "threshold-minutes", 0).containsKey(name)) {
-                fail("unknown option --" + name);
-            }
-        }
-        return opts;
-    }
-
-    private static void fail(String message) {
-        System.err.println(message);
-        System.err.println(USAGE);
-        System.exit(2);
-    }
-
-    /**
-     * Creates the output topic when missing, with the input's partition count (Kafka Streams does
-     * not create sink topics; Weir's sink does, with {@code create_topics = true}).
-     */
-    static void createOutputTopic(String bootstrap, String input, String output) throws InterruptedException {
-        Properties props = new Properties();
-        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        try (Admin admin = Admin.create(props)) {
-            int partitions = admin.describeTopics(List.of(input)).allTopicNames().get().get(input).partitions().size();
-            admin.createTopics(List.of(new NewTopic(output, Optional.of(partitions), Optional.empty()))).all().get();
-            System.err.println("created topic " + output + " with " + partitions + " partitions");
-        } catch (ExecutionException e) {
-            if (!(e.getCause() instanceof TopicExistsException)) {
-                System.err.println("cannot create the output topic " + output + ": " + e.getCause());
-                System.exit(1);
-            }
-        }
-    }
-
     public static void main(String[] args) throws InterruptedException {
-        Map<String, String> opts = parseArgs(args);
+        Map<String, String> opts = BenchCli.parseArgs(USAGE, args);
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, opts.get("application-id"));
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, opts.get("bootstrap"));
@@ -160,7 +103,7 @@ public final class FlightDelaysApp {
 
         Topology topology = topology(opts.get("input"), opts.get("output"),
                 Long.parseLong(opts.get("threshold-minutes")));
-        createOutputTopic(opts.get("bootstrap"), opts.get("input"), opts.get("output"));
+        BenchCli.createOutputTopic(opts.get("bootstrap"), opts.get("input"), opts.get("output"));
         KafkaStreams streams = new KafkaStreams(topology, props);
         CountDownLatch stopped = new CountDownLatch(1);
         AtomicBoolean announced = new AtomicBoolean();

@@ -1,5 +1,7 @@
 package weir.bench.kstreams;
 
+import weir.bench.common.FlightDelays;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import java.nio.file.Path;

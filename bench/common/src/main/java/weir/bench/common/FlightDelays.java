@@ -1,4 +1,4 @@
-package weir.bench.flink;
+package weir.bench.common;
 
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonGenerator;
@@ -8,8 +8,7 @@ import com.fasterxml.jackson.core.io.NumberOutput;
 import java.io.IOException;
 import java.io.StringWriter;
 
-/** A copy of bench/kstreams/src/main/java/weir/bench/kstreams/FlightDelays.java; keep the two in sync.
- *
+/**
  * The semantics of Weir's {@code plugins/flight-delays} (see its README), without Kafka: parse a
  * flight, update the per-{@code origin|carrier} counters, render the state and the output value
  * as compact JSON with the plugin's field order.
@@ -41,7 +40,7 @@ public final class FlightDelays {
         long totalDepDelay;
         Long maxDepDelay;
 
-        void add(Long depDelay, long thresholdMinutes) {
+        public void add(Long depDelay, long thresholdMinutes) {
             flights += 1;
             if (depDelay != null) {
                 long d = depDelay;
