@@ -77,6 +77,8 @@ mod keys;
 mod memory;
 mod overlay;
 mod rocks;
+#[cfg(test)]
+mod test_util;
 
 pub use keys::state_prefix;
 pub use memory::MemoryState;

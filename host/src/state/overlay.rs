@@ -276,18 +276,7 @@ fn lock_overlays(overlays: &Mutex<TaskOverlays>) -> MutexGuard<'_, TaskOverlays>
 mod tests {
     use super::*;
     use crate::state::PendingCheckpoint;
-
-    fn task(topic: &str, partition: i32) -> TaskId {
-        TaskId { topic: topic.into(), partition }
-    }
-
-    fn put(key: &str, value: &str) -> (Vec<u8>, Option<Vec<u8>>) {
-        (key.as_bytes().to_vec(), Some(value.as_bytes().to_vec()))
-    }
-
-    fn delete(key: &str) -> (Vec<u8>, Option<Vec<u8>>) {
-        (key.as_bytes().to_vec(), None)
-    }
+    use crate::state::test_util::{delete, put, task};
 
     fn get(state: &mut OperatorState, key: &str) -> Option<String> {
         state.get(key.as_bytes()).unwrap().map(|v| String::from_utf8(v).unwrap())

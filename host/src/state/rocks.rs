@@ -526,18 +526,7 @@ fn decode_write(value: &[u8]) -> Option<Option<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn task(topic: &str, partition: i32) -> TaskId {
-        TaskId { topic: topic.into(), partition }
-    }
-
-    fn put(key: &str, value: &str) -> (Vec<u8>, Option<Vec<u8>>) {
-        (key.as_bytes().to_vec(), Some(value.as_bytes().to_vec()))
-    }
-
-    fn delete(key: &str) -> (Vec<u8>, Option<Vec<u8>>) {
-        (key.as_bytes().to_vec(), None)
-    }
+    use crate::state::test_util::{delete, put, task};
 
     fn checkpoint(id: u64, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> PendingCheckpoint {
         PendingCheckpoint {
