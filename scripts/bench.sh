@@ -9,9 +9,12 @@
 # the system, counts the committed output read_committed, and reports records/s from the first
 # output record's append time to the moment the last expected record was committed, plus the
 # process's CPU seconds and peak RSS (from /proc: Linux only). Every system must write exactly
-# 336,776 records, and the flight-delays systems' last value per key must equal Weir's; the
-# script fails loudly otherwise. Then Weir flight-delays is SIGKILLed mid-run and restarted,
-# BENCH_REPS times, for the recovery time (restart → first new committed output).
+# 336,776 × BENCH_COPIES records, and the flight-delays systems' last value per key must equal
+# Weir's; the script fails loudly otherwise. Then Weir flight-delays is SIGKILLed mid-run and
+# restarted, BENCH_REPS times, for the recovery time (restart → first new committed output).
+#
+# Needs, besides what scripts/test.sh needs: Java 17 and Maven (bench/kstreams, bench/flink) and,
+# for BENCH_PROFILE, perf (Debian's linux-perf).
 #
 # Environment (all optional):
 #   BENCH_REPS           runs per system, default 3
@@ -66,6 +69,13 @@ field() {
     printf '%s' "${value%"${value##*[![:space:]]}"}"
 }
 
+# A misspelt BENCH_SYSTEMS fails here, before the broker and the builds.
+requested=${BENCH_SYSTEMS:-}
+requested=${requested//,/ }
+for name in $requested; do
+    printf '%s\n' "${systems[@]}" | grep -q "^$name |" || die "unknown system $name in BENCH_SYSTEMS"
+done
+
 # Broker: use a running one; start (and at exit stop) one otherwise.
 if ! scripts/kafka.sh status > /dev/null 2>&1; then
     scripts/kafka.sh start
@@ -77,14 +87,12 @@ if [[ ${BENCH_BUILD:-1} != 0 ]]; then
     cargo build --release --workspace --all-targets
     scripts/build-plugins.sh plugins
     for pom in bench/*/pom.xml; do
-        if [[ -f $pom ]]; then mvn -q -B -f "$pom" package -DskipTests; fi
+        if [[ -f $pom ]]; then mvn -q -B -Dstyle.color=never -f "$pom" package -DskipTests; fi
     done
 fi
 
 # Which systems run: BENCH_SYSTEMS, else every one whose program exists.
 selected=()
-requested=${BENCH_SYSTEMS:-}
-requested=${requested//,/ }
 for line in "${systems[@]}"; do
     name=$(field "$line" 0) needs=$(field "$line" 1)
     if [[ -n $requested ]]; then
@@ -95,9 +103,6 @@ for line in "${systems[@]}"; do
         continue
     fi
     selected+=("$line")
-done
-for name in $requested; do
-    printf '%s\n' "${systems[@]}" | grep -q "^$name |" || die "unknown system $name in BENCH_SYSTEMS"
 done
 ((${#selected[@]})) || die "no system to run"
 
