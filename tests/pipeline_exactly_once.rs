@@ -88,7 +88,7 @@ async fn crash_after_commit_before_apply_loses_and_duplicates_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_transaction_the_broker_aborts_on_timeout_is_replayed() {
     // transaction.timeout.ms = 3 s; the pipeline stalls 8 s between the durable write and the
-    // commit of checkpoint 1, so the broker aborts that transaction (scripts/kafka.sh checks for timed-out
+    // commit of checkpoint 2 (checkpoint 1 fixes the start positions; 2 is the first with input), so the broker aborts that transaction (scripts/kafka.sh checks for timed-out
     // transactions every second) and the commit fails.
     let mut spec = Spec::new("flight-delays");
     spec.sink = "transaction_timeout_ms = 3000".into();
@@ -97,7 +97,7 @@ async fn a_transaction_the_broker_aborts_on_timeout_is_replayed() {
     let rows = flight_rows(4_000);
     produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
-    run_to_completion(&pipeline, &mut reader, rows.len(), &[("WEIR_FAULT", "after-durable@1:sleep=8000")]);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[("WEIR_FAULT", "after-durable@2:sleep=8000")]);
     reader.drain(Duration::from_secs(2));
     let log = pipeline.log_text();
     assert!(log.contains("recovering after back-off"), "the failed commit sent the pipeline into recovery:\n{log}");
@@ -111,8 +111,9 @@ async fn read_uncommitted_sees_an_open_epoch_that_read_committed_does_not() {
     let pipeline = TestPipeline::new("weir-iso", &Spec::new("passthrough"));
     let input = keyed(&flight_rows(2_000));
     produce(&pipeline.source, 1, &input).await;
-    // Checkpoint 1 stalls after pre-commit: its records are in the log, uncommitted.
-    let mut child = pipeline.spawn(&[("WEIR_FAULT", "after-pre-commit@1:sleep=10000")]);
+    // Checkpoint 2 (the first with input) stalls after pre-commit: its records are in the log,
+    // uncommitted.
+    let mut child = pipeline.spawn(&[("WEIR_FAULT", "after-pre-commit@2:sleep=10000")]);
     let started = std::time::Instant::now();
     while !pipeline.log_text().contains("WEIR_FAULT: stalling") {
         assert!(started.elapsed() < RUN_TIMEOUT, "never reached the stall; log:\n{}", pipeline.log_text());

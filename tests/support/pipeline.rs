@@ -50,6 +50,8 @@ pub struct TestPipeline {
 pub struct Spec {
     /// Plugin built by scripts/build-plugins.sh.
     pub plugin: &'static str,
+    /// Extra lines of the `[source]` table.
+    pub source: String,
     /// Extra lines of the `[[transforms]]` table.
     pub transform: String,
     /// Extra lines of the `[sink]` table.
@@ -64,6 +66,7 @@ impl Spec {
     pub fn new(plugin: &'static str) -> Self {
         Self {
             plugin,
+            source: String::new(),
             transform: String::new(),
             sink: String::new(),
             checkpoint: "interval_ms = 20\ntimeout_ms = 10000".into(),
@@ -79,12 +82,13 @@ impl TestPipeline {
         let file = dir.path().join("pipeline.toml");
         let (source, sink, dead_letters) = (format!("{name}-in"), format!("{name}-out"), format!("{name}-dlq"));
         let text = format!(
-            "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\nbatch_size = 64\n\n\
+            "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\nbatch_size = 64\n{source_extra}\n\n\
              [[transforms]]\nname = \"{plugin}\"\nwasm = \"{wasm}\"\n{transform}\n\n\
              [sink]\ntopic = \"{sink}\"\ndead_letter_topic = \"{dead_letters}\"\ncreate_topics = true\n{sink_extra}\n\n\
              [checkpoint]\n{checkpoint}\n\n[state]\ndir = \"state\"\n",
             brokers = bootstrap(),
             plugin = spec.plugin,
+            source_extra = spec.source,
             wasm = plugin(spec.plugin).display(),
             transform = spec.transform,
             sink_extra = spec.sink,
@@ -102,16 +106,48 @@ impl TestPipeline {
 
     /// Starts `weir run` with extra environment variables; its output goes to [`Self::log`].
     pub fn spawn(&self, env: &[(&str, &str)]) -> Child {
+        self.spawn_with(&[], env)
+    }
+
+    /// Starts `weir run <file> <args>` with extra environment variables.
+    pub fn spawn_with(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
         Command::new(weir_binary())
             .arg("run")
             .arg(&self.file)
+            .args(args)
             .env("WEIR_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log))
             .spawn()
             .expect("spawn weir run")
+    }
+
+    /// Rewrites the pipeline file: `line` is added at the top of table `[table]` (a later key
+    /// of the same name is an error, so only add keys the file does not set).
+    pub fn set(&self, table: &str, line: &str) {
+        let text = std::fs::read_to_string(&self.file).expect("read pipeline file");
+        let header = format!("[{table}]\n");
+        assert!(text.contains(&header), "no [{table}] table in {}", self.file.display());
+        std::fs::write(&self.file, text.replacen(&header, &format!("{header}{line}\n"), 1))
+            .expect("write pipeline file");
+    }
+
+    /// Runs `weir status` on the pipeline file; returns its standard output.
+    pub fn status(&self) -> String {
+        let output = Command::new(weir_binary()).arg("status").arg(&self.file).output().expect("weir status");
+        assert!(output.status.success(), "weir status failed: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Waits until the log contains `text` (at most `timeout`).
+    pub fn wait_for_log(&self, text: &str, timeout: Duration) {
+        let started = Instant::now();
+        while !self.log_text().contains(text) {
+            assert!(started.elapsed() < timeout, "`{text}` never appeared in the log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// The log so far.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
+use weir::checkpoint::protocol::PendingOverride;
 use weir::config::PipelineConfig;
 use weir::pipeline::{RunOptions, run};
 use weir::wasm::{EngineConfig, WasmEngine};
@@ -18,6 +19,18 @@ pub struct RunArgs {
     /// were reset by hand); the state directory's checkpoint wins.
     #[arg(long)]
     ignore_group_offsets: bool,
+    /// Decide a pending checkpoint that the consumer group cannot decide (its offsets were
+    /// deleted or overwritten): `committed` applies it, `aborted` discards it and replays its
+    /// input. Look at the sink first: use `committed` only if the checkpoint's output is there.
+    #[arg(long, value_name = "OUTCOME")]
+    pending_checkpoint: Option<PendingOutcome>,
+}
+
+/// The values of `--pending-checkpoint`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum PendingOutcome {
+    Committed,
+    Aborted,
 }
 
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -26,7 +39,11 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone())?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
-    run(&config, &engine, &RunOptions { ignore_group_offsets: args.ignore_group_offsets }, &shutdown)?;
+    let pending = args.pending_checkpoint.map(|outcome| match outcome {
+        PendingOutcome::Committed => PendingOverride::Committed,
+        PendingOutcome::Aborted => PendingOverride::Aborted,
+    });
+    run(&config, &engine, &RunOptions { ignore_group_offsets: args.ignore_group_offsets, pending }, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }
 

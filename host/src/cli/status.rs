@@ -43,8 +43,10 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let mut total_lag = 0;
     for task in &tasks {
         let ours = committed.offsets.get(task).copied();
-        let (_, end) = source.watermarks(task, TIMEOUT)?;
-        let lag = end - ours.unwrap_or(0);
+        let (start, end) = source.watermarks(task, TIMEOUT)?;
+        // A partition without a checkpoint offset is one added since the last checkpoint: it is
+        // read from its earliest offset, not from 0.
+        let lag = (end - ours.unwrap_or(start)).max(0);
         total_lag += lag;
         let show = |o: Option<i64>| o.map_or_else(|| "-".to_owned(), |o| o.to_string());
         println!(

@@ -77,7 +77,13 @@ pub const RESERVED_RDKAFKA_KEYS: &[&str] = &[
     "bootstrap.servers",
     "transaction.timeout.ms",
     "enable.auto.offset.store",
+    "auto.offset.reset",
 ];
+
+/// Default `source.partition_discovery_interval_ms`: 10 s.
+pub const DEFAULT_PARTITION_DISCOVERY_INTERVAL: Duration = Duration::from_millis(10_000);
+/// Shortest `source.partition_discovery_interval_ms`: 100 ms.
+pub const MIN_PARTITION_DISCOVERY_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A pipeline file (`weir run <pipeline.toml>`): source topics → chain of transforms → sink
 /// topic(s), with checkpointing and state settings. See `docs/configuration.md`.
@@ -112,8 +118,22 @@ pub struct SourceConfig {
     /// `source.start`: where a pipeline with no checkpoint starts reading: `"earliest"`,
     /// `"latest"`, `"group"` (the consumer group's committed offsets) or
     /// `"timestamp:<ms>"` (first record at or after that time, in milliseconds since the Unix
-    /// epoch); by default `"earliest"`. Ignored once the pipeline has a checkpoint.
+    /// epoch); by default `"earliest"`. It is resolved to an offset per partition once, at the
+    /// pipeline's first start, and that offset is committed with the first checkpoint even when
+    /// no record arrives; afterwards it is ignored (partitions added later start at their
+    /// earliest offset).
     pub start: StartPosition,
+    /// `source.offset_reset`: what a start does when a partition's checkpoint offset is no longer
+    /// in the log (retention, `delete_records`, a recreated topic): `"fail"` refuses to start,
+    /// naming the partition, the checkpoint offset and the log's start and end offsets;
+    /// `"earliest"` goes on from the log's start offset and logs the skipped offsets. By default
+    /// `"fail"`. (Weir sets librdkafka's `auto.offset.reset` to `error` itself, so that no
+    /// position ever jumps silently.)
+    pub offset_reset: OffsetReset,
+    /// `source.partition_discovery_interval_ms`: how often a running pipeline looks for
+    /// partitions added to its source topics, in milliseconds, at least 100; by default 10000.
+    /// A new partition gets a task at once and is read from its earliest offset.
+    pub partition_discovery_interval: Duration,
     /// `source.group_id`: Kafka consumer group that holds the pipeline's committed offsets
     /// (written inside its transactions); by default `weir-<name>`. See
     /// [`PipelineConfig::group_id`].
@@ -135,12 +155,23 @@ pub enum StartPosition {
     Earliest,
     /// `"latest"`: the end of the log; only records produced after start-up are read.
     Latest,
-    /// `"group"`: the consumer group's committed offsets; where it has none, librdkafka's
-    /// `auto.offset.reset` decides (latest unless `source.consumer` sets it).
+    /// `"group"`: the consumer group's committed offsets (written by another tool); the
+    /// earliest offset where the group has none.
     Group,
     /// `"timestamp:<ms>"`: the first record whose timestamp is at or after this time, in
     /// milliseconds since the Unix epoch; the end of the log where there is none.
     Timestamp(i64),
+}
+
+/// `source.offset_reset`: what to do with a checkpoint offset that is out of the log's range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffsetReset {
+    /// `"fail"`: refuse to start; the message says where the log starts and how to go on.
+    #[default]
+    Fail,
+    /// `"earliest"`: continue from the log's start offset; the gap is logged.
+    Earliest,
 }
 
 /// `[[transforms]]`: one operator of the chain.

@@ -75,6 +75,8 @@ struct SourceFile {
     brokers: String,
     topics: Vec<String>,
     start: Option<StartPosition>,
+    offset_reset: Option<OffsetReset>,
+    partition_discovery_interval_ms: Option<u64>,
     group_id: Option<String>,
     #[serde(default)]
     consumer: BTreeMap<String, Scalar>,
@@ -133,6 +135,10 @@ impl PipelineFile {
             brokers: source.brokers,
             topics: source.topics,
             start: source.start.unwrap_or_default(),
+            offset_reset: source.offset_reset.unwrap_or_default(),
+            partition_discovery_interval: source
+                .partition_discovery_interval_ms
+                .map_or(DEFAULT_PARTITION_DISCOVERY_INTERVAL, Duration::from_millis),
             group_id: source.group_id,
             consumer: strings(source.consumer),
             batch_size: source.batch_size.unwrap_or(DEFAULT_BATCH_SIZE),

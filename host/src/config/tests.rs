@@ -60,6 +60,8 @@ fn full_example_parses() {
         topics = ["flights", "flights-2013"]
         start = "timestamp:1357016400000"
         group_id = "delays"
+        offset_reset = "earliest"
+        partition_discovery_interval_ms = 2500
         consumer = { "fetch.min.bytes" = 1024, "client.id" = "weir", "check.crcs" = true }
         batch_size = 512
 
@@ -107,6 +109,8 @@ fn full_example_parses() {
             topics: vec!["flights".into(), "flights-2013".into()],
             start: StartPosition::Timestamp(1_357_016_400_000),
             group_id: Some("delays".into()),
+            offset_reset: OffsetReset::Earliest,
+            partition_discovery_interval: Duration::from_millis(2500),
             consumer: strings(&[("fetch.min.bytes", "1024"), ("client.id", "weir"), ("check.crcs", "true")]),
             batch_size: 512,
         },
@@ -209,6 +213,24 @@ fn start_positions() {
         assert_eq!(key_path, "source.start", "{message}");
         assert!(message.contains("\"timestamp:<ms>\""), "{message}");
     }
+}
+
+#[test]
+fn offset_reset_and_partition_discovery() {
+    let config = parse_with("source", "").unwrap();
+    assert_eq!(config.source.offset_reset, OffsetReset::Fail, "never a silent jump by default");
+    assert_eq!(config.source.partition_discovery_interval, DEFAULT_PARTITION_DISCOVERY_INTERVAL);
+    let config = parse_with("source", "offset_reset = \"earliest\"").unwrap();
+    assert_eq!(config.source.offset_reset, OffsetReset::Earliest);
+    let (key_path, message) = parse_error(parse_with("source", "offset_reset = \"latest\""));
+    assert_eq!(key_path, "source.offset_reset", "{message}");
+    let (key_path, message) = invalid(parse_with("source", "partition_discovery_interval_ms = 5"));
+    assert_eq!(key_path, "source.partition_discovery_interval_ms", "{message}");
+    let (key_path, message) = invalid(parse_with("source", "consumer = { \"auto.offset.reset\" = \"latest\" }"));
+    assert!(
+        key_path.starts_with("source.consumer") && message.contains("source.offset_reset"),
+        "{key_path}: {message}"
+    );
 }
 
 #[test]

@@ -49,6 +49,12 @@ impl PipelineConfig {
             check_not_blank("source.group_id", group_id, "or leave it out to use \"weir-<name>\"")?;
         }
         check_reserved("source.consumer", &source.consumer)?;
+        check_duration(
+            "source.partition_discovery_interval_ms",
+            source.partition_discovery_interval,
+            MIN_PARTITION_DISCOVERY_INTERVAL,
+            Duration::MAX,
+        )?;
         check_range("source.batch_size", source.batch_size, 1, MAX_BATCH_SIZE, "records")
     }
 
@@ -275,6 +281,7 @@ fn check_reserved(table: &str, properties: &std::collections::BTreeMap<String, S
             "bootstrap.servers" => "use source.brokers or sink.brokers",
             "transaction.timeout.ms" => "use sink.transaction_timeout_ms",
             "transactional.id" => "use sink.transactional_id_prefix",
+            "auto.offset.reset" => "use source.start and source.offset_reset",
             _ => "sink.guarantee decides it",
         };
         let mut key_path = table.to_owned();

@@ -5,12 +5,14 @@
 //! `producer` tables may set any other librdkafka property (validated in [`crate::config`]).
 
 mod admin;
+mod metadata;
 mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
+pub use metadata::{CheckpointMetadata, Lineage};
 pub use sink::{DeliveryErrors, ProducerSlot};
-pub use source::{GroupOffset, Source, checkpoint_metadata, parse_checkpoint_metadata};
+pub use source::{GroupOffset, Source};
 
 use std::collections::BTreeMap;
 

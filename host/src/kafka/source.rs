@@ -7,32 +7,21 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::types::{CheckpointId, TaskId};
-
-/// Prefix of the per-partition offset metadata Weir commits with each checkpoint.
-const METADATA_PREFIX: &str = "weir:ckpt=";
-
-/// The offset metadata naming checkpoint `id`: `weir:ckpt=<id>`.
-pub fn checkpoint_metadata(id: CheckpointId) -> String {
-    format!("{METADATA_PREFIX}{id}")
-}
-
-/// The checkpoint a group offset's metadata names, if Weir wrote it.
-pub fn parse_checkpoint_metadata(metadata: &str) -> Option<CheckpointId> {
-    metadata.strip_prefix(METADATA_PREFIX)?.parse().ok().map(CheckpointId)
-}
+use crate::types::TaskId;
 
 /// A committed offset of the pipeline's consumer group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupOffset {
     /// Next offset to read.
     pub offset: i64,
-    /// Metadata committed with it (`weir:ckpt=N` when Weir committed it).
+    /// Metadata committed with it (a [`super::CheckpointMetadata`] when Weir committed it).
     pub metadata: String,
 }
 
 /// The pipeline's consumer: `isolation.level=read_committed`, no auto commit, manual assignment
-/// (the group is used for its committed offsets only; it never rebalances).
+/// (the group is used for its committed offsets only; it never rebalances), and
+/// `auto.offset.reset=error`: a position out of the log's range is an error for Weir's
+/// `source.offset_reset` policy to handle, never a silent jump.
 pub struct Source {
     consumer: BaseConsumer,
 }
@@ -49,6 +38,7 @@ impl Source {
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("enable.partition.eof", "false"),
+            ("auto.offset.reset", "error"),
         ];
         Ok(Self { consumer: super::client_config(brokers, overrides, &own).create()? })
     }
@@ -88,8 +78,8 @@ impl Source {
             .collect())
     }
 
-    /// For each of `tasks`, the earliest offset whose timestamp is at or after `timestamp_ms`
-    /// (the end of the partition when there is none).
+    /// For each of `tasks`, the earliest offset whose timestamp is at or after `timestamp_ms`, or
+    /// the partition's end offset when there is none.
     ///
     /// # Errors
     /// When the brokers cannot be reached within `timeout`.
@@ -98,29 +88,82 @@ impl Source {
         tasks: &[TaskId],
         timestamp_ms: i64,
         timeout: Duration,
-    ) -> Result<BTreeMap<TaskId, Offset>, KafkaError> {
+    ) -> Result<BTreeMap<TaskId, i64>, KafkaError> {
         let mut list = TopicPartitionList::new();
         for task in tasks {
             list.add_partition_offset(&task.topic, task.partition, Offset::Offset(timestamp_ms))?;
         }
         let found = self.consumer.offsets_for_times(list, timeout)?;
-        Ok(found
-            .elements()
-            .iter()
-            .map(|e| (TaskId { topic: e.topic().to_owned(), partition: e.partition() }, e.offset()))
-            .collect())
+        let mut offsets = BTreeMap::new();
+        for element in found.elements() {
+            let task = TaskId { topic: element.topic().to_owned(), partition: element.partition() };
+            let offset = match element.offset() {
+                Offset::Offset(offset) => offset,
+                _ => self.watermarks(&task, timeout)?.1,
+            };
+            offsets.insert(task, offset);
+        }
+        Ok(offsets)
     }
 
-    /// Assigns every partition of `positions`, starting at the given offsets.
+    /// Assigns every partition of `positions`, starting at the given offsets (replacing any
+    /// earlier assignment).
     ///
     /// # Errors
     /// When librdkafka refuses the assignment.
-    pub fn assign(&self, positions: &BTreeMap<TaskId, Offset>) -> Result<(), KafkaError> {
+    pub fn assign(&self, positions: &BTreeMap<TaskId, i64>) -> Result<(), KafkaError> {
+        self.consumer.assign(&Self::position_list(positions)?)
+    }
+
+    /// Adds the partitions of `positions` to the assignment, starting at the given offsets.
+    ///
+    /// # Errors
+    /// When librdkafka refuses the assignment.
+    pub fn assign_more(&self, positions: &BTreeMap<TaskId, i64>) -> Result<(), KafkaError> {
+        self.consumer.incremental_assign(&Self::position_list(positions)?)
+    }
+
+    fn position_list(positions: &BTreeMap<TaskId, i64>) -> Result<TopicPartitionList, KafkaError> {
         let mut list = TopicPartitionList::new();
         for (task, offset) in positions {
-            list.add_partition_offset(&task.topic, task.partition, *offset)?;
+            list.add_partition_offset(&task.topic, task.partition, Offset::Offset(*offset))?;
         }
-        self.consumer.assign(&list)
+        Ok(list)
+    }
+
+    /// The consumer's position in each assigned partition that has one: the offset after the
+    /// last record handed to Weir, or further when librdkafka stepped over records a
+    /// read_committed reader never receives (transaction markers, aborted records).
+    ///
+    /// # Errors
+    /// When librdkafka cannot report the assignment.
+    pub fn positions(&self) -> Result<BTreeMap<TaskId, i64>, KafkaError> {
+        Ok(self
+            .consumer
+            .position()?
+            .elements()
+            .iter()
+            .filter_map(|element| match element.offset() {
+                Offset::Offset(offset) => {
+                    Some((TaskId { topic: element.topic().to_owned(), partition: element.partition() }, offset))
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The number of partitions of each of `topics` that exists (a deleted topic is left out).
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached within `timeout`.
+    pub fn partition_counts(&self, topics: &[String], timeout: Duration) -> Result<BTreeMap<String, i32>, KafkaError> {
+        let metadata = self.consumer.fetch_metadata(None, timeout)?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none() && topics.iter().any(|name| name == t.name()))
+            .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
+            .collect())
     }
 
     /// The group metadata to pass to `send_offsets_to_transaction`.
@@ -131,18 +174,18 @@ impl Source {
         self.consumer.group_metadata().ok_or(KafkaError::ClientCreation("the source consumer has no group.id".into()))
     }
 
-    /// The offset list of a checkpoint: next offset per partition, metadata `weir:ckpt=<id>`.
+    /// The offset list of a checkpoint: next offset per partition, each with `metadata` (a
+    /// [`super::CheckpointMetadata`]).
     ///
     /// # Errors
     /// When an offset is invalid.
-    pub fn offset_list(offsets: &BTreeMap<TaskId, i64>, id: CheckpointId) -> Result<TopicPartitionList, KafkaError> {
+    pub fn offset_list(offsets: &BTreeMap<TaskId, i64>, metadata: &str) -> Result<TopicPartitionList, KafkaError> {
         let mut list = TopicPartitionList::new();
-        let metadata = checkpoint_metadata(id);
         for (task, offset) in offsets {
             list.add_partition_offset(&task.topic, task.partition, Offset::Offset(*offset))?;
         }
         for mut element in list.elements() {
-            element.set_metadata(metadata.clone());
+            element.set_metadata(metadata);
         }
         Ok(list)
     }
@@ -151,8 +194,8 @@ impl Source {
     ///
     /// # Errors
     /// When the commit fails.
-    pub fn commit(&self, offsets: &BTreeMap<TaskId, i64>, id: CheckpointId) -> Result<(), KafkaError> {
-        self.consumer.commit(&Self::offset_list(offsets, id)?, rdkafka::consumer::CommitMode::Sync)
+    pub fn commit(&self, offsets: &BTreeMap<TaskId, i64>, metadata: &str) -> Result<(), KafkaError> {
+        self.consumer.commit(&Self::offset_list(offsets, metadata)?, rdkafka::consumer::CommitMode::Sync)
     }
 
     /// Low and high watermarks of a partition (the high one is the last stable offset under
@@ -162,19 +205,5 @@ impl Source {
     /// When the leader cannot be reached within `timeout`.
     pub fn watermarks(&self, task: &TaskId, timeout: Duration) -> Result<(i64, i64), KafkaError> {
         self.consumer.fetch_watermarks(&task.topic, task.partition, timeout)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn checkpoint_metadata_round_trips_and_rejects_foreign_metadata() {
-        assert_eq!(checkpoint_metadata(CheckpointId(42)), "weir:ckpt=42");
-        assert_eq!(parse_checkpoint_metadata("weir:ckpt=42"), Some(CheckpointId(42)));
-        assert_eq!(parse_checkpoint_metadata(""), None);
-        assert_eq!(parse_checkpoint_metadata("weir:ckpt=x"), None);
-        assert_eq!(parse_checkpoint_metadata("reset by hand"), None);
     }
 }

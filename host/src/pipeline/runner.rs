@@ -5,16 +5,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::Offset;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::task::Task;
 use crate::checkpoint::fault::{FaultPoint, inject};
-use crate::checkpoint::protocol::{self, Recovered};
-use crate::config::{Guarantee, PipelineConfig, StartPosition, TransformConfig};
+use crate::checkpoint::protocol::{self, PendingOverride, RecoverOptions, Recovered};
+use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
-use crate::kafka::{Admin, ProducerSlot, Source, TopicCheck};
-use crate::state::{StateDb, TaskOverlays};
+use crate::kafka::{Admin, GroupOffset, Lineage, ProducerSlot, Source, TopicCheck};
+use crate::state::{Committed, StateDb, StateError, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, TransformComponent, WasmEngine};
 
@@ -29,6 +28,9 @@ pub struct RunOptions {
     /// Start even when the consumer group's offsets disagree with the state directory
     /// (someone reset them by hand); the state directory wins.
     pub ignore_group_offsets: bool,
+    /// How to decide a pending checkpoint that the consumer group cannot decide; `None`
+    /// refuses such a start.
+    pub pending: Option<PendingOverride>,
 }
 
 /// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
@@ -84,9 +86,15 @@ struct Epoch {
     started: Instant,
 }
 
+/// The chain of operators: each transform's component and configuration.
+type Chain = [(Arc<TransformComponent>, TransformConfig)];
+
 /// One incarnation of a pipeline, from recovery to a failure or shutdown.
 struct Runner<'a> {
     config: &'a PipelineConfig,
+    chain: &'a Chain,
+    outputs: Vec<String>,
+    lineage: Lineage,
     db: Arc<StateDb>,
     source: Source,
     slots: Vec<ProducerSlot>,
@@ -94,42 +102,58 @@ struct Runner<'a> {
     task_index: HashMap<(String, i32), usize>,
     overlays: Vec<Arc<Mutex<TaskOverlays>>>,
     epoch: Epoch,
+    /// The offsets of the last committed checkpoint: an epoch that moves none of them and has
+    /// no input has nothing to commit.
+    recorded: BTreeMap<TaskId, i64>,
+    last_discovery: Instant,
 }
 
 impl<'a> Runner<'a> {
-    /// Start-up checks, recovery, tasks, assignment, and the first epoch's transaction.
+    /// Start-up checks, recovery, tasks, assignment, and the first epoch's transaction. A
+    /// partition that starts without a committed offset has its position committed at once, so
+    /// that it is fixed whatever happens next.
     fn start(
         config: &'a PipelineConfig,
-        chain: &[(Arc<TransformComponent>, TransformConfig)],
+        chain: &'a Chain,
         options: &RunOptions,
         shutdown: &AtomicBool,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
         let db = Arc::new(StateDb::open(&config.state.dir)?);
+        let lineage = Lineage {
+            pipeline: config.name.clone(),
+            lineage: db
+                .lineage()?
+                .ok_or_else(|| StateError { message: "the state has no lineage (a bug in Weir)".into() })?,
+        };
         let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())
             .map_err(PipelineError::kafka("creating the source consumer"))?;
         let slots = producer_slots(config)?;
-        let exactly_once = config.sink.guarantee == Guarantee::ExactlyOnce;
-        let fenced: &[ProducerSlot] = if exactly_once { &slots } else { &[] };
-        let timeout = config.checkpoint.timeout;
-        let Recovered { committed, next } =
-            protocol::recover(&db, fenced, &source, &task_ids, timeout, options.ignore_group_offsets)?;
+        let current: Vec<String> = slots.iter().filter_map(|s| s.transactional_id.clone()).collect();
+        let earlier = earlier_producers(config, &db, &current)?;
+        let fence: Vec<&ProducerSlot> =
+            slots.iter().filter(|s| s.transactional_id.is_some()).chain(earlier.iter()).collect();
+        let recover = RecoverOptions {
+            timeout: config.checkpoint.timeout,
+            check_group: config.sink.guarantee == Guarantee::ExactlyOnce,
+            ignore_group_offsets: options.ignore_group_offsets,
+            start_from_group: config.source.start == StartPosition::Group,
+            pending: options.pending,
+        };
+        let Recovered { committed, next, group } =
+            protocol::recover(&db, &fence, &source, &task_ids, &lineage, &recover)?;
+        drop(fence);
+        drop(earlier);
+        db.set_transactional_ids(&current)?;
         tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
 
+        let positions = start_positions(config, &source, &task_ids, &committed, &group)?;
         let outputs: Vec<String> = config.sink.outputs.keys().cloned().collect();
         let mut tasks = Vec::with_capacity(task_ids.len());
         for id in &task_ids {
             let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
-            tasks.push(Task::new(
-                id.clone(),
-                chain,
-                &outputs,
-                db.clone(),
-                snapshot,
-                committed.offsets.get(id).copied(),
-            )?);
+            tasks.push(Task::new(id.clone(), chain, &outputs, db.clone(), snapshot, positions.get(id).copied())?);
         }
-        let positions = start_positions(config, &source, &task_ids, &committed.offsets)?;
         source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
         if shutdown.load(Ordering::Relaxed) {
             tracing::info!("shutdown requested during start-up");
@@ -139,6 +163,9 @@ impl<'a> Runner<'a> {
         let overlays = tasks.iter().map(|t| t.overlays().clone()).collect();
         let mut runner = Self {
             config,
+            chain,
+            outputs,
+            lineage,
             db,
             source,
             slots,
@@ -146,8 +173,13 @@ impl<'a> Runner<'a> {
             task_index,
             overlays,
             epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() },
+            recorded: committed.offsets,
+            last_discovery: Instant::now(),
         };
         runner.begin_epoch(next)?;
+        if runner.tasks.iter().any(|t| t.next_offset() != runner.recorded.get(t.id()).copied()) {
+            runner.checkpoint()?;
+        }
         Ok(runner)
     }
 
@@ -156,6 +188,10 @@ impl<'a> Runner<'a> {
         let batch_size = self.config.source.batch_size;
         let mut batches: Vec<Vec<InputRecord>> = vec![Vec::new(); self.tasks.len()];
         while !shutdown.load(Ordering::Relaxed) {
+            if self.last_discovery.elapsed() >= self.config.source.partition_discovery_interval {
+                self.discover_partitions()?;
+                batches.resize_with(self.tasks.len(), Vec::new);
+            }
             let mut timeout = POLL_TIMEOUT;
             let mut polled = 0;
             while polled < batch_size * self.tasks.len() {
@@ -182,14 +218,57 @@ impl<'a> Runner<'a> {
             }
             if self.epoch.records > 0 {
                 inject(FaultPoint::MidEpoch, self.epoch.id);
-                let max_bytes = self.config.checkpoint.max_epoch_bytes;
-                let overlay_full = self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes);
-                if overlay_full || self.epoch.started.elapsed() >= self.config.checkpoint.interval {
-                    self.checkpoint()?;
-                }
+            }
+            let max_bytes = self.config.checkpoint.max_epoch_bytes;
+            let overlay_full = self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes);
+            if (overlay_full || self.epoch.started.elapsed() >= self.config.checkpoint.interval) && self.has_work()? {
+                self.checkpoint()?;
             }
         }
         self.finish()
+    }
+
+    /// Whether the open epoch has anything to commit: input, or a partition position that moved
+    /// without input (librdkafka stepped over transaction markers or aborted records). Moves
+    /// every task's next offset up to the consumer's position first; every record polled so far
+    /// has been processed when this runs.
+    fn has_work(&mut self) -> Result<bool, PipelineError> {
+        let positions = self.source.positions().map_err(PipelineError::kafka("reading the consumer's positions"))?;
+        for task in &mut self.tasks {
+            if let Some(position) = positions.get(task.id()) {
+                task.advance_to(*position);
+            }
+        }
+        Ok(self.epoch.records > 0 || self.tasks.iter().any(|t| t.next_offset() != self.recorded.get(t.id()).copied()))
+    }
+
+    /// Looks for partitions added to the source topics; gives each a task that reads it from its
+    /// earliest offset (its position is committed with the next checkpoint).
+    fn discover_partitions(&mut self) -> Result<(), PipelineError> {
+        self.last_discovery = Instant::now();
+        let timeout = self.config.checkpoint.timeout;
+        let counts = self
+            .source
+            .partition_counts(&self.config.source.topics, timeout)
+            .map_err(PipelineError::kafka("reading the source topics' metadata"))?;
+        let mut added = Vec::new();
+        for (topic, count) in counts {
+            let known = self.task_index.keys().filter(|(t, _)| *t == topic).count() as i32;
+            added.extend((known..count).map(|partition| TaskId { topic: topic.clone(), partition }));
+        }
+        if added.is_empty() {
+            return Ok(());
+        }
+        let positions = earliest_offsets(&self.source, &added, timeout)?;
+        for id in added {
+            let offset = positions[&id];
+            tracing::info!(partition = %id, offset, "source partition added while running; reading it from its earliest offset");
+            let task = Task::new(id.clone(), self.chain, &self.outputs, self.db.clone(), |_| None, Some(offset))?;
+            self.task_index.insert((id.topic.clone(), id.partition), self.tasks.len());
+            self.overlays.push(task.overlays().clone());
+            self.tasks.push(task);
+        }
+        self.source.assign_more(&positions).map_err(PipelineError::kafka("assigning the added source partitions"))
     }
 
     /// Index of the task owning `message`'s partition.
@@ -266,7 +345,7 @@ impl<'a> Runner<'a> {
         let barrier_us = lap();
         match self.config.sink.guarantee {
             Guarantee::ExactlyOnce => {
-                protocol::pre_commit(slot, &self.source, &pending, timeout)?;
+                protocol::pre_commit(slot, &self.source, &pending, &self.lineage, timeout)?;
                 pre_commit_us = lap();
                 protocol::make_durable(&self.db, &pending)?;
                 durable_us = lap();
@@ -284,7 +363,7 @@ impl<'a> Runner<'a> {
                 commit_us = 0;
                 protocol::apply(&self.db, &self.overlays, id)?;
                 // The group's offsets only inform other tools here; the state directory is the truth.
-                if let Err(error) = self.source.commit(&pending.offsets, id) {
+                if let Err(error) = self.source.commit(&pending.offsets, &protocol::metadata(&pending, &self.lineage)) {
                     tracing::warn!(%error, checkpoint = %id, "could not commit the group's offsets");
                 }
             }
@@ -303,12 +382,13 @@ impl<'a> Runner<'a> {
             commit_us,
             "checkpoint committed"
         );
+        self.recorded = pending.offsets;
         self.begin_epoch(id.next())
     }
 
     /// Shutdown: commits the open epoch, or aborts its (empty) transaction.
     fn finish(&mut self) -> Result<(), PipelineError> {
-        if self.epoch.records > 0 {
+        if self.has_work()? {
             self.checkpoint()?;
         }
         if self.config.sink.guarantee == Guarantee::ExactlyOnce {
@@ -404,27 +484,127 @@ fn producer_slots(config: &PipelineConfig) -> Result<Vec<ProducerSlot>, Pipeline
     }
 }
 
-/// Where each task starts: its committed offset, else the configured start position.
+/// The transactional ids that earlier runs used and this configuration does not (another
+/// `sink.producer_slots` or prefix, another guarantee, or a pending checkpoint's), each as a
+/// producer to fence: recovery must abort what they left open, or read_committed readers of the
+/// sink wait for the transaction timeout.
+fn earlier_producers(
+    config: &PipelineConfig,
+    db: &StateDb,
+    current: &[String],
+) -> Result<Vec<ProducerSlot>, PipelineError> {
+    let mut ids = db.transactional_ids()?;
+    ids.extend(db.pending()?.map(|p| p.transactional_id).filter(|id| !id.is_empty()));
+    ids.sort();
+    ids.dedup();
+    let sink = &config.sink;
+    ids.iter()
+        .filter(|id| !current.contains(id))
+        .map(|id| {
+            tracing::info!(transactional_id = %id, "fencing a producer an earlier run used");
+            ProducerSlot::transactional(&sink.brokers, &sink.producer, 0, id, sink.transaction_timeout)
+                .map_err(PipelineError::kafka(format!("creating a producer to fence transactional id {id}")))
+        })
+        .collect()
+}
+
+/// Where each task starts: its committed offset (checked against the log's range, see
+/// [`in_range`]), else — for a partition without one — the configured `source.start` on the
+/// pipeline's first start and the earliest offset afterwards (the partition was added since).
 fn start_positions(
     config: &PipelineConfig,
     source: &Source,
     tasks: &[TaskId],
-    committed: &BTreeMap<TaskId, i64>,
-) -> Result<BTreeMap<TaskId, Offset>, PipelineError> {
-    let fresh: Vec<TaskId> = tasks.iter().filter(|t| !committed.contains_key(*t)).cloned().collect();
-    let mut positions: BTreeMap<TaskId, Offset> =
-        committed.iter().map(|(t, o)| (t.clone(), Offset::Offset(*o))).collect();
-    let start = match config.source.start {
-        StartPosition::Earliest => fresh.iter().map(|t| (t.clone(), Offset::Beginning)).collect(),
-        StartPosition::Latest => fresh.iter().map(|t| (t.clone(), Offset::End)).collect(),
-        StartPosition::Group => fresh.iter().map(|t| (t.clone(), Offset::Stored)).collect(),
-        StartPosition::Timestamp(ms) if !fresh.is_empty() => source
-            .offsets_for_timestamp(&fresh, ms, config.checkpoint.timeout)
-            .map_err(PipelineError::kafka("looking up offsets for source.start"))?,
-        StartPosition::Timestamp(_) => BTreeMap::new(),
+    committed: &Committed,
+    group: &BTreeMap<TaskId, GroupOffset>,
+) -> Result<BTreeMap<TaskId, i64>, PipelineError> {
+    let timeout = config.checkpoint.timeout;
+    let first_start = committed.id == CheckpointId(0) && committed.offsets.is_empty();
+    let mut positions = BTreeMap::new();
+    let mut fresh = Vec::new();
+    for task in tasks {
+        match committed.offsets.get(task) {
+            Some(offset) => {
+                positions.insert(task.clone(), in_range(config, source, task, *offset, "checkpoint")?);
+            }
+            None => fresh.push(task.clone()),
+        }
+    }
+    if fresh.is_empty() {
+        return Ok(positions);
+    }
+    let start = if first_start { config.source.start } else { StartPosition::Earliest };
+    let kafka = PipelineError::kafka("looking up the start offsets of source.start");
+    let resolved = match start {
+        StartPosition::Earliest => earliest_offsets(source, &fresh, timeout)?,
+        StartPosition::Latest => fresh
+            .iter()
+            .map(|t| Ok((t.clone(), source.watermarks(t, timeout)?.1)))
+            .collect::<Result<_, _>>()
+            .map_err(kafka)?,
+        StartPosition::Timestamp(ms) => source.offsets_for_timestamp(&fresh, ms, timeout).map_err(kafka)?,
+        StartPosition::Group => {
+            let mut offsets = BTreeMap::new();
+            let without: Vec<TaskId> = fresh.iter().filter(|t| !group.contains_key(*t)).cloned().collect();
+            for task in fresh.iter().filter(|t| group.contains_key(*t)) {
+                offsets.insert(task.clone(), in_range(config, source, task, group[task].offset, "consumer group")?);
+            }
+            offsets.extend(earliest_offsets(source, &without, timeout)?);
+            offsets
+        }
     };
-    positions.extend(start);
+    for (task, offset) in resolved {
+        let why = if first_start { format!("source.start = {start}") } else { "added since the last run".into() };
+        tracing::info!(partition = %task, offset, "{why}: the partition starts here; its position is fixed by the next checkpoint");
+        positions.insert(task, offset);
+    }
     Ok(positions)
+}
+
+/// The earliest offset still in the log of each of `tasks`.
+fn earliest_offsets(
+    source: &Source,
+    tasks: &[TaskId],
+    timeout: Duration,
+) -> Result<BTreeMap<TaskId, i64>, PipelineError> {
+    tasks
+        .iter()
+        .map(|t| Ok((t.clone(), source.watermarks(t, timeout)?.0)))
+        .collect::<Result<_, _>>()
+        .map_err(PipelineError::kafka("looking up the earliest offsets of the source partitions"))
+}
+
+/// `offset` (from the `what`) if the log of `task` still holds it, else what
+/// `source.offset_reset` says: refuse, or go on from the log's start offset with a warning.
+fn in_range(
+    config: &PipelineConfig,
+    source: &Source,
+    task: &TaskId,
+    offset: i64,
+    what: &str,
+) -> Result<i64, PipelineError> {
+    let (low, high) = source
+        .watermarks(task, config.checkpoint.timeout)
+        .map_err(PipelineError::kafka(format!("reading the offsets of {task}")))?;
+    if (low..=high).contains(&offset) {
+        return Ok(offset);
+    }
+    let why = if offset < low {
+        "records were deleted (retention or delete_records) before they were read"
+    } else {
+        "the log is shorter than that (the topic was recreated or truncated)"
+    };
+    match config.source.offset_reset {
+        OffsetReset::Fail => Err(PipelineError::Refused(format!(
+            "the {what} offset of {task} is {offset}, but the log now holds offsets {low} to {high}: {why}. Nothing was skipped. \
+             To skip to the log's start offset {low} and go on, set source.offset_reset = \"earliest\" in the pipeline file"
+        ))),
+        OffsetReset::Earliest => {
+            let skipped = (low - offset).max(0);
+            tracing::warn!(partition = %task, offset, log_start = low, log_end = high, skipped, "{why}: going on from the log's start offset (source.offset_reset = earliest); {skipped} offsets were skipped");
+            Ok(low)
+        }
+    }
 }
 
 fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {

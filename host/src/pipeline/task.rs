@@ -55,7 +55,8 @@ pub struct Task {
 impl Task {
     /// Instantiates the chain for `id`, each operator restored from its committed snapshot.
     ///
-    /// `next_offset` is the committed position of the task's partition, if any.
+    /// `next_offset` is where the task's partition is read from (its committed offset, or where
+    /// a partition without one starts).
     ///
     /// # Errors
     /// When an operator cannot start (instantiation, `init` or `restore` failed).
@@ -100,6 +101,21 @@ impl Task {
     /// The task's state overlays.
     pub fn overlays(&self) -> &Arc<Mutex<TaskOverlays>> {
         &self.overlays
+    }
+
+    /// The next offset of the task's partition: after the last record processed, or where the
+    /// task starts.
+    pub fn next_offset(&self) -> Option<i64> {
+        self.next_offset
+    }
+
+    /// Moves the next offset up to the consumer's `position` when that is further (librdkafka
+    /// stepped over transaction markers or aborted records after the last record processed),
+    /// so a checkpoint commits it and the partition's lag can reach 0.
+    pub fn advance_to(&mut self, position: i64) {
+        if self.next_offset.is_none_or(|offset| position > offset) {
+            self.next_offset = Some(position);
+        }
     }
 
     /// Bytes written to the current epoch's overlay so far.

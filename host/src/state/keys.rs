@@ -12,6 +12,13 @@ use crate::types::{CheckpointId, TaskId};
 pub(super) const META_CHECKPOINT: &[u8] = b"checkpoint";
 /// `meta` key of the highest checkpoint id ever written, pending or committed (u64 BE).
 pub(super) const META_EPOCH_FLOOR: &[u8] = b"epoch_floor";
+/// `meta` key of the state directory's lineage: a random id (UTF-8 hex) made when the database
+/// is created, written into every checkpoint's offset metadata so that an older life's or another
+/// pipeline's offsets are never taken for this one's.
+pub(super) const META_LINEAGE: &[u8] = b"lineage";
+/// `meta` key of the transactional ids the pipeline's producers have used (UTF-8, one per line):
+/// a start fences all of them, not only the slots its configuration names now.
+pub(super) const META_TRANSACTIONAL_IDS: &[u8] = b"transactional_ids";
 /// `meta` key prefix of committed offsets: `offset/<topic>\0<partition BE u32>` → next offset, i64 BE.
 pub(super) const META_OFFSET: &[u8] = b"offset/";
 /// `meta` key prefix of committed snapshots: `snapshot/<operator>\0<topic>\0<partition BE u32>` → bytes.

@@ -38,6 +38,8 @@
 //! | `pending` | `<id>w<full state key>` | `0x01 <value>` (put) or `0x00` (delete) |
 //! | `meta` | `checkpoint` | id of the last applied checkpoint, u64 |
 //! | `meta` | `epoch_floor` | highest id ever written pending or committed, u64 |
+//! | `meta` | `lineage` | random id made with the database (hex); named in checkpoint offset metadata |
+//! | `meta` | `transactional_ids` | every `transactional.id` in use since the last fencing, one per line |
 //! | `meta` | `offset/<task>` | next offset, i64 |
 //! | `meta` | `snapshot/<operator>\0<task>` | snapshot bytes |
 //!

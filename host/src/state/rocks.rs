@@ -12,8 +12,8 @@ use rocksdb::{
 };
 
 use super::keys::{
-    self, META_CHECKPOINT, META_EPOCH_FLOOR, META_OFFSET, META_SNAPSHOT, PENDING_HEADER, PENDING_OFFSET,
-    PENDING_SNAPSHOT, PENDING_WRITE, WRITE_DELETE, WRITE_PUT,
+    self, META_CHECKPOINT, META_EPOCH_FLOOR, META_LINEAGE, META_OFFSET, META_SNAPSHOT, META_TRANSACTIONAL_IDS,
+    PENDING_HEADER, PENDING_OFFSET, PENDING_SNAPSHOT, PENDING_WRITE, WRITE_DELETE, WRITE_PUT,
 };
 use super::{Entries, StateError};
 use crate::types::{CheckpointId, TaskId};
@@ -99,7 +99,12 @@ impl StateDb {
         options.create_missing_column_families(true);
         let db = DB::open_cf_descriptors(&options, dir, column_families())
             .map_err(|e| StateError { message: format!("cannot open state database {}: {e}", dir.display()) })?;
-        Ok(Self::wrap(db, dir))
+        let db = Self::wrap(db, dir);
+        if db.lineage()?.is_none() {
+            let lineage = uuid::Uuid::new_v4().simple().to_string();
+            db.put_meta(META_LINEAGE, lineage.as_bytes(), true)?;
+        }
+        Ok(db)
     }
 
     /// Opens the database in `dir` read-only, for `weir status` while its pipeline runs.
@@ -404,6 +409,48 @@ impl StateDb {
             Ok(entries.len() < limit)
         })?;
         Ok(entries)
+    }
+
+    /// The state directory's lineage: a random 32-digit hex id made when [`StateDb::open`] first
+    /// created the database (`None` only through [`StateDb::open_read_only`] of a database
+    /// written by Weir 0.1). Checkpoint offset metadata carries it, so a group offset written by
+    /// an earlier life of the pipeline (a state directory since wiped) is told apart.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read.
+    pub fn lineage(&self) -> Result<Option<String>, StateError> {
+        Ok(self.read_meta(META_LINEAGE)?.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// Every `transactional.id` the pipeline's producers used since they were last all fenced
+    /// (empty when none was ever recorded).
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read.
+    pub fn transactional_ids(&self) -> Result<Vec<String>, StateError> {
+        let text = self.read_meta(META_TRANSACTIONAL_IDS)?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        Ok(text.iter().flat_map(|t| t.lines()).filter(|l| !l.is_empty()).map(str::to_owned).collect())
+    }
+
+    /// Records the `transactional.id`s the producers use from now on (one synced write), after
+    /// every earlier one was fenced.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be written.
+    pub fn set_transactional_ids(&self, ids: &[String]) -> Result<(), StateError> {
+        self.put_meta(META_TRANSACTIONAL_IDS, ids.join("\n").as_bytes(), true)
+    }
+
+    fn read_meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        self.db.get_cf(self.cf(CF_META), key).map_err(|e| self.error(format!("cannot read meta: {e}")))
+    }
+
+    fn put_meta(&self, key: &[u8], value: &[u8], sync: bool) -> Result<(), StateError> {
+        let mut options = WriteOptions::default();
+        options.set_sync(sync);
+        self.db
+            .put_cf_opt(self.cf(CF_META), key, value, &options)
+            .map_err(|e| self.error(format!("cannot write meta: {e}")))
     }
 
     /// The highest checkpoint id ever written, pending or committed (`CheckpointId(0)` when none):

@@ -1,0 +1,113 @@
+//! Recovery decides a pending checkpoint only on evidence from Kafka, whatever the configuration
+//! is now, and fences every producer an earlier run used (issue 11, cases 4, 6 and 8).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use weir_tests::Isolation;
+use weir_tests::admin::{delete_group, watermarks};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, produce, run_to_completion, wait_exit};
+
+const PARTITIONS: i32 = 2;
+
+/// 50,000 records with distinct values, keyed over 7 keys: enough for a dozen 20 ms epochs of
+/// passthrough on a fast machine, so the faults below (at checkpoint 3 or 5) are reached.
+fn input() -> Vec<(Option<String>, String)> {
+    (0..50_000).map(|i| (Some(format!("k{}", i % 7)), format!("id-{i}"))).collect()
+}
+
+/// Runs `pipeline` with `WEIR_FAULT=fault` until the fault aborts it.
+fn crash_at(pipeline: &TestPipeline, fault: &str) {
+    let mut child = pipeline.spawn(&[("WEIR_FAULT", fault)]);
+    let status = wait_exit(&mut child, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
+    assert!(!status.success() && pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
+}
+
+/// How often each input value came out.
+fn counts(reader: &Reader) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for record in &reader.records {
+        *counts.entry(record.value.clone().unwrap_or_default()).or_default() += 1;
+    }
+    counts
+}
+
+/// Whether a read_committed reader of `topic` is held back by an open transaction.
+fn open_transaction_in(topic: &str) -> bool {
+    (0..PARTITIONS).any(|p| watermarks(topic, p, "read_committed").1 < watermarks(topic, p, "read_uncommitted").1)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pending_checkpoint_is_not_discarded_when_the_consumer_group_is_gone() {
+    let pipeline = TestPipeline::new("weir-nogroup", &Spec::new("passthrough"));
+    let input = input();
+    produce(&pipeline.source, PARTITIONS, &input).await;
+    // Checkpoint 3 committed in Kafka, not applied to the state directory.
+    crash_at(&pipeline, "after-commit@3");
+    delete_group(&format!("weir-{}", pipeline.name)).await;
+
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, RUN_TIMEOUT).expect("the start is refused promptly");
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("cannot tell whether checkpoint 3") && log.contains("--pending-checkpoint"), "{log}");
+    assert!(!log.contains("discarding it"), "nothing is decided on absent evidence:\n{log}");
+
+    // The operator looked at the sink: checkpoint 3's output is there.
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    let mut child = pipeline.spawn_with(&["--pending-checkpoint=committed"], &[]);
+    reader.read_until(input.len(), RUN_TIMEOUT);
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success(), "{}", pipeline.log_text());
+    reader.drain(Duration::from_secs(2));
+    let counts = counts(&reader);
+    assert_eq!(counts.len(), input.len(), "every record came out");
+    assert!(counts.values().all(|n| *n == 1), "and only once; log:\n{}", pipeline.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pending_checkpoint_is_decided_from_kafka_after_a_switch_to_at_least_once() {
+    // A long transaction timeout: the broker does not abort the crashed run's transaction
+    // during the test, so only fencing at the restart can release read_committed readers.
+    let mut spec = Spec::new("passthrough");
+    spec.sink = "transaction_timeout_ms = 600000".into();
+    let pipeline = TestPipeline::new("weir-switch", &spec);
+    let input = input();
+    produce(&pipeline.source, PARTITIONS, &input).await;
+    // Checkpoint 3 durable in the state directory; its transaction open, never committed.
+    crash_at(&pipeline, "after-durable@3");
+    assert!(open_transaction_in(&pipeline.sink), "the crashed run left its transaction open");
+
+    pipeline.set("sink", "guarantee = \"at-least-once\"");
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, input.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    let log = pipeline.log_text();
+    assert!(log.contains("did not commit; discarding it"), "decided from the group's offsets:\n{log}");
+    assert!(!open_transaction_in(&pipeline.sink), "the restart fenced the open transaction");
+    let counts = counts(&reader);
+    assert_eq!(counts.len(), input.len(), "no record of the aborted checkpoint is lost; log:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fewer_producer_slots_after_a_crash_still_fence_the_slot_left_open() {
+    let mut spec = Spec::new("passthrough");
+    spec.sink = "transaction_timeout_ms = 600000\nproducer_slots = 3".into();
+    let pipeline = TestPipeline::new("weir-slots", &spec);
+    let input = input();
+    produce(&pipeline.source, PARTITIONS, &input).await;
+    // Epoch 5 runs on slot 5 mod 3 = 2, the slot that two slots no longer name.
+    crash_at(&pipeline, "after-pre-commit@5");
+    assert!(open_transaction_in(&pipeline.sink), "the crashed run left slot 2's transaction open");
+
+    let text = std::fs::read_to_string(&pipeline.file).unwrap().replace("producer_slots = 3", "producer_slots = 2");
+    std::fs::write(&pipeline.file, text).unwrap();
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, input.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    assert!(pipeline.log_text().contains("fencing a producer an earlier run used"), "{}", pipeline.log_text());
+    assert!(!open_transaction_in(&pipeline.sink));
+    let counts = counts(&reader);
+    assert_eq!(counts.len(), input.len());
+    assert!(counts.values().all(|n| *n == 1), "exactly once");
+}

@@ -1,0 +1,186 @@
+//! Source positions on the real broker: never a silent skip, never a start applied twice, no
+//! partition left unread, and a lag that reaches 0 (issue 11, cases 1, 2, 3 and 7).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use weir_tests::admin::{
+    add_partitions, delete_records_before, delete_topic, produce_in_transaction, produce_to, watermarks,
+};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, run_to_completion, wait_exit};
+use weir_tests::{Isolation, create_topic};
+
+/// `prefix-<i>` for each `i` of `range`.
+fn values(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// The values read so far, as a set, checking that none came twice.
+fn distinct_values(reader: &Reader) -> BTreeSet<String> {
+    let values: Vec<String> = reader.records.iter().filter_map(|r| r.value.clone()).collect();
+    let set: BTreeSet<String> = values.iter().cloned().collect();
+    assert_eq!(set.len(), values.len(), "no record comes out twice");
+    set
+}
+
+/// Starts the pipeline and expects it to refuse: a non-zero exit, with every one of `needles` in
+/// the log.
+fn expect_refusal(pipeline: &TestPipeline, needles: &[&str]) {
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("weir run did not refuse to start; log:\n{}", pipeline.log_text()));
+    assert!(!status.success(), "weir run exited 0; log:\n{}", pipeline.log_text());
+    let log = pipeline.log_text();
+    for needle in needles {
+        assert!(log.contains(needle), "the refusal names `{needle}`; log:\n{log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_checkpoint_offset_deleted_from_the_log_fails_the_start_or_skips_visibly() {
+    let pipeline = TestPipeline::new("weir-range", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("id", 0..1000));
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 1000, &[]);
+
+    produce_to(&pipeline.source, 0, &values("id", 1000..2000));
+    delete_records_before(&pipeline.source, 0, 1500).await;
+    assert_eq!(watermarks(&pipeline.source, 0, "read_committed").0, 1500, "the broker deleted offsets below 1500");
+    let partition = format!("{}[0]", pipeline.source);
+    expect_refusal(&pipeline, &[&partition, "is 1000", "offsets 1500 to 2000", "source.offset_reset = \"earliest\""]);
+    reader.drain(Duration::from_secs(1));
+    assert_eq!(reader.records.len(), 1000, "the refused start wrote nothing");
+
+    pipeline.set("source", "offset_reset = \"earliest\"");
+    run_to_completion(&pipeline, &mut reader, 1500, &[]);
+    reader.drain(Duration::from_secs(1));
+    let want: BTreeSet<String> = values("id", 0..1000).into_iter().chain(values("id", 1500..2000)).collect();
+    assert_eq!(distinct_values(&reader), want, "1500..1999 come out after the gap");
+    assert!(pipeline.log_text().contains("500 offsets were skipped"), "the gap is logged:\n{}", pipeline.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recreated_source_topic_fails_the_start_or_is_read_from_its_start() {
+    let pipeline = TestPipeline::new("weir-recreate", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("old", 0..100));
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 100, &[]);
+
+    delete_topic(&pipeline.source).await;
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("new", 0..10));
+    expect_refusal(&pipeline, &["is 100", "offsets 0 to 10", "recreated"]);
+
+    pipeline.set("source", "offset_reset = \"earliest\"");
+    run_to_completion(&pipeline, &mut reader, 110, &[]);
+    reader.drain(Duration::from_secs(1));
+    let want: BTreeSet<String> = values("old", 0..100).into_iter().chain(values("new", 0..10)).collect();
+    assert_eq!(distinct_values(&reader), want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn start_latest_is_fixed_once_per_partition_even_for_a_partition_without_input() {
+    let mut spec = Spec::new("passthrough");
+    spec.source = "start = \"latest\"".into();
+    let pipeline = TestPipeline::new("weir-latest", &spec);
+    create_topic(&pipeline.source, 2).await;
+    produce_to(&pipeline.source, 0, &values("before-p0", 0..5));
+    produce_to(&pipeline.source, 1, &values("before-p1", 0..5));
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+
+    // First start, no input at all: the end offsets are fixed as the start positions.
+    let mut child = pipeline.spawn(&[]);
+    pipeline.wait_for_log("checkpoint committed", RUN_TIMEOUT);
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success());
+    produce_to(&pipeline.source, 1, &values("between-p1", 0..3));
+
+    // Second run: input to p0 only while it runs.
+    let mut child = pipeline.spawn(&[]);
+    produce_to(&pipeline.source, 0, &values("run2-p0", 0..10));
+    reader.read_until(13, RUN_TIMEOUT);
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success());
+
+    // Stopped: both partitions get input; the restart reads all of it.
+    produce_to(&pipeline.source, 1, &values("stopped-p1", 0..10));
+    produce_to(&pipeline.source, 0, &values("stopped-p0", 0..10));
+    run_to_completion(&pipeline, &mut reader, 33, &[]);
+    reader.drain(Duration::from_secs(1));
+    let want: BTreeSet<String> = [
+        values("between-p1", 0..3),
+        values("run2-p0", 0..10),
+        values("stopped-p1", 0..10),
+        values("stopped-p0", 0..10),
+    ]
+    .concat()
+    .into_iter()
+    .collect();
+    assert_eq!(
+        distinct_values(&reader),
+        want,
+        "nothing produced after the first start is skipped, nothing before it is read"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn partitions_added_while_running_or_stopped_are_read_from_their_earliest_offset() {
+    let mut spec = Spec::new("passthrough");
+    spec.source = "start = \"latest\"\npartition_discovery_interval_ms = 500".into();
+    let pipeline = TestPipeline::new("weir-grow", &spec);
+    create_topic(&pipeline.source, 2).await;
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    let mut child = pipeline.spawn(&[]);
+    pipeline.wait_for_log("checkpoint committed", RUN_TIMEOUT);
+
+    add_partitions(&pipeline.source, 4).await;
+    for partition in 0..4 {
+        produce_to(&pipeline.source, partition, &values(&format!("running-p{partition}"), 0..25));
+    }
+    let read = reader.read_until(100, RUN_TIMEOUT);
+    assert_eq!(read, 100, "the records of the added partitions come out; log:\n{}", pipeline.log_text());
+    assert!(pipeline.log_text().contains("source partition added while running"), "{}", pipeline.log_text());
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success());
+
+    // Added while stopped: a pipeline that has a checkpoint reads them from the earliest offset,
+    // whatever source.start says.
+    add_partitions(&pipeline.source, 6).await;
+    for partition in 4..6 {
+        produce_to(&pipeline.source, partition, &values(&format!("stopped-p{partition}"), 0..5));
+    }
+    run_to_completion(&pipeline, &mut reader, 110, &[]);
+    reader.drain(Duration::from_secs(1));
+    assert_eq!(distinct_values(&reader).len(), 110);
+}
+
+/// Polls `weir status` until it reports a total lag of 0; returns the last output.
+fn wait_for_zero_lag(pipeline: &TestPipeline, timeout: Duration) -> String {
+    let started = Instant::now();
+    loop {
+        let status = pipeline.status();
+        if status.lines().any(|line| line.starts_with("total lag: 0 ")) || started.elapsed() > timeout {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lag_reaches_zero_on_a_transactional_input() {
+    let pipeline = TestPipeline::new("weir-lag", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 2).await;
+    produce_in_transaction(&pipeline.source, 0, &values("aborted", 0..10), false);
+    produce_in_transaction(&pipeline.source, 0, &values("committed", 0..50), true);
+    // Partition 1 is never written to: its lag must not count from offset 0 either.
+    let (_, end) = watermarks(&pipeline.source, 0, "read_committed");
+    assert_eq!(end, 62, "60 records and 2 control records in the log");
+
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    let mut child = pipeline.spawn(&[]);
+    assert_eq!(reader.read_until(50, RUN_TIMEOUT), 50, "log:\n{}", pipeline.log_text());
+    let status = wait_for_zero_lag(&pipeline, RUN_TIMEOUT);
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success());
+    assert!(status.contains("total lag: 0 "), "the lag reaches 0 past the commit marker:\n{status}");
+    reader.drain(Duration::from_secs(1));
+    assert_eq!(distinct_values(&reader), values("committed", 0..50).into_iter().collect());
+}

@@ -1,0 +1,127 @@
+//! What a test does to the broker besides producing and consuming: records to one partition,
+//! transactions, deleted records, added partitions, deleted groups, watermarks.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::{bootstrap, unique_name};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn admin() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("admin client")
+}
+
+fn options() -> AdminOptions {
+    AdminOptions::new().operation_timeout(Some(TIMEOUT)).request_timeout(Some(TIMEOUT))
+}
+
+fn producer(extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProducerContext> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap()).set("enable.idempotence", "true");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config.create().expect("producer")
+}
+
+fn send_all(producer: &ThreadedProducer<DefaultProducerContext>, topic: &str, partition: i32, values: &[String]) {
+    for value in values {
+        let mut record = BaseRecord::<str, str>::to(topic).partition(partition).payload(value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, returned)) => {
+                    record = returned;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+}
+
+/// Writes `values` (no key) to partition `partition` of `topic`, which must exist.
+pub fn produce_to(topic: &str, partition: i32, values: &[String]) {
+    let producer = producer(&[]);
+    send_all(&producer, topic, partition, values);
+    producer.flush(TIMEOUT).expect("flush");
+}
+
+/// Writes `values` to partition `partition` of `topic` in one transaction, committed or
+/// aborted: the partition then holds a control record after them.
+pub fn produce_in_transaction(topic: &str, partition: i32, values: &[String], commit: bool) {
+    let id = unique_name("weir-test-txn");
+    let producer = producer(&[("transactional.id", id.as_str())]);
+    producer.init_transactions(TIMEOUT).expect("init_transactions");
+    producer.begin_transaction().expect("begin_transaction");
+    send_all(&producer, topic, partition, values);
+    producer.flush(TIMEOUT).expect("flush");
+    if commit {
+        producer.commit_transaction(TIMEOUT).expect("commit_transaction");
+    } else {
+        producer.abort_transaction(TIMEOUT).expect("abort_transaction");
+    }
+}
+
+/// Deletes the records of `topic`'s `partition` below `offset` (`DeleteRecords`): the log
+/// then starts at `offset`.
+pub async fn delete_records_before(topic: &str, partition: i32, offset: i64) {
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(offset)).expect("offset");
+    let result = admin().delete_records(&list, &options()).await.expect("delete_records");
+    for element in result.elements() {
+        assert!(element.error().is_ok(), "delete_records of {topic}[{partition}]: {:?}", element.error());
+    }
+}
+
+/// Grows `topic` to `total` partitions.
+pub async fn add_partitions(topic: &str, total: usize) {
+    let results =
+        admin().create_partitions(&[NewPartitions::new(topic, total)], &options()).await.expect("create_partitions");
+    for result in results {
+        result.unwrap_or_else(|(t, e)| panic!("create_partitions of {t}: {e}"));
+    }
+}
+
+/// Deletes consumer group `group` (it must have no active members).
+pub async fn delete_group(group: &str) {
+    let results = admin().delete_groups(&[group], &options()).await.expect("delete_groups");
+    for result in results {
+        result.unwrap_or_else(|(g, e)| panic!("delete_groups of {g}: {e}"));
+    }
+}
+
+/// Deletes `topic`, and waits until the broker no longer lists it.
+pub async fn delete_topic(topic: &str) {
+    let results = admin().delete_topics(&[topic], &options()).await.expect("delete_topics");
+    for result in results {
+        result.unwrap_or_else(|(t, e)| panic!("delete_topics of {t}: {e}"));
+    }
+    let client = admin();
+    let started = std::time::Instant::now();
+    while started.elapsed() < TIMEOUT {
+        let metadata = client.inner().fetch_metadata(None, TIMEOUT).expect("metadata");
+        if !metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("{topic} still listed {TIMEOUT:?} after its deletion");
+}
+
+/// Low and high watermarks of `topic`'s `partition` as a reader with `isolation_level` sees
+/// them (`read_committed`: the high one is the last stable offset).
+pub fn watermarks(topic: &str, partition: i32, isolation_level: &str) -> (i64, i64) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique_name("weir-test-watermarks"))
+        .set("isolation.level", isolation_level)
+        .create()
+        .expect("consumer");
+    consumer.fetch_watermarks(topic, partition, TIMEOUT).expect("watermarks")
+}
