@@ -200,11 +200,17 @@ pub fn process_all(
     records.chunks(batch_size).flat_map(|batch| operator.process(batch).expect("process")).collect()
 }
 
-/// The `weir` binary of this build (`cargo build` puts it beside the test executables' `deps/`).
+/// The `weir` binary of this build (`cargo build` puts it beside the test executables' `deps/`),
+/// or `$WEIR_TEST_BINARY` when set.
 ///
 /// # Panics
 /// When it has not been built, saying how to build it.
 pub fn weir_binary() -> PathBuf {
+    // `WEIR_TEST_BINARY` runs the tests against another build, e.g. to see a new test fail on
+    // the code before a fix.
+    if let Some(path) = std::env::var_os("WEIR_TEST_BINARY") {
+        return PathBuf::from(path);
+    }
     let exe = std::env::current_exe().expect("test executable path");
     let path = exe.parent().and_then(|deps| deps.parent()).expect("target directory").join("weir");
     assert!(path.exists(), "{} is missing: run `cargo build --release -p weir` (scripts/test.sh does)", path.display());
