@@ -157,13 +157,15 @@ impl Source {
     /// # Errors
     /// When the cluster cannot be reached within `timeout`.
     pub fn partition_counts(&self, topics: &[String], timeout: Duration) -> Result<BTreeMap<String, i32>, KafkaError> {
-        let metadata = self.consumer.fetch_metadata(None, timeout)?;
-        Ok(metadata
-            .topics()
-            .iter()
-            .filter(|t| t.error().is_none() && topics.iter().any(|name| name == t.name()))
-            .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
-            .collect())
+        let mut counts = BTreeMap::new();
+        // One request per topic: the metadata of every topic of a large cluster is not needed.
+        for topic in topics {
+            let metadata = self.consumer.fetch_metadata(Some(topic), timeout)?;
+            if let Some(found) = metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()) {
+                counts.insert(topic.clone(), found.partitions().len() as i32);
+            }
+        }
+        Ok(counts)
     }
 
     /// The group metadata to pass to `send_offsets_to_transaction`.
