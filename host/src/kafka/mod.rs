@@ -5,11 +5,13 @@
 //! `producer` tables may set any other librdkafka property (validated in [`crate::config`]).
 
 mod admin;
+mod failure;
 mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
-pub use sink::{DeliveryErrors, ProducerSlot};
+pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
+pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use source::{GroupOffset, Source, checkpoint_metadata, parse_checkpoint_metadata};
 
 use std::collections::BTreeMap;
