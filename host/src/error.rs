@@ -5,6 +5,7 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 
 use crate::config::ConfigError;
+use crate::kafka::{ErrorClass, Fenced, ProducerError, classify, hint};
 use crate::state::StateError;
 use crate::types::CheckpointId;
 use crate::wasm::{LoadError, OperatorError};
@@ -25,13 +26,22 @@ pub enum PipelineError {
     /// The state database failed.
     #[error(transparent)]
     State(#[from] StateError),
-    /// A Kafka operation failed.
-    #[error("kafka: {operation} failed: {source}")]
+    /// A Kafka operation failed. The message ends with what to do when recovery cannot heal
+    /// the error ([`crate::kafka::hint`]).
+    #[error("kafka: {operation} failed: {source}{}", hint(classify(source)))]
     Kafka {
         /// What Weir was doing, e.g. `commit_transaction for checkpoint 12`.
         operation: String,
         /// librdkafka's error.
         source: KafkaError,
+    },
+    /// Another producer took over one of the sink's transactional ids.
+    #[error("kafka: {operation} failed: {fenced}")]
+    Fenced {
+        /// What Weir was doing, e.g. `flush of checkpoint 12`.
+        operation: String,
+        /// Which transactional id, and why.
+        fenced: Fenced,
     },
     /// A start-up check refused the configuration against the cluster.
     #[error("refusing to start: {0}")]
@@ -52,19 +62,35 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
-    /// A Kafka error with the operation that failed.
-    pub fn kafka(operation: impl Into<String>) -> impl FnOnce(KafkaError) -> Self {
+    /// A Kafka error (of a client, or of a producer slot) with the operation that failed.
+    pub fn kafka<E: Into<ProducerError>>(operation: impl Into<String>) -> impl FnOnce(E) -> Self {
         let operation = operation.into();
-        move |source| PipelineError::Kafka { operation, source }
+        move |error| match error.into() {
+            ProducerError::Kafka(source) => PipelineError::Kafka { operation, source },
+            ProducerError::Fenced(fenced) => PipelineError::Fenced { operation, fenced },
+        }
     }
 
     /// Whether the runner should recover and try again (with back-off) rather than exit: Kafka
-    /// failures (a broker down, a transaction the broker aborted, a fenced producer), operator
-    /// failures under `on_error = "fail"`, and checkpoint timeouts. Configuration errors,
-    /// refused start-up checks, state corruption and inconsistent offsets need a human.
+    /// failures that can heal (a broker down, a transaction the broker aborted, a topic
+    /// missing — recovery's start-up checks then refuse a missing source topic), operator
+    /// failures under `on_error = "fail"`, and checkpoint timeouts. Kafka configuration and
+    /// authorisation errors, a producer fenced by another process, refused start-up checks,
+    /// state corruption and inconsistent offsets need a human ([`crate::kafka::classify`]).
     pub fn is_retriable(&self) -> bool {
         match self {
-            PipelineError::Kafka { .. } | PipelineError::CheckpointTimeout { .. } => true,
+            // A fencing code outside `PipelineError::Fenced` is the broker's abort of a
+            // transaction that outlived its timeout (the producer slot tells them apart).
+            PipelineError::Kafka { source, .. } => {
+                matches!(
+                    classify(source),
+                    ErrorClass::Transient
+                        | ErrorClass::MissingTopic
+                        | ErrorClass::OffsetOutOfRange
+                        | ErrorClass::Fenced
+                )
+            }
+            PipelineError::CheckpointTimeout { .. } => true,
             // A guest that refuses its configuration will refuse it again.
             PipelineError::Operator(error) => error.call != crate::wasm::Call::Init,
             _ => false,

@@ -217,11 +217,16 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Reads `topic` (with `partitions` partitions) with `isolation`.
+    /// Reads `topic` (with `partitions` partitions) of the test broker with `isolation`.
     pub fn new(topic: &str, partitions: i32, isolation: Isolation) -> Self {
+        Self::on(&bootstrap(), topic, partitions, isolation)
+    }
+
+    /// Reads `topic` (with `partitions` partitions) of the cluster at `brokers` with `isolation`.
+    pub fn on(brokers: &str, topic: &str, partitions: i32, isolation: Isolation) -> Self {
         let level = if isolation == Isolation::ReadCommitted { "read_committed" } else { "read_uncommitted" };
         let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
+            .set("bootstrap.servers", brokers)
             .set("group.id", unique_name("weir-test-reader"))
             .set("enable.auto.commit", "false")
             .set("isolation.level", level)

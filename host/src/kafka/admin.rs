@@ -35,6 +35,17 @@ impl Admin {
         Ok(Self { client, brokers: brokers.to_owned() })
     }
 
+    /// The cluster's id (KIP-78), the same whichever of its brokers bootstrap names.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached within the request timeout.
+    pub fn cluster_id(&self) -> Result<String, KafkaError> {
+        self.client
+            .inner()
+            .fetch_cluster_id(REQUEST_TIMEOUT)
+            .ok_or(KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut))
+    }
+
     /// The bootstrap servers this client talks to.
     pub fn brokers(&self) -> &str {
         &self.brokers

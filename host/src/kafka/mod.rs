@@ -5,13 +5,15 @@
 //! `producer` tables may set any other librdkafka property (validated in [`crate::config`]).
 
 mod admin;
+mod failure;
 mod metadata;
 mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
+pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
 pub use metadata::{CheckpointMetadata, Lineage};
-pub use sink::{DeliveryErrors, ProducerSlot};
+pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use source::{GroupOffset, Source};
 
 use std::collections::BTreeMap;

@@ -1,5 +1,11 @@
 //! The sink's producers. Under exactly-once, a pipeline has k producer slots, each a
 //! transactional producer with the fixed `transactional.id` `<prefix>-<slot>`.
+//!
+//! # Failure
+//! Every call returns a [`ProducerError`]: librdkafka's error, or [`Fenced`] when another
+//! producer with the slot's `transactional.id` took it over (the producer's fatal error is a
+//! fencing one and its transaction was younger than `transaction.timeout.ms`, so the broker's
+//! timeout abort — which fences the same way — cannot be the cause).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -12,7 +18,20 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
+use super::failure::{ErrorClass, Fenced, classify_code};
 use crate::wasm::OutputRecord;
+
+/// Why a call of a [`ProducerSlot`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProducerError {
+    /// librdkafka's error; [`super::classify`] says whether recovery can heal it.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    /// Another producer took over the slot's `transactional.id`; this one can never write again.
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
+}
 
 /// Failed deliveries seen by a producer since its creation: count and first error.
 #[derive(Debug, Default)]
@@ -52,6 +71,10 @@ pub struct ProducerSlot {
     pub transactional_id: Option<String>,
     producer: ThreadedProducer<SinkContext>,
     errors: Arc<Mutex<DeliveryErrors>>,
+    /// `transaction.timeout.ms`, when transactional.
+    transaction_timeout: Duration,
+    /// When the open transaction began (no earlier than the coordinator saw it begin).
+    transaction_began: Mutex<Option<Instant>>,
 }
 
 impl ProducerSlot {
@@ -74,7 +97,9 @@ impl ProducerSlot {
             ("enable.idempotence", "true"),
             ("transaction.timeout.ms", timeout.as_str()),
         ];
-        Self::create(brokers, overrides, &own, slot, Some(transactional_id.to_owned()))
+        let mut created = Self::create(brokers, overrides, &own, slot, Some(transactional_id.to_owned()))?;
+        created.transaction_timeout = transaction_timeout;
+        Ok(created)
     }
 
     /// A producer without transactions; idempotent when `idempotent` (at-least-once).
@@ -96,7 +121,14 @@ impl ProducerSlot {
         let context = SinkContext::default();
         let errors = context.errors.clone();
         let producer = super::client_config(brokers, overrides, own).create_with_context(context)?;
-        Ok(Self { slot, transactional_id, producer, errors })
+        Ok(Self {
+            slot,
+            transactional_id,
+            producer,
+            errors,
+            transaction_timeout: Duration::ZERO,
+            transaction_began: Mutex::new(None),
+        })
     }
 
     /// `init_transactions`: fences any earlier producer with the same `transactional.id`,
@@ -104,16 +136,18 @@ impl ProducerSlot {
     ///
     /// # Errors
     /// When the transaction coordinator cannot be reached within `timeout`.
-    pub fn fence(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.producer.init_transactions(timeout)
+    pub fn fence(&self, timeout: Duration) -> Result<(), ProducerError> {
+        self.check(self.producer.init_transactions(timeout))
     }
 
     /// Starts a transaction (local to the client until the first record is sent).
     ///
     /// # Errors
     /// When a transaction is already open or the producer is fenced.
-    pub fn begin(&self) -> Result<(), KafkaError> {
-        self.producer.begin_transaction()
+    pub fn begin(&self) -> Result<(), ProducerError> {
+        self.check(self.producer.begin_transaction())?;
+        *self.transaction_began.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        Ok(())
     }
 
     /// Queues one record for `topic`; when the queue is full, waits for room.
@@ -121,7 +155,12 @@ impl ProducerSlot {
     ///
     /// # Errors
     /// When librdkafka refuses the record for another reason than a full queue.
-    pub fn send(&self, topic: &str, record: &OutputRecord, default_timestamp: Option<i64>) -> Result<(), KafkaError> {
+    pub fn send(
+        &self,
+        topic: &str,
+        record: &OutputRecord,
+        default_timestamp: Option<i64>,
+    ) -> Result<(), ProducerError> {
         let headers = (!record.headers.is_empty()).then(|| {
             record.headers.iter().fold(OwnedHeaders::new_with_capacity(record.headers.len()), |headers, h| {
                 headers.insert(Header { key: &h.key, value: Some(&h.value) })
@@ -140,7 +179,7 @@ impl ProducerSlot {
                     // The producer's own thread drains the queue; give it a moment.
                     std::thread::sleep(Duration::from_millis(2));
                 }
-                Err((error, _)) => return Err(error),
+                Err((error, _)) => return self.check(Err(error)),
             }
         }
     }
@@ -149,7 +188,11 @@ impl ProducerSlot {
     ///
     /// # Errors
     /// When `timeout` passes first, or a record failed delivery.
-    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+    pub fn flush(&self, timeout: Duration) -> Result<(), ProducerError> {
+        self.check(self.flush_and_check_deliveries(timeout))
+    }
+
+    fn flush_and_check_deliveries(&self, timeout: Duration) -> Result<(), KafkaError> {
         // rust-rdkafka's flush waits in `poll` for up to 100 ms at a time, but the producer's own
         // thread serves the delivery reports, so every flush took a full 100 ms. Ask librdkafka
         // without waiting instead, and sleep briefly between the questions.
@@ -176,8 +219,8 @@ impl ProducerSlot {
         offsets: &TopicPartitionList,
         group: &ConsumerGroupMetadata,
         timeout: Duration,
-    ) -> Result<(), KafkaError> {
-        self.producer.send_offsets_to_transaction(offsets, group, timeout)
+    ) -> Result<(), ProducerError> {
+        self.check(self.producer.send_offsets_to_transaction(offsets, group, timeout))
     }
 
     /// Commits the open transaction.
@@ -187,17 +230,57 @@ impl ProducerSlot {
     ///
     /// # Errors
     /// When the commit fails, times out, or a record failed delivery.
-    pub fn commit(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.check_deliveries()?;
-        self.producer.commit_transaction(timeout)
+    pub fn commit(&self, timeout: Duration) -> Result<(), ProducerError> {
+        self.check(self.check_deliveries().and_then(|()| self.producer.commit_transaction(timeout)))?;
+        self.transaction_ended();
+        Ok(())
     }
 
     /// Aborts the open transaction.
     ///
     /// # Errors
     /// When the coordinator cannot be reached within `timeout`.
-    pub fn abort(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.producer.abort_transaction(timeout)
+    pub fn abort(&self, timeout: Duration) -> Result<(), ProducerError> {
+        self.check(self.producer.abort_transaction(timeout))?;
+        self.transaction_ended();
+        Ok(())
+    }
+
+    fn transaction_ended(&self) {
+        *self.transaction_began.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// `result`, with its error turned into [`ProducerError::Fenced`] when another producer
+    /// fenced this one.
+    fn check<T>(&self, result: Result<T, KafkaError>) -> Result<T, ProducerError> {
+        result.map_err(|error| self.fenced().map_or(ProducerError::Kafka(error), ProducerError::Fenced))
+    }
+
+    /// Whether another producer with this slot's `transactional.id` took it over.
+    fn fenced(&self) -> Option<Fenced> {
+        let transactional_id = self.transactional_id.as_ref()?;
+        let (code, reason) = self.producer.client().fatal_error()?;
+        if classify_code(code) != ErrorClass::Fenced {
+            return None;
+        }
+        let open_for = self.transaction_began.lock().unwrap_or_else(|e| e.into_inner()).map(|began| began.elapsed());
+        if let Some(open_for) = open_for
+            && open_for >= self.transaction_timeout
+        {
+            // The coordinator aborts a transaction open longer than transaction.timeout.ms and
+            // bumps the producer epoch, which fences this producer just like a new one would.
+            // Recovery heals that, so it is an ordinary error.
+            tracing::warn!(
+                transactional_id,
+                open_ms = open_for.as_millis() as u64,
+                %reason,
+                "producer fenced after its transaction outlived transaction.timeout.ms; recovering"
+            );
+            return None;
+        }
+        let suffix = format!("-{}", self.slot);
+        let prefix = transactional_id.strip_suffix(&suffix).unwrap_or(transactional_id).to_owned();
+        Some(Fenced { transactional_id: transactional_id.clone(), prefix, reason })
     }
 
     fn check_deliveries(&self) -> Result<(), KafkaError> {

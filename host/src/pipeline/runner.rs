@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::task::Task;
@@ -12,7 +13,7 @@ use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, PendingOverride, RecoverOptions, Recovered};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
-use crate::kafka::{Admin, GroupOffset, Lineage, ProducerSlot, Source, TopicCheck};
+use crate::kafka::{Admin, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source, TopicCheck, classify};
 use crate::state::{Committed, StateDb, StateError, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, TransformComponent, WasmEngine};
@@ -206,9 +207,14 @@ impl<'a> Runner<'a> {
                             self.process(index, std::mem::take(&mut batches[index]))?;
                         }
                     }
-                    // librdkafka recovers from transient errors itself; a lasting one fails
-                    // the next commit, which sends the pipeline into recovery.
-                    Err(error) => tracing::warn!(%error, "source consumer error"),
+                    // librdkafka recovers from transient errors itself. A topic that vanished
+                    // does not come back by polling: recovery checks the topics again and
+                    // refuses to start without one. Configuration and authorisation errors stop
+                    // the pipeline ([`PipelineError::is_retriable`]).
+                    Err(error) if classify(&error) == ErrorClass::Transient => {
+                        tracing::warn!(%error, "source consumer error; librdkafka retries")
+                    }
+                    Err(error) => return Err(PipelineError::kafka("reading the source")(error)),
                 }
             }
             for (index, batch) in batches.iter_mut().enumerate() {
@@ -402,12 +408,12 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// Checks topics and the transaction timeout against the cluster; creates sink topics when
-/// allowed. Returns the pipeline's tasks, one per source partition.
+/// Checks topics, the clusters and the transaction timeout; creates sink topics when allowed.
+/// Returns the pipeline's tasks, one per source partition.
 fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> {
     let brokers = &config.source.brokers;
-    let admin =
-        Admin::new(brokers, &config.source.consumer).map_err(PipelineError::kafka("creating the admin client"))?;
+    let admin = Admin::new(brokers, &config.source.consumer)
+        .map_err(PipelineError::kafka("creating a client with the properties of source.consumer"))?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
     let found = admin
         .topics(&names)
@@ -420,13 +426,17 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
             }
             TopicCheck::Missing => {
                 return Err(PipelineError::Refused(format!(
-                    "source topic `{topic}` (source.topics) does not exist on {brokers}; create it first, e.g. with `weir produce`"
+                    "source topic `{topic}` (source.topics) does not exist on {brokers} (never created, or deleted); \
+                     create it first, e.g. with `weir produce`, or remove it from source.topics"
                 )));
             }
         }
     }
     let sink_admin = Admin::new(&config.sink.brokers, &config.sink.producer)
-        .map_err(PipelineError::kafka("creating the admin client"))?;
+        .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))?;
+    if config.sink.guarantee == Guarantee::ExactlyOnce {
+        check_same_cluster(&admin, &sink_admin)?;
+    }
     let mut sink_topics: Vec<(&str, String)> = vec![(config.sink.topic.as_str(), "sink.topic".to_owned())];
     sink_topics
         .extend(config.sink.outputs.iter().map(|(name, topic)| (topic.as_str(), format!("sink.outputs.{name}"))));
@@ -464,6 +474,27 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
         }
     }
     Ok(tasks)
+}
+
+/// Exactly-once commits the source offsets in the sink's transactions, so both must be one
+/// cluster: compares the cluster ids (KIP-78), not the bootstrap addresses, which differ for one
+/// cluster named by another host or broker.
+fn check_same_cluster(source: &Admin, sink: &Admin) -> Result<(), PipelineError> {
+    let cluster_id = |admin: &Admin| {
+        admin.cluster_id().map_err(PipelineError::kafka(format!("reading the cluster id of {}", admin.brokers())))
+    };
+    let (source_id, sink_id) = (cluster_id(source)?, cluster_id(sink)?);
+    if source_id != sink_id {
+        return Err(PipelineError::Refused(format!(
+            "sink.guarantee = \"exactly-once\" needs the sink on the source's cluster (the source offsets are \
+             committed in the sink's transactions), but sink.brokers = \"{}\" is cluster {sink_id} and \
+             source.brokers = \"{}\" is cluster {source_id}; point sink.brokers at the source's cluster, or set \
+             sink.guarantee = \"at-least-once\"",
+            sink.brokers(),
+            source.brokers()
+        )));
+    }
+    Ok(())
 }
 
 /// The producers of the sink: k transactional slots `<prefix>-<slot>`, or one plain producer.
@@ -539,7 +570,7 @@ fn start_positions(
         StartPosition::Earliest => earliest_offsets(source, &fresh, timeout)?,
         StartPosition::Latest => fresh
             .iter()
-            .map(|t| Ok((t.clone(), source.watermarks(t, timeout)?.1)))
+            .map(|t| Ok::<_, KafkaError>((t.clone(), source.watermarks(t, timeout)?.1)))
             .collect::<Result<_, _>>()
             .map_err(kafka)?,
         StartPosition::Timestamp(ms) => source.offsets_for_timestamp(&fresh, ms, timeout).map_err(kafka)?,
@@ -569,7 +600,7 @@ fn earliest_offsets(
 ) -> Result<BTreeMap<TaskId, i64>, PipelineError> {
     tasks
         .iter()
-        .map(|t| Ok((t.clone(), source.watermarks(t, timeout)?.0)))
+        .map(|t| Ok::<_, KafkaError>((t.clone(), source.watermarks(t, timeout)?.0)))
         .collect::<Result<_, _>>()
         .map_err(PipelineError::kafka("looking up the earliest offsets of the source partitions"))
 }

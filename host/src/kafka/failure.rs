@@ -1,0 +1,194 @@
+//! What a Kafka error means for a pipeline: whether recovery can heal it, or a human must act.
+//!
+//! librdkafka retries transient faults itself (a broker down, a leader moving, a request timing
+//! out). What still reaches Weir is either transient too — recovery with back-off may heal it —
+//! or lasting: a property librdkafka rejects, credentials or rights the cluster refuses, a
+//! producer fenced by another one with its `transactional.id`. [`classify`] sorts them, in this
+//! one place; the runner stops on [`ErrorClass::Configuration`] and [`ErrorClass::Authorization`]
+//! with a message naming the setting at fault ([`hint`]), and on a producer slot's [`Fenced`].
+
+use std::fmt;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// The class of a Kafka error, from librdkafka's error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// May heal by itself or after recovery: a broker down, the network, a timeout, a
+    /// transaction the broker aborted.
+    Transient,
+    /// A topic or partition is unknown to the cluster. Recovery checks the topics again at
+    /// start-up and refuses to start while a source topic is missing.
+    MissingTopic,
+    /// A fetch position is out of the log's range (records deleted before they were read, a
+    /// recreated topic). The consumer's `auto.offset.reset` is `error`, so librdkafka reports it
+    /// instead of jumping; recovery applies `source.offset_reset` at the next start.
+    OffsetOutOfRange,
+    /// librdkafka rejected a property of `source.consumer` or `sink.producer`, or could not
+    /// create a client with them.
+    Configuration,
+    /// The cluster refuses the pipeline's credentials (authentication) or their rights (ACLs).
+    Authorization,
+    /// A fencing code: another producer with the same `transactional.id` took over (KIP-98), or
+    /// the broker aborted a transaction that outlived `transaction.timeout.ms`, which fences the
+    /// same way. The producer slot tells them apart ([`Fenced`] is the first).
+    Fenced,
+}
+
+/// The class of `error`.
+pub fn classify(error: &KafkaError) -> ErrorClass {
+    let code = match error {
+        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => return ErrorClass::Configuration,
+        // rust-rdkafka does not report the code of a failed admin operation as its error code.
+        KafkaError::AdminOp(code) => Some(*code),
+        other => other.rdkafka_error_code(),
+    };
+    code.map_or(ErrorClass::Transient, classify_code)
+}
+
+/// The class of a librdkafka error code.
+pub fn classify_code(code: RDKafkaErrorCode) -> ErrorClass {
+    use RDKafkaErrorCode as Code;
+    match code {
+        // librdkafka reports a fenced transactional producer as `_FENCED`; the broker's codes
+        // for it are PRODUCER_FENCED and INVALID_PRODUCER_EPOCH.
+        Code::Fenced | Code::ProducerFenced | Code::InvalidProducerEpoch => ErrorClass::Fenced,
+        Code::TopicAuthorizationFailed
+        | Code::GroupAuthorizationFailed
+        | Code::ClusterAuthorizationFailed
+        | Code::TransactionalIdAuthorizationFailed
+        | Code::DelegationTokenAuthorizationFailed
+        | Code::SaslAuthenticationFailed
+        | Code::Authentication => ErrorClass::Authorization,
+        Code::UnknownTopicOrPartition | Code::UnknownTopic | Code::UnknownPartition | Code::UnknownTopicId => {
+            ErrorClass::MissingTopic
+        }
+        Code::AutoOffsetReset | Code::OffsetOutOfRange => ErrorClass::OffsetOutOfRange,
+        _ => ErrorClass::Transient,
+    }
+}
+
+/// What to do about an error of `class`, as a sentence to append to its message (empty for
+/// errors that recovery handles).
+pub fn hint(class: ErrorClass) -> &'static str {
+    match class {
+        // A fencing code outside a producer slot's `Fenced` is the broker's timeout abort.
+        ErrorClass::Transient | ErrorClass::MissingTopic | ErrorClass::OffsetOutOfRange | ErrorClass::Fenced => "",
+        ErrorClass::Configuration => {
+            "; librdkafka rejects a property of source.consumer or sink.producer: fix or remove the property \
+             named above (librdkafka's CONFIGURATION.md lists the properties and their values)"
+        }
+        ErrorClass::Authorization => {
+            "; the cluster refuses the pipeline's credentials or rights: check the security properties \
+             (security.protocol, sasl.*) in source.consumer and sink.producer, or grant the pipeline's principal \
+             the ACLs it needs (Read on the source topics and the consumer group, Write on the sink topics, \
+             Write on the transactional ids)"
+        }
+    }
+}
+
+/// A transactional producer that another producer with the same `transactional.id` fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fenced {
+    /// The fenced producer's `transactional.id`, `<prefix>-<slot>`.
+    pub transactional_id: String,
+    /// `sink.transactional_id_prefix`.
+    pub prefix: String,
+    /// librdkafka's reason for the fatal error.
+    pub reason: String,
+}
+
+impl fmt::Display for Fenced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "transactional id `{id}` was taken over by another producer ({reason}): another process uses \
+             sink.transactional_id_prefix = \"{prefix}\" — this pipeline started twice, or another pipeline with \
+             the same prefix. Two such processes would fence each other forever, so this one stops: stop the \
+             other process, or give each pipeline its own sink.transactional_id_prefix (it must be unique on the \
+             cluster), then restart; the pipeline resumes from its last committed checkpoint",
+            id = self.transactional_id,
+            reason = self.reason,
+            prefix = self.prefix,
+        )
+    }
+}
+
+impl std::error::Error for Fenced {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::types::RDKafkaConfRes;
+
+    #[test]
+    fn configuration_errors_are_lasting() {
+        let unknown = KafkaError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN,
+            "No such configuration property: \"no.such.key\"".into(),
+            "no.such.key".into(),
+            "1".into(),
+        );
+        assert_eq!(classify(&unknown), ErrorClass::Configuration);
+        assert_eq!(classify(&KafkaError::ClientCreation("bad".into())), ErrorClass::Configuration);
+    }
+
+    #[test]
+    fn authorisation_and_authentication_failures_are_lasting() {
+        // The test broker has no authorizer: these codes are checked here only.
+        for code in [
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::GroupAuthorizationFailed,
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
+            RDKafkaErrorCode::TransactionalIdAuthorizationFailed,
+            RDKafkaErrorCode::SaslAuthenticationFailed,
+            RDKafkaErrorCode::Authentication,
+        ] {
+            assert_eq!(classify(&KafkaError::MessageConsumption(code)), ErrorClass::Authorization, "{code:?}");
+        }
+        assert_eq!(
+            classify(&KafkaError::AdminOp(RDKafkaErrorCode::TopicAuthorizationFailed)),
+            ErrorClass::Authorization
+        );
+        assert!(hint(ErrorClass::Authorization).contains("ACLs"));
+    }
+
+    #[test]
+    fn fencing_codes_are_fenced() {
+        for code in [RDKafkaErrorCode::Fenced, RDKafkaErrorCode::ProducerFenced, RDKafkaErrorCode::InvalidProducerEpoch]
+        {
+            assert_eq!(classify_code(code), ErrorClass::Fenced, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_topics_go_to_recovery_and_what_can_heal_is_transient() {
+        for code in [RDKafkaErrorCode::UnknownTopicOrPartition, RDKafkaErrorCode::UnknownTopic] {
+            assert_eq!(classify(&KafkaError::MessageConsumption(code)), ErrorClass::MissingTopic);
+        }
+        // auto.offset.reset = error: never a warning that leaves the partition idle.
+        for code in [RDKafkaErrorCode::AutoOffsetReset, RDKafkaErrorCode::OffsetOutOfRange] {
+            assert_eq!(classify(&KafkaError::MessageConsumption(code)), ErrorClass::OffsetOutOfRange);
+        }
+        for code in [
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::OperationTimedOut,
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::CoordinatorLoadInProgress,
+        ] {
+            assert_eq!(classify(&KafkaError::MessageConsumption(code)), ErrorClass::Transient, "{code:?}");
+        }
+        assert_eq!(classify(&KafkaError::Canceled), ErrorClass::Transient);
+    }
+
+    #[test]
+    fn the_fenced_message_names_the_id_the_prefix_and_the_key() {
+        let fenced = Fenced { transactional_id: "p-1".into(), prefix: "p".into(), reason: "fenced".into() };
+        let message = fenced.to_string();
+        for part in ["`p-1`", "\"p\"", "sink.transactional_id_prefix", "started twice", "another pipeline"] {
+            assert!(message.contains(part), "{part} in {message}");
+        }
+    }
+}
