@@ -50,6 +50,8 @@ pub struct TestPipeline {
 pub struct Spec {
     /// Plugin built by scripts/build-plugins.sh.
     pub plugin: &'static str,
+    /// The `[source]` table's lines besides brokers and topics.
+    pub source: String,
     /// Extra lines of the `[[transforms]]` table.
     pub transform: String,
     /// Extra lines of the `[sink]` table.
@@ -64,6 +66,7 @@ impl Spec {
     pub fn new(plugin: &'static str) -> Self {
         Self {
             plugin,
+            source: "batch_size = 64".into(),
             transform: String::new(),
             sink: String::new(),
             checkpoint: "interval_ms = 20\ntimeout_ms = 10000".into(),
@@ -79,11 +82,12 @@ impl TestPipeline {
         let file = dir.path().join("pipeline.toml");
         let (source, sink, dead_letters) = (format!("{name}-in"), format!("{name}-out"), format!("{name}-dlq"));
         let text = format!(
-            "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\nbatch_size = 64\n\n\
+            "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\n{source_extra}\n\n\
              [[transforms]]\nname = \"{plugin}\"\nwasm = \"{wasm}\"\n{transform}\n\n\
              [sink]\ntopic = \"{sink}\"\ndead_letter_topic = \"{dead_letters}\"\ncreate_topics = true\n{sink_extra}\n\n\
              [checkpoint]\n{checkpoint}\n\n[state]\ndir = \"state\"\n",
             brokers = bootstrap(),
+            source_extra = spec.source,
             plugin = spec.plugin,
             wasm = plugin(spec.plugin).display(),
             transform = spec.transform,
