@@ -223,15 +223,16 @@ fn transform_run_names_a_polyglot_exception_and_its_offset() {
 }
 
 /// The case: Python over many flights on one partition with a long checkpoint interval.
-/// componentize-py leaks about 390 bytes per flight, so one epoch of 60,000 flights (≈ 22 MiB)
-/// outgrows a 16 MiB instance long before the first checkpoint (60 s). The operator recycles the
-/// instance when it nears its limit, mid-epoch, and the committed output is still exact. Before,
-/// every attempt hit the limit and the pipeline looped in recovery.
+/// componentize-py leaks about 390 bytes per flight, so one epoch of 170,000 flights (≈ 63 MiB)
+/// outgrows the default 64 MiB instance (which starts at 13.6 MiB) long before the first
+/// checkpoint (60 s). The operator recycles the instance when it nears its limit, mid-epoch, and
+/// the committed output is still exact. Before, every attempt hit the limit (after 151,040
+/// flights) and the pipeline looped in recovery.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leaking_python_instance_is_recycled_within_a_long_epoch() {
-    let rows = flight_rows(60_000);
+    let rows = flight_rows(170_000);
     let spec = Spec {
-        transform: "memory_limit_mb = 16\ndeadline_ms = 10000".into(),
+        transform: "deadline_ms = 10000".into(),
         sink: "transaction_timeout_ms = 120000".into(),
         checkpoint: "interval_ms = 60000\ntimeout_ms = 30000".into(),
         ..Spec::new("flight-delays-py")

@@ -144,14 +144,14 @@ impl Operator {
         }
     }
 
-    /// Whether the live instance's memory is past 7/8 of the limit and grew by more than a
-    /// quarter of the limit since it started: recycling it then frees memory a leak took.
-    /// Runtimes whose working set is large (SpiderMonkey's heap plateaus at 72–96 MiB) stay below
-    /// 7/8 of a limit that fits them; a fresh instance that already starts near the limit would
-    /// gain nothing and is not recycled before every batch.
+    /// Whether the live instance has used up three quarters of the room it started with (the
+    /// limit minus its memory once started): recycling it then gives that room back to a leaking
+    /// runtime, whose starting memory can itself be most of a small limit (CPython's is 13.6 MiB).
+    /// A runtime whose heap grows to a plateau that fits its limit (SpiderMonkey's: 72–96 MiB
+    /// of 128) is recycled rarely if at all, and only after growing again.
     fn nears_memory_limit(&self) -> bool {
-        let (peak, limit) = (self.peak_memory(), self.limits.memory_bytes);
-        peak > limit / 8 * 7 && peak.saturating_sub(self.memory_at_start) > limit / 4
+        let (peak, limit, start) = (self.peak_memory(), self.limits.memory_bytes, self.memory_at_start);
+        peak.saturating_sub(start) > limit.saturating_sub(start) / 4 * 3
     }
 
     /// Replaces the snapshot fresh instances are restored from (recovery from a checkpoint),
