@@ -93,8 +93,7 @@ fn await_log(pipeline: &TestPipeline, texts: &[&str], times: usize, timeout: Dur
 /// The end offset of partition 0 of `topic`, as the broker reports it: 0 when nothing, not even
 /// an aborted transaction's record, was ever written to it.
 fn end_offset(topic: &str) -> i64 {
-    let consumer: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("consumer");
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("consumer");
     let (_, high) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)).expect("watermarks");
     high
 }

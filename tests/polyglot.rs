@@ -165,31 +165,41 @@ fn every_runtime_is_refused_files_sockets_and_environment() {
 fn every_language_names_an_unexpected_failure_and_its_offset() {
     let limits =
         OperatorLimits { memory_bytes: 128 << 20, deadline: Duration::from_secs(10), ..OperatorLimits::default() };
-    let cases: [(&str, &str, &dyn Fn(&ErrorKind) -> bool); 7] = [
-        ("misbehave", "panic", &|k| {
-            matches!(k, ErrorKind::GuestPanic { message } if message.contains("misbehave: panic at offset 11") && message.contains("record offset 11"))
-        }),
+    type Expected<'a> = &'a dyn Fn(&ErrorKind) -> bool;
+    let cases: [(&str, &str, Expected); 7] = [
+        (
+            "misbehave",
+            "panic",
+            &|k| matches!(k, ErrorKind::GuestPanic { message } if message.contains("misbehave: panic at offset 11") && message.contains("record offset 11")),
+        ),
         // exit(3): WASI 0.2's exit carries only success or failure.
         ("misbehave", "exit", &|k| matches!(k, ErrorKind::Exit { status: 1 })),
-        ("sandbox-py", "raise", &|k| {
-            matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught ZeroDivisionError: division by zero (sandbox.py:"))
-        }),
-        ("sandbox-py", "exit", &|k| {
-            matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught SystemExit: 3"))
-        }),
-        ("sandbox-js", "raise", &|k| {
-            matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught TypeError: ") && message.contains("null"))
-        }),
-        ("sandbox-go", "raise", &|k| {
-            matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message == "uncaught panic: runtime error: index out of range [0] with length 0")
-        }),
+        (
+            "sandbox-py",
+            "raise",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught ZeroDivisionError: division by zero (sandbox.py:")),
+        ),
+        (
+            "sandbox-py",
+            "exit",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught SystemExit: 3")),
+        ),
+        (
+            "sandbox-js",
+            "raise",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught TypeError: ") && message.contains("null")),
+        ),
+        (
+            "sandbox-go",
+            "raise",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message == "uncaught panic: runtime error: index out of range [0] with length 0"),
+        ),
         ("sandbox-go", "exit", &|k| matches!(k, ErrorKind::Exit { status: 1 })),
     ];
     for (guest, word, expected) in cases {
         let mut operator = operator_with(guest, &[], limits.clone());
-        let error = operator
-            .process(&[probe(10, "hello"), probe(11, word), probe(12, "hello")])
-            .expect_err("the batch fails");
+        let error =
+            operator.process(&[probe(10, "hello"), probe(11, word), probe(12, "hello")]).expect_err("the batch fails");
         assert!(expected(&error.kind), "{guest} {word}: {:?}", error.kind);
         assert!(error.to_string().contains("offsets 10..=12"), "{error}");
         assert_eq!(text(&operator.process(&[probe(13, "hello")]).unwrap()), "hello", "{guest} carries on");

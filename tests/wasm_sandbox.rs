@@ -82,7 +82,10 @@ fn a_panic_is_reported_with_its_message() {
     match kind {
         ErrorKind::GuestPanic { message } => {
             // The SDK's panic hook adds the record's offset to the location.
-            assert!(message.contains("misbehave: panic at offset 11") && message.contains("record offset 11"), "{message}")
+            assert!(
+                message.contains("misbehave: panic at offset 11") && message.contains("record offset 11"),
+                "{message}"
+            )
         }
         other => panic!("expected a guest panic, got {other:?}"),
     }

@@ -126,12 +126,7 @@ impl streams::HostOutputStream for BoundedIo<'_> {
         Self::wait_stream(self.deadline, AsyncOutputStream::blocking_flush(self.table, stream))
     }
 
-    fn splice(
-        &mut self,
-        dst: Resource<DynOutputStream>,
-        src: Resource<DynInputStream>,
-        len: u64,
-    ) -> StreamResult<u64> {
+    fn splice(&mut self, dst: Resource<DynOutputStream>, src: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
         streams::HostOutputStream::splice(self.table, dst, src, len)
     }
 

@@ -106,6 +106,9 @@ impl Operator {
             self.call(Call::Process, offsets.clone(), |bindings, store| bindings.call_process(store, batch))?;
         let result = match outputs {
             Ok(outputs) => self.validate(&outputs).map(|()| outputs),
+            // A runtime that turns a refused growth into an exception (Python's MemoryError,
+            // which the SDK reports as an error) ran out of memory all the same: say so.
+            Err(_) if self.memory_refused() => Err(ErrorKind::MemoryLimit { limit_bytes: self.limits.memory_bytes }),
             Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
         };
         let result = result.and_then(|outputs| {
@@ -134,6 +137,11 @@ impl Operator {
             self.recycle();
         }
         Ok(snapshot)
+    }
+
+    /// Whether the live instance's last call was refused a memory growth.
+    fn memory_refused(&self) -> bool {
+        matches!(&self.instance, Instance::Live { store, .. } if store.data().limiter.refused)
     }
 
     /// Largest linear memory of the live instance so far, in bytes; 0 when there is none.
