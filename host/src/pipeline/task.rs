@@ -167,7 +167,7 @@ impl Task {
 /// before the failing call, whose state writes are discarded too. A guest without in-memory
 /// state returns an empty snapshot, so this costs one short call per batch.
 fn process_restorable(operator: &mut Operator, records: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
-    operator.snapshot()?;
+    operator.set_restore_point()?;
     operator.process(records)
 }
 

@@ -99,7 +99,8 @@ impl Operator {
             // checkpoint records is unchanged. It is taken before the batch, not after the last
             // one, so that a failing snapshot fails this call, whose writes have not happened.
             tracing::info!(operator = %self.name, peak = self.peak_memory(), limit = self.limits.memory_bytes, "instance memory near memory_limit_mb: snapshotting and recycling it");
-            self.snapshot()?;
+            self.take_snapshot()?;
+            self.recycle();
         }
         let offsets = batch_offsets(batch);
         let outputs =
@@ -127,8 +128,7 @@ impl Operator {
     /// # Errors
     /// An [`OperatorError`] for [`Call::Snapshot`].
     pub fn snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
-        let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
-        self.snapshot = snapshot.clone();
+        let snapshot = self.take_snapshot()?;
         // A Store frees memory only when dropped, and some guest runtimes never give memory
         // back (componentize-py leaks per call). Right after a snapshot a fresh instance loses
         // nothing, so recycle one that has grown past half its limit.
@@ -136,6 +136,22 @@ impl Operator {
             tracing::debug!(operator = %self.name, peak = self.peak_memory(), "recycling the instance to free its memory");
             self.recycle();
         }
+        Ok(snapshot)
+    }
+
+    /// Makes the guest's current in-memory state the one a fresh instance is restored from after
+    /// a failed call, without recycling the instance: [`Operator::snapshot`] between batches.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] for [`Call::Snapshot`].
+    pub fn set_restore_point(&mut self) -> Result<(), OperatorError> {
+        self.take_snapshot().map(drop)
+    }
+
+    /// Calls the guest's `snapshot` and keeps the result as the one fresh instances restore.
+    fn take_snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
+        let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
+        self.snapshot = snapshot.clone();
         Ok(snapshot)
     }
 
