@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::time::Duration;
 
 use weir::wasm::{ErrorKind, InputRecord, OperatorLimits, OutputRecord};
-use weir_tests::pipeline::{Reader, Spec, TestPipeline, keyed, produce, run_to_completion};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion};
 use weir_tests::{Isolation, flight_rows, flights_zip, operator_with, plugin, run_weir};
 
 /// The Rust reference first, then the ports.
@@ -155,4 +155,115 @@ fn every_runtime_is_refused_files_sockets_and_environment() {
     }
     assert_eq!(text(&operator.process(&[probe(2, "env")]).unwrap()), "env: 0");
     assert_eq!(text(&operator.process(&[probe(3, "hello")]).unwrap()), "hello");
+}
+
+/// A failure the transform did not mean — a Rust panic, a Python exception that is not a
+/// TransformError, a JavaScript TypeError, a Go runtime panic — and exiting the process
+/// (`std::process::exit`, `sys.exit`, `os.Exit`) are reported with what failed, its message and
+/// the record's offset (the host only knows the batch's offsets: 10..=12 here).
+#[test]
+fn every_language_names_an_unexpected_failure_and_its_offset() {
+    let limits =
+        OperatorLimits { memory_bytes: 128 << 20, deadline: Duration::from_secs(10), ..OperatorLimits::default() };
+    type Expected<'a> = &'a dyn Fn(&ErrorKind) -> bool;
+    let cases: [(&str, &str, Expected); 7] = [
+        (
+            "misbehave",
+            "panic",
+            &|k| matches!(k, ErrorKind::GuestPanic { message } if message.contains("misbehave: panic at offset 11") && message.contains("record offset 11")),
+        ),
+        // exit(3): WASI 0.2's exit carries only success or failure.
+        ("misbehave", "exit", &|k| matches!(k, ErrorKind::Exit { status: 1 })),
+        (
+            "sandbox-py",
+            "raise",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught ZeroDivisionError: division by zero (sandbox.py:")),
+        ),
+        (
+            "sandbox-py",
+            "exit",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught SystemExit: 3")),
+        ),
+        (
+            "sandbox-js",
+            "raise",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message.starts_with("uncaught TypeError: ") && message.contains("null")),
+        ),
+        (
+            "sandbox-go",
+            "raise",
+            &|k| matches!(k, ErrorKind::Guest { message, offset: Some(11) } if message == "uncaught panic: runtime error: index out of range [0] with length 0"),
+        ),
+        ("sandbox-go", "exit", &|k| matches!(k, ErrorKind::Exit { status: 1 })),
+    ];
+    for (guest, word, expected) in cases {
+        let mut operator = operator_with(guest, &[], limits.clone());
+        let error =
+            operator.process(&[probe(10, "hello"), probe(11, word), probe(12, "hello")]).expect_err("the batch fails");
+        assert!(expected(&error.kind), "{guest} {word}: {:?}", error.kind);
+        assert!(error.to_string().contains("offsets 10..=12"), "{error}");
+        assert_eq!(text(&operator.process(&[probe(13, "hello")]).unwrap()), "hello", "{guest} carries on");
+    }
+}
+
+/// `weir transform run` prints the same: the exception or panic, its message and the offset.
+#[test]
+fn transform_run_names_a_polyglot_exception_and_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("words.jsonl");
+    std::fs::write(&input, "\"hello\"\n\"raise\"\n").unwrap();
+    for (guest, expected) in [
+        ("sandbox-py", "uncaught ZeroDivisionError: division by zero (sandbox.py:"),
+        ("sandbox-go", "uncaught panic: runtime error: index out of range [0] with length 0"),
+    ] {
+        let wasm = plugin(guest);
+        let args: [&OsStr; 7] = [
+            "transform".as_ref(),
+            "run".as_ref(),
+            wasm.as_os_str(),
+            "--input".as_ref(),
+            input.as_os_str(),
+            "--memory-limit-mb".as_ref(),
+            MEMORY_LIMIT_MB.as_ref(),
+        ];
+        let (ok, _, stderr) = run_weir(&args);
+        assert!(!ok, "{guest}");
+        assert!(stderr.contains(expected) && stderr.contains("(at offset 1)"), "{guest}:\n{stderr}");
+    }
+}
+
+/// The case: Python over many flights on one partition with a long checkpoint interval.
+/// componentize-py leaks about 390 bytes per flight, so one epoch of 170,000 flights (≈ 63 MiB)
+/// outgrows the default 64 MiB instance (which starts at 13.6 MiB) long before the first
+/// checkpoint (60 s). The operator recycles the instance when it nears its limit, mid-epoch, and
+/// the committed output is still exact. Before, every attempt hit the limit (after 151,040
+/// flights) and the pipeline looped in recovery.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leaking_python_instance_is_recycled_within_a_long_epoch() {
+    let rows = flight_rows(170_000);
+    let spec = Spec {
+        transform: "deadline_ms = 10000".into(),
+        sink: "transaction_timeout_ms = 120000".into(),
+        checkpoint: "interval_ms = 60000\ntimeout_ms = 30000".into(),
+        ..Spec::new("flight-delays-py")
+    };
+    let pipeline = TestPipeline::new("weir-py-leak", &spec);
+    produce(&pipeline.source, 1, &keyed(&rows)).await;
+    let mut child = pipeline.spawn(&[]);
+    // Every flight processed within the open epoch (seen uncommitted), then SIGTERM commits it.
+    let mut open = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
+    let seen = open.read_until(rows.len(), RUN_TIMEOUT);
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    let log = pipeline.log_text();
+    assert!(seen >= rows.len() && status.success(), "{seen} outputs, {status}; log:\n{log}");
+    let recycled = log.find("snapshotting and recycling it").unwrap_or_else(|| panic!("no recycle; log:\n{log}"));
+    let first_checkpoint = log.find("checkpoint committed").unwrap_or(usize::MAX);
+    assert!(recycled < first_checkpoint, "the instance was recycled within the first epoch; log:\n{log}");
+    assert!(!log.contains("recovering after back-off"), "no attempt failed; log:\n{log}");
+
+    let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    committed.read_until(rows.len(), RUN_TIMEOUT);
+    committed.drain(Duration::from_secs(2));
+    let verdict = weir_tests::flights::verify(&rows, &committed.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
 }

@@ -83,7 +83,7 @@ async fn a_recreated_source_topic_fails_the_start_or_is_read_from_its_start() {
 #[tokio::test(flavor = "multi_thread")]
 async fn start_latest_is_fixed_once_per_partition_even_for_a_partition_without_input() {
     let mut spec = Spec::new("passthrough");
-    spec.source = "start = \"latest\"".into();
+    spec.source.push_str("\nstart = \"latest\"");
     let pipeline = TestPipeline::new("weir-latest", &spec);
     create_topic(&pipeline.source, 2).await;
     produce_to(&pipeline.source, 0, &values("before-p0", 0..5));
@@ -126,7 +126,7 @@ async fn start_latest_is_fixed_once_per_partition_even_for_a_partition_without_i
 #[tokio::test(flavor = "multi_thread")]
 async fn partitions_added_while_running_or_stopped_are_read_from_their_earliest_offset() {
     let mut spec = Spec::new("passthrough");
-    spec.source = "start = \"latest\"\npartition_discovery_interval_ms = 500".into();
+    spec.source.push_str("\nstart = \"latest\"\npartition_discovery_interval_ms = 500");
     let pipeline = TestPipeline::new("weir-grow", &spec);
     create_topic(&pipeline.source, 2).await;
     let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);

@@ -88,3 +88,25 @@ fn run_reports_a_trapping_guest_with_its_offsets() {
     assert!(!ok);
     assert!(stderr.contains("guest panicked") && stderr.contains("offsets 0..=2"), "{stderr}");
 }
+
+/// A guest sleeping 30 s (a wait in the host) fails at `--deadline-ms`, not after its sleep.
+#[test]
+fn run_stops_a_sleeping_guest_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("words.jsonl");
+    std::fs::write(&input, "\"fine\"\n\"sleep\"\n").unwrap();
+    let started = std::time::Instant::now();
+    let (ok, _, stderr) = run_weir(&[
+        OsStr::new("transform"),
+        OsStr::new("run"),
+        plugin("misbehave").as_os_str(),
+        OsStr::new("--input"),
+        input.as_os_str(),
+        OsStr::new("--deadline-ms"),
+        OsStr::new("200"),
+    ]);
+    let elapsed = started.elapsed();
+    assert!(!ok);
+    assert!(stderr.contains("deadline exceeded") && stderr.contains("offsets 0..=1"), "{stderr}");
+    assert!(elapsed < std::time::Duration::from_secs(20), "weir transform run took {elapsed:?}: the sleep was not cut");
+}

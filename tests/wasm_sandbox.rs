@@ -51,6 +51,25 @@ fn an_endless_loop_hits_the_deadline() {
     assert!(started.elapsed() < Duration::from_secs(30), "the loop was interrupted");
 }
 
+/// `std::thread::sleep` waits in the host (a WASI clock subscription and poll), where epoch
+/// interruption does not reach: the wait itself must end at the deadline.
+#[test]
+fn a_sleep_in_the_host_hits_the_deadline() {
+    let started = Instant::now();
+    let kind = misbehaves("sleep");
+    assert!(matches!(kind, ErrorKind::DeadlineExceeded { .. }), "{kind:?}");
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(20), "the guest slept its 30 s despite the 500 ms deadline: {elapsed:?}");
+}
+
+#[test]
+fn exit_is_reported_as_the_guest_exiting() {
+    // std::process::exit(3); WASI 0.2's exit carries only success or failure.
+    let kind = misbehaves("exit");
+    assert!(matches!(kind, ErrorKind::Exit { status: 1 }), "{kind:?}");
+    assert!(kind.to_string().contains("the guest called exit (status 1"), "{kind}");
+}
+
 #[test]
 fn unbounded_allocation_hits_the_memory_limit() {
     let kind = misbehaves("alloc");
@@ -61,7 +80,13 @@ fn unbounded_allocation_hits_the_memory_limit() {
 fn a_panic_is_reported_with_its_message() {
     let kind = misbehaves("panic");
     match kind {
-        ErrorKind::GuestPanic { message } => assert!(message.contains("misbehave: panic at offset 11"), "{message}"),
+        ErrorKind::GuestPanic { message } => {
+            // The SDK's panic hook adds the record's offset to the location.
+            assert!(
+                message.contains("misbehave: panic at offset 11") && message.contains("record offset 11"),
+                "{message}"
+            )
+        }
         other => panic!("expected a guest panic, got {other:?}"),
     }
 }

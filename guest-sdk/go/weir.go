@@ -63,6 +63,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"unicode/utf8"
 
 	"example.invalid/weir/guest-sdk/go/internal/abi"
@@ -242,13 +244,15 @@ func (e *TransformError) Error() string { return e.Message }
 
 // RunBatch runs records through t: the loop behind the exported process function, shared
 // with package weirtest. It stops at the first error, returned as a *TransformError with the
-// failing record's offset filled in when it carries none.
+// failing record's offset filled in when it carries none. A panic in Process is such an error
+// too, "uncaught panic: <value>" (with the stack on stderr, which the host logs): left to the
+// runtime it would trap with a bare "unreachable" that names neither it nor the record.
 func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
 	var emit Emitter
 	for i := range records {
 		r := &records[i]
 		first := len(emit.outputs)
-		err := t.Process(r, &emit)
+		err := processRecovering(t, r, &emit)
 		if te, ok := err.(*TransformError); ok && te == nil {
 			err = nil // a nil *TransformError returned as an error (Go's typed nil) is success
 		}
@@ -272,6 +276,17 @@ func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
 		}
 	}
 	return emit.outputs, nil
+}
+
+// processRecovering calls t.Process, turning a panic into a *TransformError at r's offset.
+func processRecovering(t Transform, r *Record, emit *Emitter) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fmt.Fprintf(os.Stderr, "uncaught panic at offset %d: %v\n%s", r.Offset, p, debug.Stack())
+			err = Errorf("uncaught panic: %v", p).WithOffset(r.Offset)
+		}
+	}()
+	return t.Process(r, emit)
 }
 
 var instance Transform

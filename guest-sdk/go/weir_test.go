@@ -13,7 +13,7 @@ import (
 )
 
 // probe emits one output per record; fails on "fail"; "ts" gets its own timestamp; "plain"
-// returns a plain error.
+// returns a plain error; "panic" indexes past a slice's end.
 type probe struct{}
 
 func (probe) Process(r *weir.Record, emit *weir.Emitter) error {
@@ -23,6 +23,9 @@ func (probe) Process(r *weir.Record, emit *weir.Emitter) error {
 		return weir.Errorf("failed")
 	case "plain":
 		return errors.New("plain error")
+	case "panic":
+		var empty []int
+		_ = empty[len(r.Value)]
 	case "ts":
 		emit.Emit(weir.NewOutput(nil, []byte("ts")).WithTimestamp(-1))
 	default:
@@ -50,6 +53,21 @@ func TestOutputsGetTheirRecordsTimestamp(t *testing.T) {
 	}
 	if len(got) != 3 || got[0] != 10 || got[1] != -1 || got[2] != 30 {
 		t.Fatalf("timestamps %v", got)
+	}
+}
+
+func TestAPanicFailsTheBatchNamingItAndTheOffset(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(newProbe)
+	_, err := h.Process(rec("a", 1), rec("panic", 7))
+	if err == nil || err.Offset == nil || *err.Offset != 7 {
+		t.Fatalf("error %#v", err)
+	}
+	if want := "uncaught panic: runtime error: index out of range [5] with length 0"; err.Message != want {
+		t.Fatalf("message %q, want %q", err.Message, want)
+	}
+	if _, err := h.Process(rec("b", 8)); err != nil {
+		t.Fatalf("the next batch fails: %v", err)
 	}
 }
 

@@ -50,7 +50,7 @@ pub struct TestPipeline {
 pub struct Spec {
     /// Plugin built by scripts/build-plugins.sh.
     pub plugin: &'static str,
-    /// Extra lines of the `[source]` table.
+    /// The `[source]` table's lines besides brokers and topics.
     pub source: String,
     /// Extra lines of the `[[transforms]]` table.
     pub transform: String,
@@ -66,7 +66,7 @@ impl Spec {
     pub fn new(plugin: &'static str) -> Self {
         Self {
             plugin,
-            source: String::new(),
+            source: "batch_size = 64".into(),
             transform: String::new(),
             sink: String::new(),
             checkpoint: "interval_ms = 20\ntimeout_ms = 10000".into(),
@@ -82,13 +82,13 @@ impl TestPipeline {
         let file = dir.path().join("pipeline.toml");
         let (source, sink, dead_letters) = (format!("{name}-in"), format!("{name}-out"), format!("{name}-dlq"));
         let text = format!(
-            "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\nbatch_size = 64\n{source_extra}\n\n\
+            "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\n{source_extra}\n\n\
              [[transforms]]\nname = \"{plugin}\"\nwasm = \"{wasm}\"\n{transform}\n\n\
              [sink]\ntopic = \"{sink}\"\ndead_letter_topic = \"{dead_letters}\"\ncreate_topics = true\n{sink_extra}\n\n\
              [checkpoint]\n{checkpoint}\n\n[state]\ndir = \"state\"\n",
             brokers = bootstrap(),
-            plugin = spec.plugin,
             source_extra = spec.source,
+            plugin = spec.plugin,
             wasm = plugin(spec.plugin).display(),
             transform = spec.transform,
             sink_extra = spec.sink,

@@ -1,5 +1,7 @@
 """Native tests of weir_guest (pytest guest-sdk/python)."""
 
+import sys
+
 import pytest
 
 from weir_guest import Config, ConfigError, Output, Record, Transform, TransformError, export, state
@@ -7,7 +9,8 @@ from weir_guest.testing import Harness, reset_state, state_entries
 
 
 class Probe(Transform):
-    """One output per record; fails on "fail"; "ts" gets its own timestamp; "bug" raises."""
+    """One output per record; fails on "fail"; "ts" gets its own timestamp; "bug" raises;
+    "exit" calls sys.exit(3)."""
 
     def process(self, r, emit):
         state.put(r.value or b"", b"seen")
@@ -15,6 +18,8 @@ class Probe(Transform):
             raise TransformError("failed")
         if r.value == b"bug":
             raise KeyError("boom")
+        if r.value == b"exit":
+            sys.exit(3)
         if r.value == b"ts":
             emit(Output(value="ts").with_timestamp(-1))
         else:
@@ -45,12 +50,21 @@ def test_errors_get_the_offset_and_roll_back_state():
     assert state_entries() == [(b"a", b"seen")]
 
 
-def test_other_exceptions_propagate_and_roll_back():
-    # In a component they trap the instance (the host restores a fresh one).
+def test_other_exceptions_fail_the_batch_naming_type_message_and_offset():
+    # Like a TransformError (the host also discards the instance), with the exception named.
     h = Harness(Probe)
-    with pytest.raises(KeyError):
+    with pytest.raises(TransformError) as e:
         h.process([rec("x", 1), rec("bug", 2)])
+    assert e.value.offset == 2 and isinstance(e.value.__cause__, KeyError)
+    assert e.value.message.startswith("uncaught KeyError: 'boom' (test_sdk.py:"), e.value.message
     assert state_entries() == []
+
+
+def test_sys_exit_fails_the_batch_naming_it():
+    h = Harness(Probe)
+    with pytest.raises(TransformError) as e:
+        h.process([rec("exit", 4)])
+    assert e.value.offset == 4 and e.value.message.startswith("uncaught SystemExit: 3"), e.value.message
 
 
 def test_config_helpers():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import Any, Iterable, List, Optional, Tuple, Type
 
 from ._types import Config, Emitter, Output, Record, Transform, TransformError
@@ -22,10 +23,26 @@ def run_batch(transform: Transform, records: Iterable[Record]) -> List[Output]:
             if e.offset is None:
                 e.offset = record.offset
             raise
+        except BaseException as e:  # noqa: BLE001 - a bug, or sys.exit(): fail the batch, naming it
+            # Left to componentize-py, the exception would trap with a message that names
+            # neither it nor the record; fail the batch like a TransformError instead (the host
+            # discards the instance either way), with the traceback in the log.
+            traceback.print_exception(e, file=sys.stderr)
+            raise TransformError(f"uncaught {describe(e)}", record.offset) from e
         for o in outputs[first:]:
             if o.timestamp is None:
                 o.timestamp = record.timestamp
     return outputs
+
+
+def describe(e: BaseException) -> str:
+    """``Type: message (file:line in function)``, the innermost frame of the traceback."""
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    frames = traceback.extract_tb(e.__traceback__)
+    if frames:
+        frame = frames[-1]
+        text += f" ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name})"
+    return text
 
 
 def create(cls: Type[Transform], config: Iterable[Tuple[str, str]]) -> Transform:

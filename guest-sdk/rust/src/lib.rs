@@ -81,8 +81,8 @@
 //! ## Errors and panics
 //!
 //! Return a [`TransformError`] for a bad record: the host can dead-letter it. A panic traps the
-//! instance (its message goes to stderr, which the host captures); the host then discards the
-//! instance and restores a fresh one from the last checkpoint.
+//! instance (its message, location and record offset go to stderr, which the host captures and
+//! reports); the host then discards the instance and restores a fresh one from its last snapshot.
 
 #![warn(missing_docs)]
 
@@ -164,9 +164,10 @@ pub(crate) fn run_batch<T: Transform>(
     let mut out = Emitter::new();
     for record in batch {
         let first = out.len();
-        transform
-            .process(&record, &mut out)
-            .map_err(|e| e.or_offset(record.offset()))?;
+        __private::CURRENT_OFFSET.set(Some(record.offset()));
+        let result = transform.process(&record, &mut out);
+        __private::CURRENT_OFFSET.set(None);
+        result.map_err(|e| e.or_offset(record.offset()))?;
         // The contract leaves a `none` timestamp to the host, which would use the batch's
         // last record: give each output the timestamp of the record that produced it.
         out.default_timestamps(first, record.timestamp_ms());
@@ -254,10 +255,40 @@ pub mod __private {
 
     type Instance<T> = LocalKey<Slot<T>>;
 
+    std::thread_local! {
+        /// Offset of the record `process` is handling, for the panic message.
+        pub(crate) static CURRENT_OFFSET: std::cell::Cell<Option<i64>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    /// Prints panics as the default hook does, `panicked at <location>:` then the message, with
+    /// the offset of the record being processed added to the location: the host reports the
+    /// message and location of a trap, but only knows the offsets of the whole batch.
+    fn install_panic_hook() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            std::panic::set_hook(Box::new(|info| {
+                let payload = info.payload();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("Box<dyn Any>");
+                let location = info.location().map(ToString::to_string).unwrap_or_default();
+                let offset = CURRENT_OFFSET
+                    .get()
+                    .map(|o| format!(", record offset {o}"))
+                    .unwrap_or_default();
+                eprintln!("thread '<unnamed>' panicked at {location}{offset}:\n{message}");
+            }));
+        });
+    }
+
     pub fn init<T: Transform>(
         slot: &'static Instance<T>,
         config: Vec<(String, String)>,
     ) -> Result<(), String> {
+        install_panic_hook();
         slot.with(|s| s.0.borrow_mut().take());
         let transform = T::init(&Config::new(config))?;
         slot.with(|s| *s.0.borrow_mut() = Some(transform));

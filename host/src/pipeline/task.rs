@@ -128,7 +128,9 @@ impl Task {
     /// Returns the chain's output and the records operators under `dead-letter` failed on.
     ///
     /// # Errors
-    /// The failure of an operator under `on_error = "fail"`.
+    /// The failure of an operator under `on_error = "fail"`; under `"dead-letter"`, a failure no
+    /// record causes ([`OperatorError::is_record_failure`]: the state store, starting an instance,
+    /// a snapshot).
     pub fn process(&mut self, batch: Vec<InputRecord>) -> Result<(Vec<OutputRecord>, Vec<DeadLetter>), OperatorError> {
         let Some(last) = batch.last() else { return Ok((Vec::new(), Vec::new())) };
         self.next_offset = Some(last.offset + 1);
@@ -137,12 +139,15 @@ impl Task {
         let mut records = batch;
         let steps = self.steps.len();
         for (index, step) in self.steps.iter_mut().enumerate() {
-            let outputs = match step.operator.process(&records) {
-                Ok(outputs) => outputs,
-                Err(error) if step.on_error == OnError::DeadLetter => {
-                    isolate(&mut step.operator, records, error, &mut dead_letters)
-                }
-                Err(error) => return Err(error),
+            let outputs = match step.on_error {
+                OnError::Fail => step.operator.process(&records)?,
+                OnError::DeadLetter => match process_restorable(&mut step.operator, &records) {
+                    Ok(outputs) => outputs,
+                    Err(error) if error.is_record_failure() => {
+                        isolate(&mut step.operator, records, error, &mut dead_letters)?
+                    }
+                    Err(error) => return Err(error),
+                },
             };
             if index + 1 == steps {
                 return Ok((outputs, dead_letters));
@@ -159,36 +164,55 @@ impl Task {
     pub fn barrier(&mut self, id: CheckpointId) -> Result<TaskBarrier, OperatorError> {
         let mut snapshots = Vec::new();
         for step in &mut self.steps {
-            let snapshot = step.operator.snapshot()?;
-            if !snapshot.is_empty() {
-                snapshots.push((step.operator.name().to_owned(), snapshot));
-            }
+            // Empty snapshots are recorded too: an empty one replaces the operator's older
+            // snapshot, which a restart would otherwise restore.
+            snapshots.push((step.operator.name().to_owned(), step.operator.snapshot()?));
         }
         let writes = self.overlays.lock().map(|mut o| o.seal(id)).unwrap_or_default();
         Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes })
     }
 }
 
-/// Replays a failed batch one record at a time on fresh instances: records that fail again
-/// become dead letters, the others' output flows on.
+/// Runs `records` through an operator under `on_error = "dead-letter"`, whose instance carries on
+/// within the epoch after a failed call.
+///
+/// A failed call rolls the guest back to the snapshot fresh instances restore from, and a
+/// checkpoint's snapshot predates the epoch's earlier batches: an operator keeping in-memory
+/// state would forget them (a counter over `a, a, <poison>, a` would say 1, 2, 1). So the
+/// in-memory state is snapshotted before each call, making the restore point the state just
+/// before the failing call, whose state writes are discarded too. A guest without in-memory
+/// state returns an empty snapshot, so this costs one short call per batch.
+fn process_restorable(operator: &mut Operator, records: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
+    operator.set_restore_point()?;
+    operator.process(records)
+}
+
+/// Replays a failed batch one record at a time (each from a restore point, see
+/// [`process_restorable`]): records that fail again become dead letters, the others' output
+/// flows on.
+///
+/// # Errors
+/// A failure no record causes (see [`OperatorError::is_record_failure`]): dead-lettering would
+/// hide it and lose the records.
 fn isolate(
     operator: &mut Operator,
     records: Vec<InputRecord>,
     first: OperatorError,
     dead_letters: &mut Vec<DeadLetter>,
-) -> Vec<OutputRecord> {
+) -> Result<Vec<OutputRecord>, OperatorError> {
     tracing::warn!(error = %first, "isolating the failing record of the batch (on_error = dead-letter)");
     let mut outputs = Vec::new();
     for record in records {
-        match operator.process(std::slice::from_ref(&record)) {
+        match process_restorable(operator, std::slice::from_ref(&record)) {
             Ok(out) => outputs.extend(out),
-            Err(error) => {
+            Err(error) if error.is_record_failure() => {
                 tracing::warn!(%error, "record sent to the dead-letter topic");
                 dead_letters.push(DeadLetter { record, error });
             }
+            Err(error) => return Err(error),
         }
     }
-    outputs
+    Ok(outputs)
 }
 
 /// An operator's output as the next operator's input: it keeps the origin (topic, partition,

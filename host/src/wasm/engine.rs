@@ -73,6 +73,7 @@ impl WasmEngine {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(engine_error)?;
+        super::blocking::add_to_linker(&mut linker).map_err(engine_error)?;
         Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state).map_err(engine_error)?;
 
         let weak = engine.weak();

@@ -101,6 +101,16 @@ pub enum ErrorKind {
         /// The panic message the guest printed.
         message: String,
     },
+    /// The guest ended its own process (`sys.exit`, `os.Exit`, `process.exit`, `std::process::exit`):
+    /// WASI's `exit`, which a transform must not call.
+    #[error(
+        "the guest called exit (status {status}: sys.exit, os.Exit, process.exit or std::process::exit in the transform); a transform must return its outputs or fail the record instead"
+    )]
+    Exit {
+        /// The exit status: WASI 0.2's `exit` carries only success (0) or failure (1), so any
+        /// other code the guest passed arrives as 1.
+        status: i32,
+    },
     /// The guest exhausted its call stack (unbounded recursion).
     #[error("stack overflow in the guest (unbounded recursion?)")]
     StackOverflow,
@@ -161,6 +171,17 @@ pub struct OperatorError {
     pub offsets: Option<BatchOffsets>,
     /// What went wrong (already part of the message, so not repeated as a source).
     pub kind: ErrorKind,
+}
+
+impl OperatorError {
+    /// Whether the records of the call may have caused the failure: a `process` call that failed
+    /// in the guest (a trap, a limit, an error it returned, invalid output). False for failures
+    /// no record causes — the state store failing, an instance that cannot start (`init` or
+    /// `restore` of the last snapshot failed), a failed `snapshot` — which `on_error =
+    /// "dead-letter"` must not turn into dead letters: they fail the pipeline.
+    pub fn is_record_failure(&self) -> bool {
+        self.call == Call::Process && !matches!(self.kind, ErrorKind::State(_))
+    }
 }
 
 /// Traps raised by the host inside a guest call; classified into an [`ErrorKind`] afterwards.

@@ -9,6 +9,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::Level;
 use super::bindings::weir::transform::{log, state, types};
+use super::blocking::BoundedIo;
 use super::error::HostTrap;
 use super::guest_log::{GuestLog, GuestStream};
 use super::limits::MemoryLimiter;
@@ -60,6 +61,11 @@ impl HostState {
             return Ok(());
         }
         self.state.write(std::mem::take(&mut self.writes).into_iter().collect())
+    }
+
+    /// The resource table with the current call's deadline, for the bounded WASI waits.
+    pub(crate) fn bounded_io(&mut self) -> BoundedIo<'_> {
+        BoundedIo { table: &mut self.table, deadline: self.deadline }
     }
 
     fn check_deadline(&self) -> wasmtime::Result<()> {

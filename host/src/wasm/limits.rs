@@ -18,7 +18,8 @@ pub struct OperatorLimits {
     pub memory_bytes: usize,
     /// Deadline of one guest call (`init`, `process`, `snapshot`, `restore`), measured in
     /// wall-clock time from the start of the call; by default 1 s. Guest code is interrupted
-    /// (wasmtime epoch interruption) and every host call checks it, so a slow host call counts.
+    /// (wasmtime epoch interruption), every host call checks it, and WASI waits (sleeps, polls,
+    /// blocking stream calls) end at it, so time spent in the host counts.
     pub deadline: Duration,
     /// Largest key or value of an output record, in bytes; by default 1 MiB.
     pub max_record_bytes: usize,

@@ -18,6 +18,7 @@
 //! call. State writes of a failed call are discarded. The host never panics because of a guest.
 
 mod bindings;
+mod blocking;
 mod cache;
 mod check;
 mod component;

@@ -29,6 +29,8 @@ pub struct Operator {
     outputs: Vec<String>,
     snapshot: Vec<u8>,
     instance: Instance,
+    /// Linear memory of the live instance once instantiated, `init`ialised and `restore`d.
+    memory_at_start: usize,
 }
 
 /// Either a live instance, or the state waiting for the next one.
@@ -67,6 +69,7 @@ impl Operator {
             outputs,
             snapshot: Vec::new(),
             instance: Instance::Idle(state),
+            memory_at_start: 0,
         };
         operator.ensure_live()?;
         Ok(operator)
@@ -80,16 +83,33 @@ impl Operator {
     /// Runs `process` over `batch` (records of one task, in offset order).
     ///
     /// Ok means the outputs are valid and the call's state writes were applied to the state
-    /// store; Err means no write of the call took effect.
+    /// store; Err means no write of the call took effect. An instance whose linear memory nears
+    /// the limit (see `nears_memory_limit`) is first snapshotted and recycled.
     ///
     /// # Errors
     /// An [`OperatorError`] naming the kind of failure and the batch's offsets.
     pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
+        if self.nears_memory_limit() {
+            // Some guest runtimes never give memory back (componentize-py leaks per call), and a
+            // long epoch would run such an instance into its limit before the next checkpoint's
+            // snapshot recycles it: recycle it here, where it is as safe as at a checkpoint. The
+            // snapshot is the guest's in-memory state after the last successful call, the fresh
+            // instance is restored from it, and host state lives outside the instance; so the
+            // fresh instance carries on exactly where the old one stood, and what the next
+            // checkpoint records is unchanged. It is taken before the batch, not after the last
+            // one, so that a failing snapshot fails this call, whose writes have not happened.
+            tracing::info!(operator = %self.name, peak = self.peak_memory(), limit = self.limits.memory_bytes, "instance memory near memory_limit_mb: snapshotting and recycling it");
+            self.take_snapshot()?;
+            self.recycle();
+        }
         let offsets = batch_offsets(batch);
         let outputs =
             self.call(Call::Process, offsets.clone(), |bindings, store| bindings.call_process(store, batch))?;
         let result = match outputs {
             Ok(outputs) => self.validate(&outputs).map(|()| outputs),
+            // A runtime that turns a refused growth into an exception (Python's MemoryError,
+            // which the SDK reports as an error) ran out of memory all the same: say so.
+            Err(_) if self.memory_refused() => Err(ErrorKind::MemoryLimit { limit_bytes: self.limits.memory_bytes }),
             Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
         };
         let result = result.and_then(|outputs| {
@@ -108,18 +128,54 @@ impl Operator {
     /// # Errors
     /// An [`OperatorError`] for [`Call::Snapshot`].
     pub fn snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
-        let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
-        self.snapshot = snapshot.clone();
+        let snapshot = self.take_snapshot()?;
         // A Store frees memory only when dropped, and some guest runtimes never give memory
         // back (componentize-py leaks per call). Right after a snapshot a fresh instance loses
         // nothing, so recycle one that has grown past half its limit.
-        if let Instance::Live { store, .. } = &self.instance
-            && store.data().limiter.peak > self.limits.memory_bytes / 2
-        {
-            tracing::debug!(operator = %self.name, peak = store.data().limiter.peak, "recycling the instance to free its memory");
+        if self.peak_memory() > self.limits.memory_bytes / 2 {
+            tracing::debug!(operator = %self.name, peak = self.peak_memory(), "recycling the instance to free its memory");
             self.recycle();
         }
         Ok(snapshot)
+    }
+
+    /// Makes the guest's current in-memory state the one a fresh instance is restored from after
+    /// a failed call, without recycling the instance: [`Operator::snapshot`] between batches.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] for [`Call::Snapshot`].
+    pub fn set_restore_point(&mut self) -> Result<(), OperatorError> {
+        self.take_snapshot().map(drop)
+    }
+
+    /// Calls the guest's `snapshot` and keeps the result as the one fresh instances restore.
+    fn take_snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
+        let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
+        self.snapshot = snapshot.clone();
+        Ok(snapshot)
+    }
+
+    /// Whether the live instance's last call was refused a memory growth.
+    fn memory_refused(&self) -> bool {
+        matches!(&self.instance, Instance::Live { store, .. } if store.data().limiter.refused)
+    }
+
+    /// Largest linear memory of the live instance so far, in bytes; 0 when there is none.
+    fn peak_memory(&self) -> usize {
+        match &self.instance {
+            Instance::Live { store, .. } => store.data().limiter.peak,
+            _ => 0,
+        }
+    }
+
+    /// Whether the live instance has used up three quarters of the room it started with (the
+    /// limit minus its memory once started): recycling it then gives that room back to a leaking
+    /// runtime, whose starting memory can itself be most of a small limit (CPython's is 13.6 MiB).
+    /// A runtime whose heap grows to a plateau that fits its limit (SpiderMonkey's: 72–96 MiB
+    /// of 128) is recycled rarely if at all, and only after growing again.
+    fn nears_memory_limit(&self) -> bool {
+        let (peak, limit, start) = (self.peak_memory(), self.limits.memory_bytes, self.memory_at_start);
+        peak.saturating_sub(start) > limit.saturating_sub(start) / 4 * 3
     }
 
     /// Replaces the snapshot fresh instances are restored from (recovery from a checkpoint),
@@ -200,6 +256,7 @@ impl Operator {
             Ok(bindings) => {
                 // Writes made by init/restore are part of setting up, not of an epoch's input.
                 store.data_mut().writes.clear();
+                self.memory_at_start = store.data().limiter.peak;
                 self.instance = Instance::Live { store, bindings };
                 Ok(())
             }
@@ -275,6 +332,9 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
             HostTrap::DeadlineExceeded => deadline,
             HostTrap::State(e) => ErrorKind::State(crate::state::StateError { message: e.message.clone() }),
         };
+    }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return ErrorKind::Exit { status: exit.0 };
     }
     if store.data().limiter.refused {
         return ErrorKind::MemoryLimit { limit_bytes: limits.memory_bytes };

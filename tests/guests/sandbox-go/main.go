@@ -3,7 +3,8 @@
 // It answers the same words as the Rust misbehave guest, one output per record (value only):
 // "open-file" tries to read /etc/passwd, "connect" a TCP connection to 127.0.0.1:9092, and
 // "env" counts the environment variables; replies are "<word>: ok", "<word>: err: <error>" or
-// "env: <count>". Anything else is forwarded unchanged.
+// "env: <count>". "raise" indexes past the end of a slice (a runtime panic) and "exit" calls
+// os.Exit(3), for the error reports of tests/polyglot.rs. Anything else is forwarded unchanged.
 package main
 
 import (
@@ -38,6 +39,10 @@ func (sandbox) Process(r *weir.Record, emit *weir.Emitter) error {
 		reply = attempt(word, err)
 	case "env":
 		reply = fmt.Sprintf("env: %d", len(os.Environ()))
+	case "raise":
+		reply = string(r.Key[len(r.Key)])
+	case "exit":
+		os.Exit(3)
 	default:
 		emit.Forward(r)
 		return nil

@@ -4,7 +4,9 @@
 // `open-file` and `connect` try the only I/O the runtime has, `fetch` (of file:///etc/passwd and
 // of http://127.0.0.1:9092/; componentize-js has no file or socket API besides it), and `env`
 // counts the environment variables the runtime exposes. Replies are `<word>: ok`,
-// `<word>: err: <error>` or `env: <count>`. Anything else is forwarded unchanged.
+// `<word>: err: <error>` or `env: <count>`. `raise` reads a property of null (a TypeError, not a
+// TransformError), for the error reports of tests/polyglot.rs. Anything else is forwarded
+// unchanged.
 //
 // Built without componentize-js's `http` feature (the host grants no wasi:http), `fetch` traps
 // (`unreachable`) instead of throwing, so `open-file` and `connect` fail the call.
@@ -36,6 +38,7 @@ class Sandbox extends Transform {
       'open-file': () => attempt(word, 'file:///etc/passwd'),
       connect: () => attempt(word, 'http://127.0.0.1:9092/'),
       env: () => `env: ${envCount()}`,
+      raise: () => record.key.length,
     }[word];
     emit(new Output(record.key, reply ? reply() : record.value));
   }

@@ -3,11 +3,14 @@
 Answers the same words as the Rust `misbehave` guest, one output per record (value only):
 `open-file` tries to read /etc/passwd, `connect` a TCP connection to 127.0.0.1:9092, and
 `env` counts the environment variables; replies are `<word>: ok`, `<word>: err: <error>` or
-`env: <count>`. Anything else is forwarded unchanged.
+`env: <count>`. `raise` divides by zero (a ZeroDivisionError, not a TransformError) and `exit`
+calls sys.exit(3), for the error reports of tests/polyglot.rs. Anything else is forwarded
+unchanged.
 """
 
 import os
 import socket
+import sys
 
 from weir_guest import Output, Transform, export
 
@@ -40,6 +43,10 @@ class Sandbox(Transform):
             emit(Output(key=record.key, value=_attempt(word, _connect)))
         elif word == "env":
             emit(Output(key=record.key, value=f"env: {len(os.environ)}"))
+        elif word == "raise":
+            emit(Output(key=record.key, value=str(1 / len(record.key or b""))))
+        elif word == "exit":
+            sys.exit(3)
         else:
             emit(Output(key=record.key, value=record.value))
 

@@ -7,8 +7,10 @@
 //! | value (UTF-8) | behaviour |
 //! |---|---|
 //! | `loop` | loops forever (CPU deadline) |
+//! | `sleep` | sleeps 30 s with `std::thread::sleep` (a WASI clock subscription and poll: a wait in the host), then forwards the record |
 //! | `alloc` | allocates 1 MiB blocks forever, touching every page (memory limit) |
 //! | `panic` | panics with `misbehave: panic at offset <offset>` (a trap) |
+//! | `exit` | calls `std::process::exit(3)` (WASI `exit`) |
 //! | `recurse` | unbounded recursion on the native wasm stack (stack overflow trap) |
 //! | `invalid-output` | emits the record to the undefined sink output `no-such-output` |
 //! | `error` | returns a transform-error `misbehave: error at offset <offset>` (offset filled in) |
@@ -96,6 +98,10 @@ impl Transform for Misbehave {
                     n = black_box(n.wrapping_add(1));
                 }
             }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(30));
+                out.forward(record);
+            }
             "alloc" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {
@@ -105,6 +111,7 @@ impl Transform for Misbehave {
                 }
             }
             "panic" => panic!("misbehave: panic at offset {offset}"),
+            "exit" => std::process::exit(3),
             "recurse" => {
                 black_box(recurse(0));
             }
