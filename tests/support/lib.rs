@@ -4,6 +4,7 @@
 //! `WEIR_KAFKA_BOOTSTRAP`, else `127.0.0.1:$WEIR_KAFKA_PORT`, else `127.0.0.1:9092`. They fail,
 //! never skip, when it is down.
 
+pub mod broker;
 pub mod flights;
 pub mod pipeline;
 
