@@ -35,7 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
+source scripts/setup.sh host guests kafka # and CARGO_TARGET_DIR, shared with scripts/test.sh
 reps=${BENCH_REPS:-3}
 port=${WEIR_KAFKA_PORT:-9092}
 bootstrap=127.0.0.1:$port
@@ -84,7 +84,7 @@ fi
 
 if [[ ${BENCH_BUILD:-1} != 0 ]]; then
     # The one cargo build of the repository (scripts/test.sh), so neither invalidates the other.
-    cargo build --release --workspace --all-targets
+    "${WEIR_HOST_BUILD[@]}"
     scripts/build-plugins.sh plugins
     for pom in bench/*/pom.xml; do
         if [[ -f $pom ]]; then mvn -q -B -Dstyle.color=never -f "$pom" package -DskipTests; fi

@@ -5,11 +5,11 @@
 #   scripts/build-plugins.sh [--release|--debug] [workspace-dir ...]
 #
 # Workspaces default to plugins/ and tests/guests/. Output folder: $WEIR_PLUGIN_DIR, default
-# <repo>/target/plugins. Cargo target dir: ${CARGO_TARGET_DIR:-<repo>/target}/guests, apart from
-# the host build because another rustc may build it.
+# <repo>/target/plugins. Cargo target dir: $CARGO_TARGET_DIR/guests (scripts/setup.sh's default
+# ~/.cache/weir/target), apart from the host build because another rustc may build it.
 #
 # Toolchain: rustup's wasm32-wasip2 target when it is installed; otherwise Debian's rustc-web
-# with -Zbuild-std (installing rustc-web cargo-web rust-web-src lld-22 wasi-libc if missing).
+# with -Zbuild-std (scripts/setup.sh installs rustc-web cargo-web rust-web-src lld-22 wasi-libc).
 set -euo pipefail
 
 usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
@@ -32,8 +32,11 @@ for arg in "$@"; do
 done
 ((${#workspaces[@]})) || workspaces=("$repo/plugins" "$repo/tests/guests")
 
+# The toolchain, and the one cargo target directory (CARGO_TARGET_DIR) every script shares.
+# shellcheck source=setup.sh
+source "$repo/scripts/setup.sh" guests
 out_dir=${WEIR_PLUGIN_DIR:-$repo/target/plugins}
-target_dir=${CARGO_TARGET_DIR:-$repo/target}/guests
+target_dir=$CARGO_TARGET_DIR/guests
 [[ $target_dir = /* ]] || target_dir=$PWD/$target_dir
 [[ $out_dir = /* ]] || out_dir=$PWD/$out_dir
 target=wasm32-wasip2
@@ -43,26 +46,10 @@ cargo_cmd=()
 build_args=(--target "$target")
 [[ $profile == release ]] && build_args+=(--release)
 
-if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+if weir_rustup_wasm; then
     route="rustup ($(rustc --version))"
     cargo_cmd=(cargo)
 else
-    debian_pkgs=(rustc-web cargo-web rust-web-src lld-22 wasi-libc)
-    missing=()
-    for pkg in "${debian_pkgs[@]}"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-    done
-    if ((${#missing[@]})); then
-        command -v apt-get >/dev/null 2>&1 || {
-            echo "build-plugins: no rustup $target target and no apt-get to install ${missing[*]}" >&2
-            exit 1
-        }
-        sudo=()
-        [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-        echo "build-plugins: installing ${missing[*]}" >&2
-        "${sudo[@]}" apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >&2
-    fi
     route="debian ($(/usr/bin/rustc --version), -Zbuild-std)"
     cargo_cmd=(env RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 "RUSTFLAGS=-L /usr/lib/wasm32-wasi" /usr/bin/cargo)
     build_args+=(-Zbuild-std=std,panic_abort)

@@ -5,10 +5,11 @@
 # summary line is printed. Set WEIR_CHAOS_SEED to replay a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/setup.sh host guests kafka
 if ! scripts/kafka.sh status >/dev/null 2>&1; then
     scripts/kafka.sh start
     trap 'scripts/kafka.sh stop' EXIT
 fi
 scripts/build-plugins.sh plugins
-cargo build --release --workspace --all-targets
+"${WEIR_HOST_BUILD[@]}"
 cargo test --release -p weir-tests --test chaos_flights -- --nocapture

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Runs Weir's whole test suite: builds the WebAssembly plugins and test guests (Rust, and
-# Python, JavaScript and Go after their SDKs' own unit tests), the host (release profile, the
-# one CI builds), and every test of the workspace against a real Kafka broker. Starts the broker (scripts/kafka.sh) when none is running, and stops it again then.
+# Runs Weir's whole test suite from a fresh clone: sets the machine up (scripts/setup.sh),
+# builds the WebAssembly plugins and test guests (Rust, and Python, JavaScript and Go after their
+# SDKs' own unit tests), the host (the one build examples/flights/run.sh shares, in the one
+# CARGO_TARGET_DIR), and runs every test of the workspace against a real Kafka broker. Starts the
+# broker (scripts/kafka.sh) when none is running, and stops it again then.
 # Extra arguments go to `cargo test` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/setup.sh host guests polyglot kafka
 
 if ! scripts/kafka.sh status >/dev/null 2>&1; then
     scripts/kafka.sh start
@@ -13,6 +16,6 @@ fi
 
 scripts/build-plugins.sh
 scripts/build-polyglot.sh --test
-cargo build --release --workspace --all-targets
+"${WEIR_HOST_BUILD[@]}"
 # Pipeline tests each run `weir` processes against one broker; two at a time suit 2 cores.
 cargo test --release --workspace -- --test-threads=2 "$@"

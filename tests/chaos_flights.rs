@@ -1,19 +1,28 @@
 //! The main job under faults: all 336,776 flights through flight-delays, exactly-once, while a
-//! driver SIGKILLs `weir run` at random moments, restarts the broker and forces a transaction
-//! timeout (SIGSTOP past `transaction.timeout.ms`). Then every key's `flights` must run exactly
-//! 1..n with n its input count, and its last record must equal the direct computation.
+//! driver forces a transaction timeout (SIGSTOP until the broker has aborted the open
+//! transaction), SIGKILLs `weir run` at random moments and restarts the broker. Then every key's
+//! `flights` must run exactly 1..n with n its input count, and its last record must equal the
+//! direct computation.
 //!
 //! `WEIR_CHAOS_KILLS` sets the number of kills (default 20); `scripts/chaos.sh` runs this test
 //! with its summary line shown.
 
+use std::process::Child;
 use std::time::{Duration, Instant};
 
+use weir_tests::broker::{Transaction, kafka_sh, transactions};
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{Reader, Spec, TestPipeline, produce, signal};
-use weir_tests::{Isolation, flight_rows, repo_root};
+use weir_tests::{Isolation, flight_rows};
 
 const PARTITIONS: i32 = 8;
 const TRANSACTION_TIMEOUT_MS: u64 = 6_000;
+/// Freezes tried before giving up on catching an open transaction.
+const MAX_FREEZES: u32 = 20;
+/// How long the broker may take past the transaction timeout to abort a transaction (it looks
+/// every second, scripts/kafka.sh) and the thawed pipeline to fail into recovery, on a busy
+/// machine.
+const GRACE: Duration = Duration::from_secs(60);
 
 /// A small deterministic generator (xorshift), seeded from the clock and printed for replay.
 struct Random(u64);
@@ -27,13 +36,67 @@ impl Random {
     }
 }
 
-fn kafka(command: &str) {
-    let status = std::process::Command::new("bash")
-        .arg(repo_root().join("scripts/kafka.sh"))
-        .arg(command)
-        .status()
-        .expect("scripts/kafka.sh");
-    assert!(status.success(), "scripts/kafka.sh {command} failed");
+/// Forces a transaction timeout and its replay: freezes `weir run` (SIGSTOP) and, when the broker
+/// reports one of the pipeline's transactions `Ongoing`, keeps it frozen until the broker reports
+/// that transaction aborted (only the broker's timeout can end it while the process is frozen),
+/// then thaws it and waits for its failed commit to send it into recovery. A freeze that catches
+/// no open transaction (start-up, between epochs) or a commit already sent is thawed and tried
+/// again. Returns how many freezes it took.
+fn force_transaction_timeout(pipeline: &TestPipeline, child: &Child) -> u32 {
+    let prefix = format!("{}-", pipeline.name);
+    // Start-up (recovery, fencing, compiling the component) opens no transaction: freezes start
+    // once it is over.
+    let spawned = Instant::now();
+    while !pipeline.log_text().contains("recovered") {
+        assert!(spawned.elapsed() < GRACE, "weir run did not start; log:\n{}", pipeline.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for freeze in 1..=MAX_FREEZES {
+        std::thread::sleep(Duration::from_millis(500));
+        let before = pipeline.log_text().len();
+        signal(child, "STOP");
+        let open: Vec<String> =
+            transactions(&prefix).into_iter().filter(|t| t.state == "Ongoing").map(|t| t.id).collect();
+        let aborted = if open.is_empty() { None } else { aborted_while_frozen(&prefix, &open) };
+        signal(child, "CONT");
+        let Some(aborted) = aborted else {
+            eprintln!("chaos: freeze {freeze} caught no open transaction ({open:?} Ongoing); trying again");
+            continue;
+        };
+        eprintln!("chaos: freeze {freeze}: the broker aborted {} ({}) on its timeout", aborted.id, aborted.state);
+        let thawed = Instant::now();
+        while !pipeline.log_text()[before..].contains("pipeline failed; recovering") {
+            assert!(
+                thawed.elapsed() < GRACE,
+                "the broker aborted {} but the thawed pipeline did not fail into recovery; log tail:\n{}",
+                aborted.id,
+                &pipeline.log_text()[before..]
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        return freeze;
+    }
+    panic!("{MAX_FREEZES} freezes caught no open transaction of {prefix}*; log:\n{}", pipeline.log_text());
+}
+
+/// Polls the broker until one of the `open` transactions is aborted (`Some`), or none of them is
+/// `Ongoing` any more (`None`: a commit sent just before the freeze ended them).
+///
+/// # Panics
+/// When the broker keeps one `Ongoing` [`GRACE`] past the transaction timeout.
+fn aborted_while_frozen(prefix: &str, open: &[String]) -> Option<Transaction> {
+    let deadline = Instant::now() + Duration::from_millis(TRANSACTION_TIMEOUT_MS) + GRACE;
+    loop {
+        // No sleep between polls: each TransactionsCommand takes seconds.
+        let ours: Vec<Transaction> = transactions(prefix).into_iter().filter(|t| open.contains(&t.id)).collect();
+        if let Some(aborted) = ours.iter().find(|t| t.is_aborted()) {
+            return Some(aborted.clone());
+        }
+        if !ours.iter().any(|t| t.state == "Ongoing") {
+            return None;
+        }
+        assert!(Instant::now() < deadline, "the broker kept {ours:?} open {GRACE:?} past its transaction timeout");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -54,32 +117,18 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     produce(&pipeline.source, PARTITIONS, &input).await;
 
     let started = Instant::now();
-    let (mut killed, mut broker_restarts, mut timeouts) = (0, 0, 0);
+    let (mut killed, mut broker_restarts) = (0, 0);
     let mut child = pipeline.spawn(&[]);
+    // The forced timeout comes first, while most of the input is still ahead: at tens of
+    // thousands of records per second a pipeline can finish its input within the kills, and an
+    // idle pipeline has no transaction to lose.
+    let freezes = force_transaction_timeout(&pipeline, &child);
     while killed < kills {
         std::thread::sleep(Duration::from_millis(500 + random.below(3_000)));
-        if killed >= kills / 3 && timeouts == 0 && killed + 1 < kills {
-            // Freeze the process past the transaction timeout: the broker aborts its open
-            // transaction, and the thawed process fails its next send or commit into recovery.
-            // Counted only when that failure shows in the log (an idle, empty epoch has no
-            // transaction to lose; then it is tried again later).
-            let before = pipeline.log_text().len();
-            signal(&child, "STOP");
-            std::thread::sleep(Duration::from_millis(TRANSACTION_TIMEOUT_MS + 4_000));
-            signal(&child, "CONT");
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if pipeline.log_text()[before..].contains("pipeline failed; recovering") {
-                    timeouts += 1;
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
         if killed == kills / 2 && broker_restarts == 0 {
-            kafka("stop");
+            kafka_sh(&["stop"]);
             std::thread::sleep(Duration::from_secs(2));
-            kafka("start");
+            kafka_sh(&["start"]);
             broker_restarts += 1;
         }
         signal(&child, "KILL");
@@ -97,7 +146,7 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     let log = pipeline.log_text();
     let recoveries = log.matches("recovered").count();
     println!(
-        "chaos: kills {killed}, broker restarts {broker_restarts}, timeouts forced {timeouts}, recoveries {recoveries}, records in {}, records out {}, duplicates {}, gaps {}, wrong finals {}, wall {:.0} s, {:.0} records/s (seed {seed})",
+        "chaos: kills {killed}, broker restarts {broker_restarts}, transaction timeout forced after {freezes} freeze(s), recoveries {recoveries}, records in {}, records out {}, duplicates {}, gaps {}, wrong finals {}, wall {:.0} s, {:.0} records/s (seed {seed})",
         verdict.records_in,
         verdict.records_out,
         verdict.duplicates,
@@ -108,6 +157,5 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     );
     assert!(read >= rows.len(), "only {read} outputs; log tail:\n{}", &log[log.len().saturating_sub(5000)..]);
     assert!(status.success(), "the final run stops cleanly");
-    assert!(timeouts >= 1, "a transaction was aborted by the broker's timeout and replayed");
     assert!(verdict.is_exactly_once(), "{verdict:?}");
 }

@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
+# Installs what is missing and sets the cargo target directory scripts/test.sh shares.
+source scripts/setup.sh host guests kafka
 run="${RUN:-$(date +%s)}"
 port="${WEIR_KAFKA_PORT:-9092}"
 export WEIR_KAFKA_BOOTSTRAP="127.0.0.1:$port"
@@ -17,7 +18,7 @@ export WEIR_KAFKA_BOOTSTRAP="127.0.0.1:$port"
 scripts/kafka.sh start
 scripts/build-plugins.sh plugins
 # The same build as scripts/test.sh, so neither invalidates the other's artifacts.
-cargo build --release --workspace --all-targets
+"${WEIR_HOST_BUILD[@]}"
 weir="$CARGO_TARGET_DIR/release/weir"
 
 # A per-run copy of the pipeline file: own topics, own state directory.

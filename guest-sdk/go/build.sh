@@ -23,12 +23,7 @@ pkg=$(cd "$1" && pwd)
 out=$2
 [[ $out = /* ]] || out=$PWD/$out
 
-command -v go >/dev/null || { echo "weir-build-go: no go command (Go 1.24+ needed)" >&2; exit 1; }
-version=$(go env GOVERSION)
-if ! printf '%s\n' go1.24 "$version" | sort -V -C; then
-    echo "weir-build-go: $version is too old: //go:wasmexport needs Go 1.24+ (GOTOOLCHAIN=go1.24.x fetches one)" >&2
-    exit 1
-fi
+source "$sdk/../../scripts/setup.sh" go # Go 1.24+
 "$sdk/../js/install.sh"
 
 cache=${WEIR_CACHE:-$HOME/.cache/weir}/polyglot

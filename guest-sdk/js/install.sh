@@ -3,10 +3,7 @@
 # node_modules is missing or older than package-lock.json.
 set -euo pipefail
 dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-command -v node >/dev/null && command -v npm >/dev/null || {
-    echo "weir-js: Node.js 20+ and npm are needed" >&2
-    exit 1
-}
+source "$dir/../../scripts/setup.sh" node # Node.js 20+ and npm
 stamp=$dir/node_modules/.weir-lock.sha256
 want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then

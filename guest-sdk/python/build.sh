@@ -27,12 +27,7 @@ pin=$(sed -n 's/^componentize-py==//p' "$sdk/requirements-build.txt")
 
 if [[ $("$venv/bin/componentize-py" --version 2>/dev/null) != "componentize-py $pin" ]]; then
     echo "weir-build-py: installing componentize-py $pin into $venv" >&2
-    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-        command -v apt-get >/dev/null || { echo "weir-build-py: python3 lacks venv/ensurepip" >&2; exit 1; }
-        sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-        "${sudo[@]}" apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq python3-venv >&2
-    fi
+    source "$sdk/../../scripts/setup.sh" python # venv and ensurepip
     mkdir -p "$cache"
     [[ -x $venv/bin/pip ]] || python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$sdk/requirements-build.txt" >&2

@@ -5,6 +5,7 @@
 //! never skip, when it is down.
 
 pub mod admin;
+pub mod broker;
 pub mod flights;
 pub mod pipeline;
 
