@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::config::ConfigError;
 use crate::state::StateError;
@@ -61,12 +61,22 @@ impl PipelineError {
     /// Whether the runner should recover and try again (with back-off) rather than exit: Kafka
     /// failures (a broker down, a transaction the broker aborted, a fenced producer), operator
     /// failures under `on_error = "fail"`, and checkpoint timeouts. Configuration errors,
-    /// refused start-up checks, state corruption and inconsistent offsets need a human.
+    /// refused start-up checks, state corruption, inconsistent offsets and records too large
+    /// for the sink need a human.
     pub fn is_retriable(&self) -> bool {
         match self {
+            // A record the producer refuses for its size is refused again on every replay.
+            PipelineError::Kafka {
+                source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+                ..
+            } => false,
             PipelineError::Kafka { .. } | PipelineError::CheckpointTimeout { .. } => true,
-            // A guest that refuses its configuration will refuse it again.
-            PipelineError::Operator(error) => error.call != crate::wasm::Call::Init,
+            // A guest that refuses its configuration will refuse it again, and an output too
+            // large for the sink is made again from the same input.
+            PipelineError::Operator(error) => {
+                error.call != crate::wasm::Call::Init
+                    && !matches!(error.kind, crate::wasm::ErrorKind::OutputTooLarge { .. })
+            }
             _ => false,
         }
     }

@@ -6,6 +6,7 @@
 
 pub mod flights;
 pub mod pipeline;
+pub mod records;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

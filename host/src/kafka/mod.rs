@@ -5,10 +5,14 @@
 //! `producer` tables may set any other librdkafka property (validated in [`crate::config`]).
 
 mod admin;
+mod headers;
+mod record_limit;
 mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
+pub use headers::{RawHeader, record_headers};
+pub use record_limit::sink_record_limit;
 pub use sink::{DeliveryErrors, ProducerSlot};
 pub use source::{GroupOffset, Source, checkpoint_metadata, parse_checkpoint_metadata};
 

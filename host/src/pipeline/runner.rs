@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 
 use super::task::Task;
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, Recovered};
 use crate::config::{Guarantee, PipelineConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
-use crate::kafka::{Admin, ProducerSlot, Source, TopicCheck};
+use crate::kafka::{Admin, ProducerSlot, Source, TopicCheck, record_headers, sink_record_limit};
 use crate::state::{StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, TransformComponent, WasmEngine};
@@ -105,6 +105,8 @@ impl<'a> Runner<'a> {
         shutdown: &AtomicBool,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
+        let max_record = block_on(sink_record_limit(&config.sink))
+            .map_err(PipelineError::kafka("reading the sink topics' max.message.bytes"))?;
         let db = Arc::new(StateDb::open(&config.state.dir)?);
         let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())
             .map_err(PipelineError::kafka("creating the source consumer"))?;
@@ -124,6 +126,7 @@ impl<'a> Runner<'a> {
                 id.clone(),
                 chain,
                 &outputs,
+                &max_record,
                 db.clone(),
                 snapshot,
                 committed.offsets.get(id).copied(),
@@ -222,7 +225,7 @@ impl<'a> Runner<'a> {
         }
         if let Some(topic) = &sink.dead_letter_topic {
             for dead_letter in &dead_letters {
-                slot.send(topic, &dead_letter.to_output(), None)
+                slot.send(topic, &dead_letter.to_output(self.tasks[index].max_record()), None)
                     .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
             }
         }
@@ -308,7 +311,8 @@ impl<'a> Runner<'a> {
 
     /// Shutdown: commits the open epoch, or aborts its (empty) transaction.
     fn finish(&mut self) -> Result<(), PipelineError> {
-        if self.epoch.records > 0 {
+        let committed = (self.epoch.records > 0).then_some(self.epoch.id);
+        if committed.is_some() {
             self.checkpoint()?;
         }
         if self.config.sink.guarantee == Guarantee::ExactlyOnce {
@@ -317,7 +321,14 @@ impl<'a> Runner<'a> {
                 .abort(self.config.checkpoint.timeout)
                 .map_err(PipelineError::kafka(format!("abort_transaction of empty epoch {id}")))?;
         }
-        tracing::info!(pipeline = %self.config.name, "stopped after committing the open epoch");
+        match committed {
+            Some(id) => {
+                tracing::info!(pipeline = %self.config.name, checkpoint = %id, "stopped after committing the open epoch")
+            }
+            None => {
+                tracing::info!(pipeline = %self.config.name, "stopped; the open epoch had no records, so there was nothing to commit")
+            }
+        }
         Ok(())
     }
 }
@@ -428,15 +439,15 @@ fn start_positions(
 }
 
 fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
-    let headers = message
-        .headers()
-        .map(|headers| {
-            headers
-                .iter()
-                .map(|h| Header { key: h.key.to_owned(), value: h.value.map(<[u8]>::to_vec).unwrap_or_default() })
-                .collect()
+    // Contract 0.1 has UTF-8 header names and no null header value: a name that is not UTF-8
+    // is handed on lossily, a null value as an empty one (docs/configuration.md, "Records").
+    let headers = record_headers(message)
+        .into_iter()
+        .map(|h| Header {
+            key: String::from_utf8_lossy(h.key).into_owned(),
+            value: h.value.unwrap_or_default().to_vec(),
         })
-        .unwrap_or_default();
+        .collect();
     InputRecord {
         key: message.key().map(<[u8]>::to_vec),
         value: message.payload().map(<[u8]>::to_vec),

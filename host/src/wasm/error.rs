@@ -116,6 +116,21 @@ pub enum ErrorKind {
         /// What is wrong with it.
         reason: String,
     },
+    /// An output record is larger than the sink can write ([`super::OperatorLimits::max_record`]).
+    /// Retrying cannot help: the same input makes the same record.
+    #[error(
+        "output record {index} is too large: {bytes} bytes as the Kafka producer counts it (key, value, headers and record overhead), over the limit of {limit} bytes set by {setting}; raise that limit or make the record smaller"
+    )]
+    OutputTooLarge {
+        /// Index of the record in the call's output.
+        index: usize,
+        /// Its size ([`super::limits::record_size`]).
+        bytes: usize,
+        /// The limit in force, in bytes.
+        limit: usize,
+        /// The setting behind the limit.
+        setting: String,
+    },
     /// The guest reported an error for the batch (`process` returned `err`), or `init` or
     /// `restore` refused.
     #[error("transform error: {message}{}", offset.map(|o| format!(" (at offset {o})")).unwrap_or_default())]
