@@ -240,7 +240,7 @@ impl Operator {
             }
             let bytes = record_size(output);
             if bytes > max.bytes {
-                return Err(ErrorKind::OutputTooLarge { index, bytes, limit: max.bytes, setting: max.setting.clone() });
+                return Err(ErrorKind::OutputTooLarge { index, bytes, limit: Box::new(max.clone()) });
             }
             if let Some(timestamp) = output.timestamp
                 && timestamp < 0
