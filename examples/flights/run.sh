@@ -60,7 +60,7 @@ last = {}
 count = 0
 for line in open(sys.argv[1]):
     record = json.loads(line)
-    last[record["key"]] = record["value"]
+    last[record["key"]] = json.loads(record["value"])  # weir consume shows values as their exact text
     count += 1
 print(f"{count} output records (read_committed), {len(last)} origin|carrier keys")
 worst = sorted((v for v in last.values() if v["mean_dep_delay"] is not None), key=lambda v: -v["mean_dep_delay"])[:10]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::config::ConfigError;
 use crate::kafka::{ErrorClass, Fenced, ProducerError, classify, hint};
@@ -76,9 +76,15 @@ impl PipelineError {
     /// missing — recovery's start-up checks then refuse a missing source topic), operator
     /// failures under `on_error = "fail"`, and checkpoint timeouts. Kafka configuration and
     /// authorisation errors, a producer fenced by another process, refused start-up checks,
-    /// state corruption and inconsistent offsets need a human ([`crate::kafka::classify`]).
+    /// state corruption, inconsistent offsets and records too large for the sink need a human
+    /// ([`crate::kafka::classify`]).
     pub fn is_retriable(&self) -> bool {
         match self {
+            // A record the producer refuses for its size is refused again on every replay.
+            PipelineError::Kafka {
+                source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+                ..
+            } => false,
             // A fencing code outside `PipelineError::Fenced` is the broker's abort of a
             // transaction that outlived its timeout (the producer slot tells them apart).
             PipelineError::Kafka { source, .. } => {
@@ -91,8 +97,12 @@ impl PipelineError {
                 )
             }
             PipelineError::CheckpointTimeout { .. } => true,
-            // A guest that refuses its configuration will refuse it again.
-            PipelineError::Operator(error) => error.call != crate::wasm::Call::Init,
+            // A guest that refuses its configuration will refuse it again, and an output too
+            // large for the sink is made again from the same input.
+            PipelineError::Operator(error) => {
+                error.call != crate::wasm::Call::Init
+                    && !matches!(error.kind, crate::wasm::ErrorKind::OutputTooLarge { .. })
+            }
             _ => false,
         }
     }

@@ -17,9 +17,19 @@ fn main() -> ExitCode {
         .init();
     match cli::run(args) {
         Ok(code) => code,
+        // The reader of stdout went away (`weir ... | head`): what it wanted was written.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `error` comes from writing to a pipe whose reader has closed it (EPIPE; Rust ignores
+/// SIGPIPE, so the write fails instead of killing the process).
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }

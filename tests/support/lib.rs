@@ -8,6 +8,7 @@ pub mod admin;
 pub mod broker;
 pub mod flights;
 pub mod pipeline;
+pub mod records;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

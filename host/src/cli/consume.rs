@@ -1,4 +1,11 @@
 //! `weir consume`: prints a topic's records as JSON lines, read_committed by default.
+//!
+//! Each line shows one record faithfully: `partition`, `offset`, `timestamp` (milliseconds since
+//! the Unix epoch, or null) and `timestamp_type` (`create_time`, `log_append_time` or
+//! `not_available`), `key`, `value`, and `headers` as a list of `{key, value}` objects in the
+//! order the producer wrote them, repeated names included. Bytes are shown losslessly: a field
+//! holds a JSON string when its bytes are UTF-8, and is named `<field>_base64` (standard base64
+//! with padding) when they are not; a Kafka null is JSON `null`, distinct from an empty string.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -6,12 +13,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::{Map, Value};
-use weir::kafka::{Admin, TopicCheck};
+use weir::kafka::{Admin, TopicCheck, record_headers};
 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
@@ -67,36 +76,51 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     while count < max && last.elapsed() < idle {
         let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
         let message = message.with_context(|| format!("consuming {}", args.topic))?;
-        let text = |bytes: Option<&[u8]>| {
-            bytes.map_or(Value::Null, |b| {
-                serde_json::from_slice(b).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
-            })
-        };
-        let headers: Map<String, Value> = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_owned(),
-                            Value::String(String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let line = serde_json::json!({
-            "partition": message.partition(),
-            "offset": message.offset(),
-            "key": message.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-            "value": text(message.payload()),
-            "headers": headers,
-        });
-        writeln!(out, "{line}")?;
+        writeln!(out, "{}", record_json(&message))?;
         count += 1;
         last = Instant::now();
     }
     out.flush()?;
     eprintln!("{count} records");
     Ok(ExitCode::SUCCESS)
+}
+
+/// One record as the JSON object described in the module documentation.
+fn record_json(message: &BorrowedMessage<'_>) -> Value {
+    let (timestamp, timestamp_type) = match message.timestamp() {
+        Timestamp::CreateTime(ms) => (Value::from(ms), "create_time"),
+        Timestamp::LogAppendTime(ms) => (Value::from(ms), "log_append_time"),
+        Timestamp::NotAvailable => (Value::Null, "not_available"),
+    };
+    let mut object = Map::new();
+    object.insert("partition".into(), message.partition().into());
+    object.insert("offset".into(), message.offset().into());
+    object.insert("timestamp".into(), timestamp);
+    object.insert("timestamp_type".into(), timestamp_type.into());
+    insert_bytes(&mut object, "key", message.key());
+    insert_bytes(&mut object, "value", message.payload());
+    let headers = record_headers(message)
+        .into_iter()
+        .map(|header| {
+            let mut object = Map::new();
+            insert_bytes(&mut object, "key", Some(header.key));
+            insert_bytes(&mut object, "value", header.value);
+            Value::Object(object)
+        })
+        .collect();
+    object.insert("headers".into(), Value::Array(headers));
+    Value::Object(object)
+}
+
+/// Inserts `bytes` as `field` (a string; null for `None`) when they are UTF-8, else as
+/// `<field>_base64`.
+fn insert_bytes(object: &mut Map<String, Value>, field: &str, bytes: Option<&[u8]>) {
+    let (name, value) = match bytes {
+        None => (field.to_owned(), Value::Null),
+        Some(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => (field.to_owned(), text.into()),
+            Err(_) => (format!("{field}_base64"), STANDARD.encode(bytes).into()),
+        },
+    };
+    object.insert(name, value);
 }

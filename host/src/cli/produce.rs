@@ -1,6 +1,7 @@
 //! `weir produce`: loads a CSV / JSON-lines / zip file into a topic.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -80,11 +81,12 @@ pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     producer.flush(Duration::from_secs(60)).context("waiting for the broker to acknowledge every record")?;
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
-    println!(
+    writeln!(
+        std::io::stdout(),
         "wrote {count} records to {} in {seconds:.1} s ({:.0} records/s)",
         args.topic,
         count as f64 / seconds.max(1e-9)
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

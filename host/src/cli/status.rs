@@ -1,5 +1,6 @@
 //! `weir status <pipeline.toml>`: last committed checkpoint, offsets per partition and lag.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -23,10 +24,10 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let db = StateDb::open_read_only(&config.state.dir)?;
     let committed = db.committed()?;
     let pending = db.pending()?;
-    println!("pipeline {} (state {})", config.name, config.state.dir.display());
-    println!("last committed checkpoint: {}", committed.id);
+    writeln!(std::io::stdout(), "pipeline {} (state {})", config.name, config.state.dir.display())?;
+    writeln!(std::io::stdout(), "last committed checkpoint: {}", committed.id)?;
     if let Some(pending) = pending {
-        println!("pending checkpoint: {} (resolved at the next start)", pending.id);
+        writeln!(std::io::stdout(), "pending checkpoint: {} (resolved at the next start)", pending.id)?;
     }
 
     let admin = Admin::new(&config.source.brokers, &config.source.consumer)?;
@@ -39,7 +40,15 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
     }
     let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())?;
     let group = source.group_offsets(&tasks, TIMEOUT)?;
-    println!("{:<32} {:>12} {:>12} {:>12} {:>10}", "partition", "checkpoint", "group", "end", "lag");
+    writeln!(
+        std::io::stdout(),
+        "{:<32} {:>12} {:>12} {:>12} {:>10}",
+        "partition",
+        "checkpoint",
+        "group",
+        "end",
+        "lag"
+    )?;
     let mut total_lag = 0;
     for task in &tasks {
         let ours = committed.offsets.get(task).copied();
@@ -49,15 +58,16 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
         let lag = (end - ours.unwrap_or(start)).max(0);
         total_lag += lag;
         let show = |o: Option<i64>| o.map_or_else(|| "-".to_owned(), |o| o.to_string());
-        println!(
+        writeln!(
+            std::io::stdout(),
             "{:<32} {:>12} {:>12} {:>12} {:>10}",
             task.to_string(),
             show(ours),
             show(group.get(task).map(|g| g.offset)),
             end,
             lag
-        );
+        )?;
     }
-    println!("total lag: {total_lag} (end = last stable offset, read_committed)");
+    writeln!(std::io::stdout(), "total lag: {total_lag} (end = last stable offset, read_committed)")?;
     Ok(ExitCode::SUCCESS)
 }

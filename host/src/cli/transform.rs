@@ -72,11 +72,15 @@ fn check(file: &Path) -> anyhow::Result<ExitCode> {
     let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
     let component = engine.load(file)?;
     let description = component.description();
-    println!("{}: weir:transform@0.1 component, {} bytes", file.display(), component.size());
-    println!("exports:");
-    description.exports.iter().for_each(|name| println!("  {name}"));
-    println!("imports:");
-    description.imports.iter().for_each(|name| println!("  {name}"));
+    writeln!(std::io::stdout(), "{}: weir:transform@0.1 component, {} bytes", file.display(), component.size())?;
+    writeln!(std::io::stdout(), "exports:")?;
+    for name in &description.exports {
+        writeln!(std::io::stdout(), "  {name}")?;
+    }
+    writeln!(std::io::stdout(), "imports:")?;
+    for name in &description.imports {
+        writeln!(std::io::stdout(), "  {name}")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -102,6 +106,7 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut batch = Vec::with_capacity(args.batch_size);
     let mut batches = 0u64;
+    let mut write_error = None;
     let mut flush = |batch: &mut Vec<InputRecord>, out: &mut dyn Write| -> Result<(), String> {
         let outputs = operator.process(batch).map_err(|e| e.to_string())?;
         batch.clear();
@@ -111,7 +116,13 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         if batches.is_multiple_of(SNAPSHOT_EVERY_BATCHES) {
             operator.snapshot().map_err(|e| e.to_string())?;
         }
-        outputs.iter().try_for_each(|output| writeln!(out, "{}", output_json(output))).map_err(|e| e.to_string())
+        // Keep the I/O error itself, so that a closed stdout (`| head`) ends the run quietly.
+        let written = outputs.iter().try_for_each(|output| writeln!(out, "{}", output_json(output)));
+        written.map_err(|error| {
+            let message = error.to_string();
+            write_error = Some(error);
+            message
+        })
     };
     let limit = args.limit.unwrap_or(u64::MAX);
     let read = read_rows(&args.input, args.format, &args.key, |row| {
@@ -129,8 +140,13 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         });
         if batch.len() == args.batch_size { flush(&mut batch, &mut out) } else { Ok(()) }
     });
-    read.with_context(|| format!("running {} over {}", args.file.display(), args.input.display()))?;
-    flush(&mut batch, &mut out).map_err(anyhow::Error::msg)?;
+    let result = read
+        .with_context(|| format!("running {} over {}", args.file.display(), args.input.display()))
+        .and_then(|_| flush(&mut batch, &mut out).map_err(anyhow::Error::msg));
+    if let Some(error) = write_error {
+        return Err(error).context("writing the output records to stdout");
+    }
+    result?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

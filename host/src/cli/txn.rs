@@ -8,6 +8,7 @@
 //! what it left open.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ fn ids(args: &TxnArgs) -> Vec<String> {
 }
 
 fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
-    println!("transactional ids: {}", ids(args).join(", "));
+    writeln!(std::io::stdout(), "transactional ids: {}", ids(args).join(", "))?;
     let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer> {
         Ok(ClientConfig::new().set("bootstrap.servers", &args.brokers).set("isolation.level", isolation).create()?)
     };
@@ -64,7 +65,7 @@ fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
     let mut pinned = 0;
     for (topic, check) in admin.topics(&names)? {
         let TopicCheck::Exists(partitions) = check else {
-            println!("{topic}: no such topic");
+            writeln!(std::io::stdout(), "{topic}: no such topic")?;
             continue;
         };
         for partition in 0..partitions {
@@ -72,13 +73,14 @@ fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
             let (_, high) = uncommitted.fetch_watermarks(&topic, partition, TIMEOUT)?;
             if stable < high {
                 pinned += 1;
-                println!(
+                writeln!(
+                    std::io::stdout(),
                     "{topic}[{partition}]: last stable offset {stable} < high watermark {high}: pinned by an open transaction"
-                );
+                )?;
             }
         }
     }
-    println!("{pinned} partition(s) pinned by open transactions");
+    writeln!(std::io::stdout(), "{pinned} partition(s) pinned by open transactions")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -86,7 +88,7 @@ fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
     for (slot, id) in ids(args).iter().enumerate() {
         let producer = ProducerSlot::transactional(&args.brokers, &BTreeMap::new(), slot, id, TIMEOUT)?;
         producer.fence(TIMEOUT).map_err(|e| anyhow::anyhow!("fencing transactional id {id}: {e}"))?;
-        println!("{id}: fenced; any transaction it left open is aborted");
+        writeln!(std::io::stdout(), "{id}: fenced; any transaction it left open is aborted")?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -86,6 +86,30 @@ impl Admin {
         Ok(())
     }
 
+    /// Each topic's `max.message.bytes` (the largest record batch the broker accepts for it;
+    /// 1048588 by default), from one describe-configs request.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached, refuses, or does not report the setting.
+    pub async fn max_message_bytes(&self, topics: &[&str]) -> Result<BTreeMap<String, usize>, KafkaError> {
+        let resources: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+        let results = self.client.describe_configs(&resources, &options).await?;
+        topics
+            .iter()
+            .zip(results)
+            .map(|(topic, result)| {
+                let value = result
+                    .map_err(KafkaError::AdminOp)?
+                    .get("max.message.bytes")
+                    .and_then(|entry| entry.value.as_deref())
+                    .and_then(|value| value.parse::<usize>().ok())
+                    .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::InvalidConfig))?;
+                Ok(((*topic).to_owned(), value))
+            })
+            .collect()
+    }
+
     /// The broker's `transaction.max.timeout.ms` (the upper bound of a producer's
     /// `transaction.timeout.ms`; 900000 by default), read from the first broker of the
     /// cluster metadata.

@@ -6,13 +6,17 @@
 
 mod admin;
 mod failure;
+mod headers;
 mod metadata;
+mod record_limit;
 mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
 pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
+pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
+pub use record_limit::sink_record_limit;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use source::{GroupOffset, Source};
 

@@ -6,17 +6,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 
 use super::task::Task;
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, PendingOverride, RecoverOptions, Recovered};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
-use crate::kafka::{Admin, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source, TopicCheck, classify};
+use crate::kafka::{
+    Admin, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source, TopicCheck, classify, record_headers,
+    sink_record_limit,
+};
 use crate::state::{Committed, StateDb, StateError, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Header, InputRecord, TransformComponent, WasmEngine};
+use crate::wasm::{Header, InputRecord, RecordLimit, TransformComponent, WasmEngine};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -95,6 +98,8 @@ struct Runner<'a> {
     config: &'a PipelineConfig,
     chain: &'a Chain,
     outputs: Vec<String>,
+    /// The largest output record the sink can write.
+    max_record: RecordLimit,
     lineage: Lineage,
     db: Arc<StateDb>,
     source: Source,
@@ -120,6 +125,8 @@ impl<'a> Runner<'a> {
         shutdown: &AtomicBool,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
+        let max_record = block_on(sink_record_limit(&config.sink))
+            .map_err(PipelineError::kafka("reading the sink topics' max.message.bytes"))?;
         let db = Arc::new(StateDb::open(&config.state.dir)?);
         let lineage = Lineage {
             pipeline: config.name.clone(),
@@ -153,7 +160,15 @@ impl<'a> Runner<'a> {
         let mut tasks = Vec::with_capacity(task_ids.len());
         for id in &task_ids {
             let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
-            tasks.push(Task::new(id.clone(), chain, &outputs, db.clone(), snapshot, positions.get(id).copied())?);
+            tasks.push(Task::new(
+                id.clone(),
+                chain,
+                &outputs,
+                &max_record,
+                db.clone(),
+                snapshot,
+                positions.get(id).copied(),
+            )?);
         }
         source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
         if shutdown.load(Ordering::Relaxed) {
@@ -166,6 +181,7 @@ impl<'a> Runner<'a> {
             config,
             chain,
             outputs,
+            max_record,
             lineage,
             db,
             source,
@@ -269,7 +285,15 @@ impl<'a> Runner<'a> {
         for id in added {
             let offset = positions[&id];
             tracing::info!(partition = %id, offset, "source partition added while running; reading it from its earliest offset");
-            let task = Task::new(id.clone(), self.chain, &self.outputs, self.db.clone(), |_| None, Some(offset))?;
+            let task = Task::new(
+                id.clone(),
+                self.chain,
+                &self.outputs,
+                &self.max_record,
+                self.db.clone(),
+                |_| None,
+                Some(offset),
+            )?;
             self.task_index.insert((id.topic.clone(), id.partition), self.tasks.len());
             self.overlays.push(task.overlays().clone());
             self.tasks.push(task);
@@ -307,7 +331,7 @@ impl<'a> Runner<'a> {
         }
         if let Some(topic) = &sink.dead_letter_topic {
             for dead_letter in &dead_letters {
-                slot.send(topic, &dead_letter.to_output(), None)
+                slot.send(topic, &dead_letter.to_output(self.tasks[index].max_record()), None)
                     .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
             }
         }
@@ -394,7 +418,8 @@ impl<'a> Runner<'a> {
 
     /// Shutdown: commits the open epoch, or aborts its (empty) transaction.
     fn finish(&mut self) -> Result<(), PipelineError> {
-        if self.has_work()? {
+        let committed = if self.has_work()? { Some(self.epoch.id) } else { None };
+        if committed.is_some() {
             self.checkpoint()?;
         }
         if self.config.sink.guarantee == Guarantee::ExactlyOnce {
@@ -403,7 +428,14 @@ impl<'a> Runner<'a> {
                 .abort(self.config.checkpoint.timeout)
                 .map_err(PipelineError::kafka(format!("abort_transaction of empty epoch {id}")))?;
         }
-        tracing::info!(pipeline = %self.config.name, "stopped after committing the open epoch");
+        match committed {
+            Some(id) => {
+                tracing::info!(pipeline = %self.config.name, checkpoint = %id, "stopped after committing the open epoch")
+            }
+            None => {
+                tracing::info!(pipeline = %self.config.name, "stopped; the open epoch had no records and moved no offset, so there was nothing to commit")
+            }
+        }
         Ok(())
     }
 }
@@ -639,15 +671,15 @@ fn in_range(
 }
 
 fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
-    let headers = message
-        .headers()
-        .map(|headers| {
-            headers
-                .iter()
-                .map(|h| Header { key: h.key.to_owned(), value: h.value.map(<[u8]>::to_vec).unwrap_or_default() })
-                .collect()
+    // Contract 0.1 has UTF-8 header names and no null header value: a name that is not UTF-8
+    // is handed on lossily, a null value as an empty one (docs/configuration.md, "Records").
+    let headers = record_headers(message)
+        .into_iter()
+        .map(|h| Header {
+            key: String::from_utf8_lossy(h.key).into_owned(),
+            value: h.value.unwrap_or_default().to_vec(),
         })
-        .unwrap_or_default();
+        .collect();
     InputRecord {
         key: message.key().map(<[u8]>::to_vec),
         value: message.payload().map(<[u8]>::to_vec),

@@ -6,7 +6,13 @@ use crate::checkpoint::protocol::TaskBarrier;
 use crate::config::{OnError, TransformConfig};
 use crate::state::{OperatorState, StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, TransformComponent};
+use crate::wasm::{
+    ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, RecordLimit,
+    TransformComponent, record_size,
+};
+
+/// Header of a dead letter naming the parts of the input left out to fit the record limit.
+const DROPPED_HEADER: &str = "weir.dropped";
 
 /// A record an operator failed on under `on_error = "dead-letter"`, with the error.
 #[derive(Debug)]
@@ -20,7 +26,38 @@ pub struct DeadLetter {
 impl DeadLetter {
     /// The record as it goes to the dead-letter topic: key, value and headers of the input,
     /// plus `weir.error`, `weir.operator`, `weir.topic`, `weir.partition`, `weir.offset`.
-    pub fn to_output(&self) -> OutputRecord {
+    ///
+    /// When that is larger than `limit` (the input was itself too large to write, or the
+    /// added headers push it over), the input's value, then its key, then its headers are left
+    /// out, and a `weir.dropped` header says which and how large they were: the record can
+    /// still be read at its source offset.
+    pub fn to_output(&self, limit: &RecordLimit) -> OutputRecord {
+        let mut output = self.full_output();
+        let mut dropped = Vec::new();
+        let mut input_headers = self.record.headers.len();
+        while record_size(&output) > limit.bytes {
+            let (part, bytes) = if let Some(value) = output.value.take() {
+                ("value", value.len())
+            } else if let Some(key) = output.key.take() {
+                ("key", key.len())
+            } else if input_headers > 0 {
+                let bytes = output.headers.drain(..input_headers).map(|h| h.key.len() + h.value.len()).sum();
+                input_headers = 0;
+                ("headers", bytes)
+            } else {
+                // Weir's own headers alone are too large: the producer refuses the record and
+                // the pipeline stops with that error.
+                break;
+            };
+            dropped.push(format!("{part} ({bytes} bytes)"));
+            output.headers.retain(|h| h.key != DROPPED_HEADER);
+            output.headers.push(Header { key: DROPPED_HEADER.into(), value: dropped.join(", ").into_bytes() });
+        }
+        output
+    }
+
+    /// The input record with the error headers.
+    fn full_output(&self) -> OutputRecord {
         let mut headers = self.record.headers.clone();
         let header = |key: &str, value: String| Header { key: key.into(), value: value.into_bytes() };
         headers.push(header("weir.error", self.error.kind.to_string()));
@@ -50,13 +87,15 @@ pub struct Task {
     steps: Vec<Step>,
     overlays: Arc<Mutex<TaskOverlays>>,
     next_offset: Option<i64>,
+    max_record: RecordLimit,
 }
 
 impl Task {
     /// Instantiates the chain for `id`, each operator restored from its committed snapshot.
     ///
     /// `next_offset` is where the task's partition is read from (its committed offset, or where
-    /// a partition without one starts).
+    /// a partition without one starts); `max_record` is the largest output record the sink can
+    /// write.
     ///
     /// # Errors
     /// When an operator cannot start (instantiation, `init` or `restore` failed).
@@ -64,6 +103,7 @@ impl Task {
         id: TaskId,
         chain: &[(Arc<TransformComponent>, TransformConfig)],
         outputs: &[String],
+        max_record: &RecordLimit,
         db: Arc<StateDb>,
         snapshot: impl Fn(&str) -> Option<Vec<u8>>,
         next_offset: Option<i64>,
@@ -74,7 +114,7 @@ impl Task {
             let limits = OperatorLimits {
                 memory_bytes: config.memory_limit_bytes,
                 deadline: config.deadline,
-                ..OperatorLimits::default()
+                max_record: max_record.clone(),
             };
             let state = OperatorState::new(overlays.clone(), &config.name, &id);
             let mut operator = Operator::new(
@@ -90,12 +130,17 @@ impl Task {
             }
             steps.push(Step { operator, on_error: config.on_error });
         }
-        Ok(Self { id, steps, overlays, next_offset })
+        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone() })
     }
 
     /// The task's id.
     pub fn id(&self) -> &TaskId {
         &self.id
+    }
+
+    /// The largest output record the sink can write.
+    pub fn max_record(&self) -> &RecordLimit {
+        &self.max_record
     }
 
     /// The task's state overlays.
@@ -140,7 +185,13 @@ impl Task {
         let steps = self.steps.len();
         for (index, step) in self.steps.iter_mut().enumerate() {
             let outputs = match step.on_error {
-                OnError::Fail => step.operator.process(&records)?,
+                OnError::Fail => match step.operator.process(&records) {
+                    Ok(outputs) => outputs,
+                    Err(error) if matches!(error.kind, ErrorKind::OutputTooLarge { .. }) && records.len() > 1 => {
+                        return Err(locate(&mut step.operator, records, error));
+                    }
+                    Err(error) => return Err(error),
+                },
                 OnError::DeadLetter => match process_restorable(&mut step.operator, &records) {
                     Ok(outputs) => outputs,
                     Err(error) if error.is_record_failure() => {
@@ -213,6 +264,13 @@ fn isolate(
         }
     }
     Ok(outputs)
+}
+
+/// Replays a batch one record at a time until a record fails again, so that the error of a
+/// failure that stops the pipeline names that record's offset rather than the batch's.
+/// (Replayed records' state writes are dropped with the failed epoch.)
+fn locate(operator: &mut Operator, records: Vec<InputRecord>, first: OperatorError) -> OperatorError {
+    records.iter().find_map(|record| operator.process(std::slice::from_ref(record)).err()).unwrap_or(first)
 }
 
 /// An operator's output as the next operator's input: it keeps the origin (topic, partition,

@@ -126,6 +126,21 @@ pub enum ErrorKind {
         /// What is wrong with it.
         reason: String,
     },
+    /// An output record is larger than the sink can write ([`super::OperatorLimits::max_record`]).
+    /// Retrying cannot help: the same input makes the same record.
+    #[error(
+        "output record {index} is too large: {bytes} bytes as the Kafka producer counts it (key, value, headers and record overhead), over the limit of {} bytes set by {}; raise that limit or make the record smaller",
+        limit.bytes,
+        limit.setting
+    )]
+    OutputTooLarge {
+        /// Index of the record in the call's output.
+        index: usize,
+        /// Its size ([`super::limits::record_size`]).
+        bytes: usize,
+        /// The limit in force and the setting behind it (boxed: errors stay small).
+        limit: Box<super::RecordLimit>,
+    },
     /// The guest reported an error for the batch (`process` returned `err`), or `init` or
     /// `restore` refused.
     #[error("transform error: {message}{}", offset.map(|o| format!(" (at offset {o})")).unwrap_or_default())]

@@ -2,13 +2,58 @@
 
 use std::time::Duration;
 
+use super::OutputRecord;
+
 /// Default linear-memory limit of one operator instance: 64 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
 /// Default deadline of one guest call: 1 s.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
-/// Largest key or value of one output record: 1 MiB, Kafka's default `message.max.bytes`
-/// (1048588) minus record overhead.
-pub const DEFAULT_MAX_RECORD_BYTES: usize = 1 << 20;
+/// Largest output record, as librdkafka's producer counts it (see [`record_size`]): 1,000,000
+/// bytes, librdkafka's default `message.max.bytes`.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
+/// librdkafka's largest per-record overhead in a v2 record batch (`RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD`:
+/// length, attributes, timestamp delta, offset delta, key length, value length and header count,
+/// each varint at its widest).
+const RECORD_OVERHEAD_BYTES: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
+
+/// The size limit of one output record and the setting it comes from, for the error message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordLimit {
+    /// Largest [`record_size`] accepted, in bytes.
+    pub bytes: usize,
+    /// The setting that sets it, e.g. `sink.producer."message.max.bytes"`, and what to change.
+    pub setting: String,
+}
+
+impl Default for RecordLimit {
+    /// librdkafka's default `message.max.bytes`.
+    fn default() -> Self {
+        Self {
+            bytes: DEFAULT_MAX_RECORD_BYTES,
+            setting: "librdkafka's default `message.max.bytes` (sink.producer.\"message.max.bytes\" in a pipeline)"
+                .into(),
+        }
+    }
+}
+
+/// Size of `record` as librdkafka's producer checks it against `message.max.bytes` before
+/// queueing it (`rd_kafka_msg_max_wire_size`): key + value + serialised headers + the largest
+/// per-record overhead, in bytes. Uncompressed, so an upper bound of what the broker sees.
+pub fn record_size(record: &OutputRecord) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| h.key.len() + h.value.len() + varint_len(h.key.len()) + varint_len(h.value.len()))
+        .sum();
+    let len = |bytes: &Option<Vec<u8>>| bytes.as_ref().map_or(0, Vec::len);
+    RECORD_OVERHEAD_BYTES + len(&record.key) + len(&record.value) + headers
+}
+
+/// Bytes of Kafka's zig-zag varint of a length.
+fn varint_len(len: usize) -> usize {
+    let bits = usize::BITS - (len << 1).leading_zeros();
+    (bits as usize).div_ceil(7).max(1)
+}
 
 /// Limits of one operator instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,17 +66,15 @@ pub struct OperatorLimits {
     /// (wasmtime epoch interruption), every host call checks it, and WASI waits (sleeps, polls,
     /// blocking stream calls) end at it, so time spent in the host counts.
     pub deadline: Duration,
-    /// Largest key or value of an output record, in bytes; by default 1 MiB.
-    pub max_record_bytes: usize,
+    /// Largest output record ([`record_size`]); by default librdkafka's default
+    /// `message.max.bytes`. A pipeline sets the smallest of its producer's and its sink topics'
+    /// limits, so that an output the sink would refuse fails the call that made it.
+    pub max_record: RecordLimit,
 }
 
 impl Default for OperatorLimits {
     fn default() -> Self {
-        Self {
-            memory_bytes: DEFAULT_MEMORY_BYTES,
-            deadline: DEFAULT_DEADLINE,
-            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
-        }
+        Self { memory_bytes: DEFAULT_MEMORY_BYTES, deadline: DEFAULT_DEADLINE, max_record: RecordLimit::default() }
     }
 }
 
@@ -64,5 +107,29 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
 
     fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wasm::Header;
+
+    #[test]
+    fn record_size_counts_key_value_headers_and_overhead_as_librdkafka_does() {
+        let record = |key: Option<Vec<u8>>, value: Option<Vec<u8>>, headers: Vec<Header>| OutputRecord {
+            key,
+            value,
+            headers,
+            timestamp: None,
+            output: None,
+        };
+        assert_eq!(record_size(&record(None, None, Vec::new())), 36);
+        assert_eq!(record_size(&record(Some(vec![0; 10]), Some(vec![0; 1000]), Vec::new())), 36 + 1010);
+        // Zig-zag varints: 63 takes one byte, 64 two.
+        let header = |key: &str, value: usize| Header { key: key.into(), value: vec![0; value] };
+        assert_eq!(record_size(&record(None, None, vec![header("a", 63)])), 36 + 1 + 1 + 63 + 1);
+        assert_eq!(record_size(&record(None, None, vec![header("a", 64)])), 36 + 1 + 1 + 64 + 2);
+        assert_eq!(record_size(&record(None, None, vec![header("", 0)])), 36 + 2);
     }
 }

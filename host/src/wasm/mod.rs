@@ -35,5 +35,5 @@ pub use check::{ComponentDescription, ContractError, describe_component};
 pub use component::TransformComponent;
 pub use engine::{EngineConfig, WasmEngine};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
-pub use limits::OperatorLimits;
+pub use limits::{DEFAULT_MAX_RECORD_BYTES, OperatorLimits, RecordLimit, record_size};
 pub use operator::Operator;

@@ -10,7 +10,7 @@ use super::component::TransformComponent;
 use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
-use super::limits::OperatorLimits;
+use super::limits::{OperatorLimits, record_size};
 use super::{InputRecord, OutputRecord};
 use crate::state::StateStore;
 
@@ -283,7 +283,7 @@ impl Operator {
     }
 
     fn validate(&self, outputs: &[OutputRecord]) -> Result<(), ErrorKind> {
-        let max = self.limits.max_record_bytes;
+        let max = &self.limits.max_record;
         for (index, output) in outputs.iter().enumerate() {
             let invalid =
                 |reason: String| Err(ErrorKind::InvalidOutput { reason: format!("output record {index}: {reason}") });
@@ -295,12 +295,9 @@ impl Operator {
                     "names sink output `{name}`, which the pipeline does not define (defined: {known})"
                 ));
             }
-            for (what, len) in
-                [("key", output.key.as_ref().map_or(0, Vec::len)), ("value", output.value.as_ref().map_or(0, Vec::len))]
-            {
-                if len > max {
-                    return invalid(format!("{what} of {len} bytes exceeds the limit of {max} bytes"));
-                }
+            let bytes = record_size(output);
+            if bytes > max.bytes {
+                return Err(ErrorKind::OutputTooLarge { index, bytes, limit: Box::new(max.clone()) });
             }
             if let Some(timestamp) = output.timestamp
                 && timestamp < 0

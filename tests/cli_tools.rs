@@ -1,0 +1,150 @@
+//! The command-line tools on awkward input (issue 12, case 8): `weir consume` shows records
+//! faithfully, no command panics when its stdout is closed, and `weir run` says on SIGTERM
+//! whether it committed anything.
+
+use std::ffi::OsStr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weir_tests::pipeline::{Reader, Spec, TestPipeline};
+use weir_tests::records::{RawRecord, produce_raw};
+use weir_tests::{Isolation, bootstrap, flights_zip, plugin, unique_name, weir_binary};
+
+/// Runs `weir consume` of `topic` from the beginning for `max` records; the JSON lines.
+fn consume(topic: &str, max: usize) -> Vec<Value> {
+    let max = max.to_string();
+    let brokers = bootstrap();
+    let args = ["consume", "--topic", topic, "--from-beginning", "--max", max.as_str(), "--brokers", brokers.as_str()];
+    let output = Command::new(weir_binary()).args(args).output().expect("run weir consume");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "weir consume exited with {}: {stderr}", output.status);
+    String::from_utf8(output.stdout)
+        .expect("UTF-8 output")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
+/// A topic holding one record of every kind `weir consume` must show faithfully.
+async fn awkward_topic() -> String {
+    let topic = unique_name("weir-consume");
+    let first = RawRecord {
+        key: Some(vec![0xff, 0x00]),
+        value: Some(vec![0x80, 0x81]),
+        headers: vec![
+            (vec![0xc3, 0x28], Some(b"x".to_vec())),
+            (b"dup".to_vec(), Some(b"1".to_vec())),
+            (b"a".to_vec(), None),
+            (b"dup".to_vec(), Some(b"2".to_vec())),
+            (b"e".to_vec(), Some(Vec::new())),
+        ],
+    };
+    let second = RawRecord { key: Some(b"k".to_vec()), ..RawRecord::value(r#"{"b": 1, "a": 2}"#) };
+    produce_raw(&topic, &[first, second], Some(1_600_000_000_000)).await;
+    topic
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn consume_shows_headers_in_order_null_apart_from_empty_and_bytes_losslessly() {
+    let topic = awkward_topic().await;
+    let lines = consume(&topic, 2);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        lines[0],
+        json!({
+            "partition": 0,
+            "offset": 0,
+            "timestamp": 1_600_000_000_000_i64,
+            "timestamp_type": "create_time",
+            "key_base64": "/wA=",
+            "value_base64": "gIE=",
+            "headers": [
+                {"key_base64": "wyg=", "value": "x"},
+                {"key": "dup", "value": "1"},
+                {"key": "a", "value": null},
+                {"key": "dup", "value": "2"},
+                {"key": "e", "value": ""},
+            ],
+        })
+    );
+    // A JSON value is shown as its exact text, not re-serialised.
+    assert_eq!(lines[1]["value"], json!(r#"{"b": 1, "a": 2}"#));
+    assert_eq!((&lines[1]["key"], &lines[1]["headers"]), (&json!("k"), &json!([])));
+}
+
+/// Runs `weir` with `args` writing to a pipe whose reader is already closed, so that its
+/// first write to stdout fails with EPIPE; checks it exits cleanly without a panic.
+fn with_closed_stdout(args: &[&OsStr]) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let output =
+        Command::new(weir_binary()).args(args).stdout(writer).stderr(Stdio::piped()).output().expect("run weir");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{args:?} panicked on a closed stdout: {stderr}");
+    assert!(output.status.success(), "{args:?} exited with {}: {stderr}", output.status);
+}
+
+#[test]
+fn transform_commands_stop_quietly_when_stdout_is_closed() {
+    let wasm = plugin("passthrough");
+    with_closed_stdout(&[OsStr::new("transform"), OsStr::new("check"), wasm.as_os_str()]);
+    let zip = flights_zip();
+    let run = ["transform", "run"].map(OsStr::new);
+    let rest = [OsStr::new("--input"), zip.as_os_str(), OsStr::new("--limit"), OsStr::new("1000")];
+    with_closed_stdout(&[&run[..], &[wasm.as_os_str()][..], &rest[..]].concat());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn consume_stops_quietly_when_stdout_is_closed() {
+    let topic = awkward_topic().await;
+    let brokers = bootstrap();
+    let args = ["consume", "--topic", topic.as_str(), "--from-beginning", "--max", "2", "--brokers", brokers.as_str()];
+    with_closed_stdout(&args.map(OsStr::new));
+}
+
+/// A pipeline whose first epoch only ends at shutdown (a checkpoint interval of 500 s).
+fn slow_pipeline(prefix: &str) -> TestPipeline {
+    let mut spec = Spec::new("passthrough");
+    spec.sink = "transaction_timeout_ms = 600000".into();
+    spec.checkpoint = "interval_ms = 500000\ntimeout_ms = 10000".into();
+    TestPipeline::new(prefix, &spec)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_an_empty_epoch_does_not_claim_a_commit() {
+    let pipeline = slow_pipeline("weir-term-empty");
+    weir_tests::create_topic(&pipeline.source, 1).await;
+    let mut child = pipeline.spawn(&[]);
+    // Wait until the runner has started (it logs `recovered` before its first poll).
+    let started = std::time::Instant::now();
+    while !pipeline.log_text().contains("recovered") {
+        assert!(started.elapsed() < Duration::from_secs(60), "not started; log:\n{}", pipeline.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    let log = pipeline.log_text();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("stopped after committing the open epoch"), "{log}");
+    assert!(log.contains("nothing to commit"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_records_in_the_open_epoch_commits_and_says_so() {
+    let pipeline = slow_pipeline("weir-term-full");
+    let input: Vec<_> = (0..10).map(|i| RawRecord::value(format!("v{i}"))).collect();
+    produce_raw(&pipeline.source, &input, None).await;
+    let mut child = pipeline.spawn(&[]);
+    // The records are in the open epoch once a read_uncommitted reader sees them and a
+    // read_committed one does not.
+    let mut open = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
+    assert_eq!(open.read_until(10, Duration::from_secs(60)), 10, "log:\n{}", pipeline.log_text());
+    let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    let log = pipeline.log_text();
+    assert_eq!(committed.drain(Duration::from_secs(1)), 0, "the records must still be in the open epoch; log:\n{log}");
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    let log = pipeline.log_text();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("stopped after committing the open epoch"), "{log}");
+    assert_eq!(committed.read_until(10, Duration::from_secs(30)), 10);
+}

@@ -1,0 +1,161 @@
+//! Records that used to stop a pipeline (issue 12, cases 1–3), on the real broker with real
+//! components: header names that are not UTF-8, outputs too large for the producer or the
+//! topic, and what passthrough keeps byte for byte.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, run_to_completion, wait_exit};
+use weir_tests::records::{RawRecord, ReadRecord, produce_raw, read_raw};
+use weir_tests::{Isolation, bootstrap};
+
+/// librdkafka's default `message.max.bytes`, the sink producer's limit unless configured.
+const PRODUCER_LIMIT: usize = 1_000_000;
+
+fn header(name: &[u8], value: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+    (name.to_vec(), Some(value.to_vec()))
+}
+
+fn values(records: &[ReadRecord]) -> Vec<Vec<u8>> {
+    records.iter().map(|r| r.record.value.clone().unwrap_or_default()).collect()
+}
+
+fn header_value<'a>(record: &'a ReadRecord, name: &str) -> Option<&'a [u8]> {
+    record.record.headers.iter().find(|(k, _)| k == name.as_bytes()).and_then(|(_, v)| v.as_deref())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn header_names_that_are_not_utf8_and_other_odd_headers_pass_through() {
+    let pipeline = TestPipeline::new("weir-hdr", &Spec::new("passthrough"));
+    let mut odd = vec![
+        header(b"", b"empty name"),
+        header(b"bin", &[0xff, 0x00, 0xfe]),
+        (b"null".to_vec(), None),
+        header(b"empty", b""),
+    ];
+    odd.extend((0..100).map(|i| header(b"dup", format!("{i}").as_bytes())));
+    let mut input = vec![
+        RawRecord { headers: vec![header(&[0xc3, 0x28], b"x")], ..RawRecord::value("first") },
+        RawRecord { headers: odd.clone(), ..RawRecord::value("second") },
+    ];
+    input.extend((0..8).map(|i| RawRecord::value(format!("v{i}"))));
+    produce_raw(&pipeline.source, &input, None).await;
+
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, input.len(), &[]);
+    let output = read_raw(&pipeline.sink, 1, input.len(), RUN_TIMEOUT);
+    assert!(!pipeline.log_text().contains("panicked"), "{}", pipeline.log_text());
+    assert_eq!(
+        values(&output),
+        input.iter().map(|r| r.value.clone().unwrap()).collect::<Vec<_>>(),
+        "all, once, in order"
+    );
+    // Contract 0.1 names are UTF-8: the name is handed on lossily (docs/configuration.md).
+    assert_eq!(output[0].record.headers, vec![header("\u{FFFD}(".as_bytes(), b"x")]);
+    // Everything else byte for byte, in order; a null value becomes empty (contract 0.1 has no
+    // null header value).
+    let want: Vec<_> = odd.into_iter().map(|(k, v)| (k, Some(v.unwrap_or_default()))).collect();
+    assert_eq!(output[1].record.headers, want);
+    assert!(output[2..].iter().all(|r| r.record.headers.is_empty()));
+}
+
+/// Writes `input` through passthrough under `on_error`, with `sink` lines in the pipeline file.
+async fn oversized(prefix: &str, on_error: &str, input: &[RawRecord], sink: &str) -> TestPipeline {
+    let mut spec = Spec::new("passthrough");
+    spec.transform = format!("on_error = \"{on_error}\"");
+    spec.sink = sink.into();
+    let pipeline = TestPipeline::new(prefix, &spec);
+    produce_raw(&pipeline.source, input, None).await;
+    pipeline
+}
+
+fn big(bytes: usize) -> Vec<u8> {
+    vec![b'a'; bytes]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outputs_too_large_for_the_producer_are_dead_lettered_and_the_rest_commits() {
+    // Too large by its value; by its key (the value alone fits); by a header (likewise).
+    let by_value = RawRecord::value(big(PRODUCER_LIMIT + 100));
+    let by_key = RawRecord { key: Some(big(100)), ..RawRecord::value(big(PRODUCER_LIMIT - 100)) };
+    let by_header = RawRecord { headers: vec![header(b"h", &big(100))], ..RawRecord::value(big(PRODUCER_LIMIT - 100)) };
+    let normal = |i: usize| RawRecord::value(format!("v{i}"));
+    let input = vec![
+        normal(0),
+        normal(1),
+        by_value,
+        normal(2),
+        normal(3),
+        by_key,
+        normal(4),
+        normal(5),
+        by_header,
+        normal(6),
+        normal(7),
+    ];
+    let pipeline = oversized("weir-big", "dead-letter", &input, "").await;
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 8, &[]);
+
+    let output = read_raw(&pipeline.sink, 1, 8, RUN_TIMEOUT);
+    let want: Vec<Vec<u8>> = (0..8).map(|i| format!("v{i}").into_bytes()).collect();
+    assert_eq!(values(&output), want, "the normal records commit, once, in order");
+    let dead = read_raw(&pipeline.dead_letters, 1, 3, RUN_TIMEOUT);
+    assert_eq!(dead.len(), 3, "each oversized record is dead-lettered once");
+    for (letter, offset) in dead.iter().zip([2, 5, 8]) {
+        let error = String::from_utf8_lossy(header_value(letter, "weir.error").expect("weir.error")).into_owned();
+        assert!(error.contains("too large") && error.contains("message.max.bytes"), "{error}");
+        assert_eq!(header_value(letter, "weir.offset"), Some(offset.to_string().as_bytes()));
+        // The input record is itself too large to dead-letter whole: its value is left out
+        // and named, the rest kept.
+        assert_eq!(letter.record.value, None);
+        let dropped = String::from_utf8_lossy(header_value(letter, "weir.dropped").expect("weir.dropped")).into_owned();
+        assert!(dropped.starts_with("value ("), "{dropped}");
+    }
+    assert_eq!(dead[1].record.key, Some(big(100)), "the key is kept when dropping the value suffices");
+    assert_eq!(header_value(&dead[2], "h"), Some(&big(100)[..]), "so are the input's headers");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_output_too_large_under_fail_stops_the_pipeline_naming_record_limit_and_setting() {
+    let mut input: Vec<_> = (0..4).map(|i| RawRecord::value(format!("v{i}"))).collect();
+    input.push(RawRecord::value(big(PRODUCER_LIMIT + 100)));
+    input.push(RawRecord::value("after"));
+    let pipeline = oversized("weir-big-fail", "fail", &input, "").await;
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, Duration::from_secs(90));
+    let log = pipeline.log_text();
+    let status = status.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("weir run did not stop on a record it can never write; log:\n{log}")
+    });
+    assert!(!status.success(), "{log}");
+    let named = format!("{}[0] offsets 4..=4", pipeline.source);
+    assert!(log.contains(&named), "names the record ({named}):\n{log}");
+    assert!(log.contains("limit of 1000000 bytes") && log.contains("message.max.bytes"), "{log}");
+    assert!(!log.contains("recovering after back-off"), "not retried:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sink_topics_max_message_bytes_is_checked_too() {
+    let input = vec![RawRecord::value("v0"), RawRecord::value(big(30_000)), RawRecord::value("v1")];
+    let pipeline = oversized("weir-topic-limit", "dead-letter", &input, "").await;
+    // The sink topic exists already, with a limit below the producer's.
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("admin client");
+    let topic = NewTopic::new(&pipeline.sink, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "20000");
+    let created = admin.create_topics(&[topic], &AdminOptions::new()).await.expect("create the sink topic");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 2, &[]);
+    let output = read_raw(&pipeline.sink, 1, 2, RUN_TIMEOUT);
+    assert_eq!(values(&output), vec![b"v0".to_vec(), b"v1".to_vec()]);
+    let dead = read_raw(&pipeline.dead_letters, 1, 1, RUN_TIMEOUT);
+    assert_eq!(dead.len(), 1);
+    let error = String::from_utf8_lossy(header_value(&dead[0], "weir.error").expect("weir.error")).into_owned();
+    let setting = format!("max.message.bytes = 20000 of topic `{}`", pipeline.sink);
+    assert!(error.contains(&setting), "{error}");
+}
