@@ -51,12 +51,20 @@ async fn a_pending_checkpoint_is_not_discarded_when_the_consumer_group_is_gone()
     let status = wait_exit(&mut child, RUN_TIMEOUT).expect("the start is refused promptly");
     let log = pipeline.log_text();
     assert!(!status.success(), "{log}");
-    assert!(log.contains("cannot tell whether checkpoint 3") && log.contains("--pending-checkpoint"), "{log}");
+    assert!(
+        log.contains("cannot tell whether checkpoint 3") && log.contains("--pending-checkpoint 3=committed"),
+        "{log}"
+    );
     assert!(!log.contains("discarding it"), "nothing is decided on absent evidence:\n{log}");
+
+    // A decision for another checkpoint decides nothing.
+    let mut child = pipeline.spawn_with(&["--pending-checkpoint", "2=aborted"], &[]);
+    let status = wait_exit(&mut child, RUN_TIMEOUT).expect("the start is refused promptly");
+    assert!(!status.success() && !pipeline.log_text().contains("discarding it"), "{}", pipeline.log_text());
 
     // The operator looked at the sink: checkpoint 3's output is there.
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
-    let mut child = pipeline.spawn_with(&["--pending-checkpoint=committed"], &[]);
+    let mut child = pipeline.spawn_with(&["--pending-checkpoint", "3=committed"], &[]);
     reader.read_until(input.len(), RUN_TIMEOUT);
     assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success(), "{}", pipeline.log_text());
     reader.drain(Duration::from_secs(2));

@@ -5,7 +5,8 @@
 //! 1. [`barrier`]: every task records its next offsets, snapshots its operators and seals its
 //!    epoch-N state overlay; together they make the pending checkpoint.
 //! 2. [`pre_commit`]: flush the slot, and add the offsets to its transaction with
-//!    `send_offsets_to_transaction`, metadata `weir:ckpt=N` on every partition.
+//!    `send_offsets_to_transaction`, with [`metadata`] (`weir:ckpt=N;pipeline=…;lineage=…;txn=…`)
+//!    on every partition.
 //! 3. [`make_durable`]: write the pending checkpoint to RocksDB in one synced batch.
 //! 4. [`commit`]: `commit_transaction`. Ok means output and offsets are visible.
 //! 5. [`apply`]: move the pending checkpoint into the committed state.
@@ -144,13 +145,16 @@ pub struct Recovered {
 }
 
 /// How a start treats a pending checkpoint whose outcome Kafka cannot tell (`weir run
-/// --pending-checkpoint`); without one, such a start is refused.
+/// --pending-checkpoint <id>=committed|aborted`); without one naming that checkpoint, such a start
+/// is refused. It names the checkpoint so that a flag left on a command line never decides
+/// another one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PendingOverride {
-    /// Its transaction committed: apply it.
-    Committed,
-    /// Its transaction aborted: discard it and replay its input.
-    Aborted,
+pub struct PendingOverride {
+    /// The pending checkpoint it decides.
+    pub checkpoint: CheckpointId,
+    /// `true`: its transaction committed, apply it; `false`: it aborted, discard it and replay
+    /// its input.
+    pub committed: bool,
 }
 
 /// The options of [`recover`].
@@ -208,16 +212,18 @@ pub fn recover(
         };
         let committed = match (verdict, options.pending) {
             (Ok(committed), _) => committed,
-            (Err(_), Some(choice)) => {
+            (Err(_), Some(choice)) if choice.checkpoint == pending.id => {
                 tracing::warn!(checkpoint = %pending.id, ?choice, "recovery: the group cannot tell whether the pending checkpoint committed; --pending-checkpoint decides");
-                choice == PendingOverride::Committed
+                choice.committed
             }
-            (Err(why), None) => {
+            (Err(why), _) => {
                 return Err(PipelineError::Inconsistent(format!(
                     "cannot tell whether checkpoint {} (transactional id {}) committed: {why}. Nothing was applied or discarded. \
-                     Restore the group's offsets, or look at the sink: if the checkpoint's output is committed there, start with \
-                     --pending-checkpoint=committed, else with --pending-checkpoint=aborted",
-                    pending.id, pending.transactional_id
+                     Look at the sink: if the checkpoint's output is committed there, start once with \
+                     --pending-checkpoint {id}=committed, else with --pending-checkpoint {id}=aborted",
+                    pending.id,
+                    pending.transactional_id,
+                    id = pending.id.0
                 )));
             }
         };
@@ -241,7 +247,7 @@ pub fn recover(
 /// Whether the transaction of `pending` committed, on positive evidence only: a group offset of
 /// one of its partitions names it (committed) or names an earlier checkpoint of this lineage (not
 /// committed: the transaction would have moved every one of its partitions' metadata at once).
-/// Should the metadata not have survived at all, the offsets decide where they moved.
+/// Offsets without Weir's metadata (written by another tool) are no evidence.
 ///
 /// # Errors
 /// Why the group cannot tell (no offsets for the checkpoint's partitions, or foreign ones).
@@ -281,18 +287,8 @@ fn committed_in_kafka(
     if ours.iter().any(|m| m.checkpoint < pending.id) {
         return Ok(false);
     }
-    if offsets.iter().all(|(_, g)| g.metadata.is_empty()) {
-        let moved: Vec<_> = pending.offsets.iter().filter(|(t, o)| committed.offsets.get(*t) != Some(*o)).collect();
-        let at = |want: &dyn Fn(&TaskId) -> Option<i64>| {
-            moved.iter().all(|(task, _)| group.get(*task).map(|g| g.offset) == want(task))
-        };
-        if !moved.is_empty() && at(&|task| pending.offsets.get(task).copied()) {
-            return Ok(true);
-        }
-        if !moved.is_empty() && at(&|task| committed.offsets.get(task).copied()) {
-            return Ok(false);
-        }
-    }
+    // Weir always writes metadata and the broker keeps it with the offset: an offset without
+    // Weir's metadata was written by another tool, and says nothing about this transaction.
     let (task, offset) = offsets[0];
     Err(format!(
         "the consumer group's offset of {task} is {} with metadata `{}`, which names neither this checkpoint nor an earlier one of pipeline {} (lineage {})",
@@ -415,11 +411,11 @@ mod tests {
     }
 
     #[test]
-    fn without_metadata_the_moved_offsets_decide() {
+    fn offsets_without_weirs_metadata_are_no_evidence() {
+        // Restored by hand, e.g. to the checkpoint's or the state's offsets: neither decides.
         let (p, c) = (pending(5, &[(0, 10), (1, 7)]), committed(4, &[(0, 8), (1, 7)]));
-        assert_eq!(committed_in_kafka(&p, &c, &group(&[(0, 10, ""), (1, 7, "")]), &lineage()), Ok(true));
-        assert_eq!(committed_in_kafka(&p, &c, &group(&[(0, 8, ""), (1, 7, "")]), &lineage()), Ok(false));
-        assert!(committed_in_kafka(&p, &c, &group(&[(0, 3, ""), (1, 7, "")]), &lineage()).is_err());
+        assert!(committed_in_kafka(&p, &c, &group(&[(0, 10, ""), (1, 7, "")]), &lineage()).is_err());
+        assert!(committed_in_kafka(&p, &c, &group(&[(0, 8, ""), (1, 7, "")]), &lineage()).is_err());
     }
 
     #[test]

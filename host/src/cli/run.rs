@@ -9,6 +9,7 @@ use clap::Args;
 use weir::checkpoint::protocol::PendingOverride;
 use weir::config::PipelineConfig;
 use weir::pipeline::{RunOptions, run};
+use weir::types::CheckpointId;
 use weir::wasm::{EngineConfig, WasmEngine};
 
 #[derive(Debug, Args)]
@@ -19,18 +20,25 @@ pub struct RunArgs {
     /// were reset by hand); the state directory's checkpoint wins.
     #[arg(long)]
     ignore_group_offsets: bool,
-    /// Decide a pending checkpoint that the consumer group cannot decide (its offsets were
-    /// deleted or overwritten): `committed` applies it, `aborted` discards it and replays its
-    /// input. Look at the sink first: use `committed` only if the checkpoint's output is there.
-    #[arg(long, value_name = "OUTCOME")]
-    pending_checkpoint: Option<PendingOutcome>,
+    /// Decide pending checkpoint ID, which the consumer group cannot decide (its offsets were
+    /// deleted, expired or overwritten): `ID=committed` applies it, `ID=aborted` discards it and
+    /// replays its input. Look at the sink first: `committed` only if the checkpoint's output is
+    /// there. The ID is the one the refusal names; another pending checkpoint is not decided.
+    #[arg(long, value_name = "ID=OUTCOME", value_parser = parse_pending)]
+    pending_checkpoint: Option<PendingOverride>,
 }
 
-/// The values of `--pending-checkpoint`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum PendingOutcome {
-    Committed,
-    Aborted,
+/// Parses `--pending-checkpoint <id>=committed|aborted`.
+fn parse_pending(text: &str) -> Result<PendingOverride, String> {
+    let usage = || format!("expected <checkpoint id>=committed or <checkpoint id>=aborted, got {text:?}");
+    let (id, outcome) = text.split_once('=').ok_or_else(usage)?;
+    let checkpoint = CheckpointId(id.parse().map_err(|_| usage())?);
+    let committed = match outcome {
+        "committed" => true,
+        "aborted" => false,
+        _ => return Err(usage()),
+    };
+    Ok(PendingOverride { checkpoint, committed })
 }
 
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -39,11 +47,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone())?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
-    let pending = args.pending_checkpoint.map(|outcome| match outcome {
-        PendingOutcome::Committed => PendingOverride::Committed,
-        PendingOutcome::Aborted => PendingOverride::Aborted,
-    });
-    run(&config, &engine, &RunOptions { ignore_group_offsets: args.ignore_group_offsets, pending }, &shutdown)?;
+    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets, pending: args.pending_checkpoint };
+    run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -23,6 +23,11 @@ use crate::wasm::{Header, InputRecord, RecordLimit, TransformComponent, WasmEngi
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest time without a committed checkpoint while positions stand still: an idle pipeline
+/// commits its offsets again so that the group's offsets, recovery's evidence, never expire
+/// (the broker's `offsets.retention.minutes`, 7 days by default, counts from the last commit of
+/// a group without members, which Weir's group always is).
+const OFFSET_KEEP_ALIVE: Duration = Duration::from_secs(24 * 3600);
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -111,6 +116,7 @@ struct Runner<'a> {
     /// The offsets of the last committed checkpoint: an epoch that moves none of them and has
     /// no input has nothing to commit.
     recorded: BTreeMap<TaskId, i64>,
+    last_commit: Instant,
     last_discovery: Instant,
 }
 
@@ -191,10 +197,15 @@ impl<'a> Runner<'a> {
             overlays,
             epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() },
             recorded: committed.offsets,
+            last_commit: Instant::now(),
             last_discovery: Instant::now(),
         };
         runner.begin_epoch(next)?;
-        if runner.tasks.iter().any(|t| t.next_offset() != runner.recorded.get(t.id()).copied()) {
+        // Commit at once positions that are new or moved, and offsets the group lost (deleted,
+        // expired): they are the next recovery's evidence.
+        let moved = runner.tasks.iter().any(|t| t.next_offset() != runner.recorded.get(t.id()).copied());
+        let lost = recover.check_group && runner.tasks.iter().any(|t| !group.contains_key(t.id()));
+        if moved || lost {
             runner.checkpoint()?;
         }
         Ok(runner)
@@ -261,7 +272,9 @@ impl<'a> Runner<'a> {
                 task.advance_to(*position);
             }
         }
-        Ok(self.epoch.records > 0 || self.tasks.iter().any(|t| t.next_offset() != self.recorded.get(t.id()).copied()))
+        Ok(self.epoch.records > 0
+            || self.tasks.iter().any(|t| t.next_offset() != self.recorded.get(t.id()).copied())
+            || self.last_commit.elapsed() >= OFFSET_KEEP_ALIVE)
     }
 
     /// Looks for partitions added to the source topics; gives each a task that reads it from its
@@ -281,7 +294,14 @@ impl<'a> Runner<'a> {
         if added.is_empty() {
             return Ok(());
         }
-        let positions = earliest_offsets(&self.source, &added, timeout)?;
+        // A partition just added may have no leader yet: try again at the next discovery.
+        let positions = match earliest_offsets(&self.source, &added, timeout) {
+            Ok(positions) => positions,
+            Err(error) => {
+                tracing::warn!(%error, "source partitions were added; reading their offsets failed, trying again at the next discovery");
+                return Ok(());
+            }
+        };
         for id in added {
             let offset = positions[&id];
             tracing::info!(partition = %id, offset, "source partition added while running; reading it from its earliest offset");
@@ -413,6 +433,7 @@ impl<'a> Runner<'a> {
             "checkpoint committed"
         );
         self.recorded = pending.offsets;
+        self.last_commit = Instant::now();
         self.begin_epoch(id.next())
     }
 
@@ -662,9 +683,14 @@ fn in_range(
             "the {what} offset of {task} is {offset}, but the log now holds offsets {low} to {high}: {why}. Nothing was skipped. \
              To skip to the log's start offset {low} and go on, set source.offset_reset = \"earliest\" in the pipeline file"
         ))),
-        OffsetReset::Earliest => {
-            let skipped = (low - offset).max(0);
+        OffsetReset::Earliest if offset < low => {
+            let skipped = low - offset;
             tracing::warn!(partition = %task, offset, log_start = low, log_end = high, skipped, "{why}: going on from the log's start offset (source.offset_reset = earliest); {skipped} offsets were skipped");
+            Ok(low)
+        }
+        OffsetReset::Earliest => {
+            let rereads = high - low;
+            tracing::warn!(partition = %task, offset, log_start = low, log_end = high, rereads, "{why}: going on from the log's start offset (source.offset_reset = earliest); its {rereads} offsets are read as new records");
             Ok(low)
         }
     }
