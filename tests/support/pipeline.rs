@@ -43,6 +43,9 @@ pub struct TestPipeline {
     /// Where `weir run` writes its log.
     pub log: PathBuf,
     dir: tempfile::TempDir,
+    /// Process ids of the `weir run`s started, killed on drop if still running: a test that
+    /// fails midway must not leave a pipeline running, busying the machine for later tests.
+    spawned: std::sync::Mutex<Vec<u32>>,
 }
 
 /// What goes into the pipeline file besides topics and state.
@@ -96,7 +99,7 @@ impl TestPipeline {
         );
         std::fs::write(&file, text).expect("write pipeline file");
         let log = dir.path().join("weir.log");
-        Self { name, source, sink, dead_letters, file, log, dir }
+        Self { name, source, sink, dead_letters, file, log, dir, spawned: Default::default() }
     }
 
     /// The pipeline's directory (pipeline file, state, log).
@@ -112,7 +115,7 @@ impl TestPipeline {
     /// Starts `weir run <file> <args>` with extra environment variables.
     pub fn spawn_with(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
-        Command::new(weir_binary())
+        let child = Command::new(weir_binary())
             .arg("run")
             .arg(&self.file)
             .args(args)
@@ -121,7 +124,9 @@ impl TestPipeline {
             .stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log))
             .spawn()
-            .expect("spawn weir run")
+            .expect("spawn weir run");
+        self.spawned.lock().expect("spawned").push(child.id());
+        child
     }
 
     /// Rewrites the pipeline file: `line` is added at the top of table `[table]` (a later key
@@ -160,6 +165,19 @@ impl TestPipeline {
         signal(child, "TERM");
         wait_exit(child, timeout)
             .unwrap_or_else(|| panic!("weir run did not stop within {timeout:?}; log:\n{}", self.log_text()))
+    }
+}
+
+impl Drop for TestPipeline {
+    fn drop(&mut self) {
+        let file = self.file.to_string_lossy().into_owned();
+        for pid in self.spawned.lock().map(|p| p.clone()).unwrap_or_default() {
+            // Only a process still running this pipeline's file (a pid may have been reused).
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&file) {
+                let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+            }
+        }
     }
 }
 
