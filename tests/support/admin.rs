@@ -21,7 +21,8 @@ fn options() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(TIMEOUT)).request_timeout(Some(TIMEOUT))
 }
 
-fn producer(extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProducerContext> {
+/// An idempotent producer of the test broker with `extra` properties.
+pub(crate) fn producer(extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProducerContext> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap()).set("enable.idempotence", "true");
     for (key, value) in extra {
@@ -30,18 +31,17 @@ fn producer(extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProducerContext> 
     config.create().expect("producer")
 }
 
+/// Queues `record`, waiting while librdkafka's queue is full.
+pub(crate) fn send_waiting(producer: &ThreadedProducer<DefaultProducerContext>, mut record: BaseRecord<'_, str, str>) {
+    while let Err((_, returned)) = producer.send(record) {
+        record = returned;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn send_all(producer: &ThreadedProducer<DefaultProducerContext>, topic: &str, partition: i32, values: &[String]) {
     for value in values {
-        let mut record = BaseRecord::<str, str>::to(topic).partition(partition).payload(value);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, returned)) => {
-                    record = returned;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
+        send_waiting(producer, BaseRecord::<str, str>::to(topic).partition(partition).payload(value));
     }
 }
 

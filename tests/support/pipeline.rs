@@ -5,7 +5,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::{Consumed, Isolation, bootstrap, create_topic, plugin, unique_name, weir_binary};
@@ -203,26 +203,13 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 /// producer (keys pick partitions, so one key stays in one partition).
 pub async fn produce(topic: &str, partitions: i32, records: &[(Option<String>, String)]) {
     create_topic(topic, partitions).await;
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "10")
-        .create()
-        .expect("producer");
+    let producer = crate::admin::producer(&[("linger.ms", "10")]);
     for (key, value) in records {
         let mut record = BaseRecord::<str, str>::to(topic).payload(value);
         if let Some(key) = key {
             record = record.key(key);
         }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, returned)) => {
-                    record = returned;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
+        crate::admin::send_waiting(&producer, record);
     }
     producer.flush(Duration::from_secs(60)).expect("flush input");
 }
