@@ -1,6 +1,7 @@
 //! The main job under faults: all 336,776 flights through flight-delays, exactly-once, while a
 //! driver forces a transaction timeout (SIGSTOP until the broker has aborted the open
-//! transaction), SIGKILLs `weir run` at random moments and restarts the broker. Then every key's
+//! transaction), SIGKILLs `weir run` at random moments (deleting its state directory before every
+//! third restart, so the state comes back from the changelog) and restarts the broker. Then every key's
 //! `flights` must run exactly 1..n with n its input count, and its last record must equal the
 //! direct computation.
 //!
@@ -131,7 +132,7 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     produce(&pipeline.source, PARTITIONS, &input).await;
 
     let started = Instant::now();
-    let (mut killed, mut broker_restarts) = (0, 0);
+    let (mut killed, mut broker_restarts, mut wiped) = (0, 0, 0);
     let mut child = pipeline.spawn(&[]);
     // The forced timeout comes first, while most of the input is still ahead: at tens of
     // thousands of records per second a pipeline can finish its input within the kills, and an
@@ -148,6 +149,11 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
         signal(&child, "KILL");
         child.wait().expect("reap");
         killed += 1;
+        // Every third restart finds no state directory: the state is the changelog's.
+        if killed % 3 == 1 {
+            std::fs::remove_dir_all(pipeline.dir().join("state")).expect("delete the state directory");
+            wiped += 1;
+        }
         child = pipeline.spawn(&[]);
     }
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
@@ -159,8 +165,9 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     let verdict = verify(&rows, &reader.records, 15);
     let log = pipeline.log_text();
     let recoveries = log.matches("recovered").count();
+    let restores = log.matches("restored the state from the changelog").count() as u32;
     println!(
-        "chaos: kills {killed}, broker restarts {broker_restarts}, transaction timeout forced after {freezes} freeze(s), recoveries {recoveries}, records in {}, records out {}, duplicates {}, gaps {}, wrong finals {}, wall {:.0} s, {:.0} records/s (seed {seed})",
+        "chaos: kills {killed}, state directories deleted {wiped}, restores {restores}, broker restarts {broker_restarts}, transaction timeout forced after {freezes} freeze(s), recoveries {recoveries}, records in {}, records out {}, duplicates {}, gaps {}, wrong finals {}, wall {:.0} s, {:.0} records/s (seed {seed})",
         verdict.records_in,
         verdict.records_out,
         verdict.duplicates,
@@ -172,4 +179,5 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     assert!(read >= rows.len(), "only {read} outputs; log tail:\n{}", &log[log.len().saturating_sub(5000)..]);
     assert!(status.success(), "the final run stops cleanly");
     assert!(verdict.is_exactly_once(), "{verdict:?}");
+    assert!(wiped >= kills / 3 && restores >= wiped, "every deleted state directory was restored: {restores} restores");
 }

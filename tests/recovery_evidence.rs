@@ -1,5 +1,6 @@
-//! Recovery decides a pending checkpoint only on evidence from Kafka, whatever the configuration
-//! is now, and fences every producer an earlier run used (issue 11, cases 4, 6 and 8).
+//! Recovery takes its evidence from Kafka alone (the changelog and the group's offsets are
+//! committed in one transaction), whatever the configuration is now, and fences every producer
+//! an earlier run used (issue 11, cases 4, 6 and 8; issue 13).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -39,7 +40,7 @@ fn open_transaction_in(topic: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_pending_checkpoint_is_not_discarded_when_the_consumer_group_is_gone() {
+async fn a_deleted_consumer_group_is_committed_again_from_the_changelog() {
     let pipeline = TestPipeline::new("weir-nogroup", &Spec::new("passthrough"));
     let input = input();
     produce(&pipeline.source, PARTITIONS, &input).await;
@@ -47,34 +48,18 @@ async fn a_pending_checkpoint_is_not_discarded_when_the_consumer_group_is_gone()
     crash_at(&pipeline, "after-commit@3");
     delete_group(&format!("weir-{}", pipeline.name)).await;
 
-    let mut child = pipeline.spawn(&[]);
-    let status = wait_exit(&mut child, RUN_TIMEOUT).expect("the start is refused promptly");
-    let log = pipeline.log_text();
-    assert!(!status.success(), "{log}");
-    assert!(
-        log.contains("cannot tell whether checkpoint 3") && log.contains("--pending-checkpoint 3=committed"),
-        "{log}"
-    );
-    assert!(!log.contains("discarding it"), "nothing is decided on absent evidence:\n{log}");
-
-    // A decision for another checkpoint decides nothing.
-    let mut child = pipeline.spawn_with(&["--pending-checkpoint", "2=aborted"], &[]);
-    let status = wait_exit(&mut child, RUN_TIMEOUT).expect("the start is refused promptly");
-    assert!(!status.success() && !pipeline.log_text().contains("discarding it"), "{}", pipeline.log_text());
-
-    // The operator looked at the sink: checkpoint 3's output is there.
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
-    let mut child = pipeline.spawn_with(&["--pending-checkpoint", "3=committed"], &[]);
-    reader.read_until(input.len(), RUN_TIMEOUT);
-    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success(), "{}", pipeline.log_text());
+    run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
+    let log = pipeline.log_text();
+    assert!(log.contains("restored the state from the changelog"), "the unapplied checkpoint 3 was replayed:\n{log}");
     let counts = counts(&reader);
     assert_eq!(counts.len(), input.len(), "every record came out");
-    assert!(counts.values().all(|n| *n == 1), "and only once; log:\n{}", pipeline.log_text());
+    assert!(counts.values().all(|n| *n == 1), "and only once; log:\n{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_pending_checkpoint_is_decided_from_kafka_after_a_switch_to_at_least_once() {
+async fn an_open_transaction_is_fenced_and_replayed_after_a_switch_to_at_least_once() {
     // A long transaction timeout: the broker does not abort the crashed run's transaction
     // during the test, so only fencing at the restart can release read_committed readers.
     let mut spec = Spec::new("passthrough");
@@ -82,8 +67,8 @@ async fn a_pending_checkpoint_is_decided_from_kafka_after_a_switch_to_at_least_o
     let pipeline = TestPipeline::new("weir-switch", &spec);
     let input = input();
     produce(&pipeline.source, PARTITIONS, &input).await;
-    // Checkpoint 3 durable in the state directory; its transaction open, never committed.
-    crash_at(&pipeline, "after-durable@3");
+    // Checkpoint 3's changelog, output and offsets are in its open transaction, never committed.
+    crash_at(&pipeline, "after-pre-commit@3");
     assert!(open_transaction_in(&pipeline.sink), "the crashed run left its transaction open");
 
     pipeline.set("sink", "guarantee = \"at-least-once\"");
@@ -91,7 +76,6 @@ async fn a_pending_checkpoint_is_decided_from_kafka_after_a_switch_to_at_least_o
     run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
     let log = pipeline.log_text();
-    assert!(log.contains("did not commit; discarding it"), "decided from the group's offsets:\n{log}");
     assert!(!open_transaction_in(&pipeline.sink), "the restart fenced the open transaction");
     let counts = counts(&reader);
     assert_eq!(counts.len(), input.len(), "no record of the aborted checkpoint is lost; log:\n{log}");

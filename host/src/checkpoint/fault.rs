@@ -4,7 +4,7 @@
 //! reaches `<point>` (of that checkpoint, when given) — or, with `:sleep=<ms>`, stalls there
 //! that long once (to let the broker time a transaction out, or a test look at an open one).
 //! Points: `mid-epoch` (after a batch of an epoch, before its barrier), `after-pre-commit`,
-//! `after-durable`, `after-commit` (before apply). Unset, it costs one branch per call.
+//! `after-commit` (before apply). Unset, it costs one branch per call.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,11 +20,10 @@ pub const FAULT_ENV: &str = "WEIR_FAULT";
 pub enum FaultPoint {
     /// After a batch was processed and its output sent, before the epoch's barrier.
     MidEpoch,
-    /// After pre-commit (sink flushed, offsets added to the transaction), before the durable write.
+    /// After pre-commit (changelog written, sink flushed, offsets added to the transaction),
+    /// before `commit_transaction`.
     AfterPreCommit,
-    /// After the durable write of the pending checkpoint, before `commit_transaction`.
-    AfterDurable,
-    /// After `commit_transaction` succeeded, before the pending checkpoint is applied.
+    /// After `commit_transaction` succeeded, before the checkpoint is applied to RocksDB.
     AfterCommit,
 }
 
@@ -33,7 +32,6 @@ impl FaultPoint {
         match self {
             FaultPoint::MidEpoch => "mid-epoch",
             FaultPoint::AfterPreCommit => "after-pre-commit",
-            FaultPoint::AfterDurable => "after-durable",
             FaultPoint::AfterCommit => "after-commit",
         }
     }

@@ -1,7 +1,10 @@
-//! The exactly-once protocol: barrier → pre-commit → durable → commit → apply, and recovery.
+//! The exactly-once protocol: barrier → pre-commit → commit → apply, and recovery with its
+//! restore from the changelog.
 //!
 //! [`protocol`] holds one function per phase, in the order of DESIGN.md ("Exactly-once
-//! protocol"); [`fault`] lets tests abort the process between phases.
+//! protocol"); [`restore`] brings RocksDB up to the changelog; [`fault`] lets tests abort the
+//! process between phases.
 
 pub mod fault;
 pub mod protocol;
+pub mod restore;

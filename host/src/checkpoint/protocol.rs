@@ -1,30 +1,33 @@
 //! One function per phase of the exactly-once protocol, in the order of DESIGN.md.
 //!
-//! For checkpoint N, carried by the transaction of producer slot N mod k:
+//! For checkpoint N, carried by the transaction T_N of producer slot N mod k:
 //!
-//! 1. [`barrier`]: every task records its next offsets, snapshots its operators and seals its
-//!    epoch-N state overlay; together they make the pending checkpoint.
-//! 2. [`pre_commit`]: flush the slot, and add the offsets to its transaction with
-//!    `send_offsets_to_transaction`, with [`metadata`] (`weir:ckpt=N;pipeline=…;lineage=…;txn=…`)
-//!    on every partition.
-//! 3. [`make_durable`]: write the pending checkpoint to RocksDB in one synced batch.
-//! 4. [`commit`]: `commit_transaction`. Ok means output and offsets are visible.
-//! 5. [`apply`]: move the pending checkpoint into the committed state.
+//! 1. [`barrier`]: every task records its next offset, snapshots its operators that keep
+//!    in-memory state and seals its epoch-N state overlay; together they make the checkpoint and
+//!    its changelog records (the last value of each key written, tombstones for deletes, changed
+//!    snapshots, and the task's position).
+//! 2. [`pre_commit`]: produce the changelog records to each task's changelog partition, flush the
+//!    slot, and add the offsets to T_N with `send_offsets_to_transaction`, with [`metadata`]
+//!    (`weir:ckpt=N;pipeline=…;lineage=…;txn=…`) on every partition.
+//! 3. [`commit`]: `commit_transaction`. Ok means output, offsets and state are visible together.
+//! 4. [`apply`]: write the checkpoint into RocksDB (one unsynced batch), with the changelog
+//!    offsets it reaches.
 //!
-//! [`recover`] runs on every start and decides, from the group's committed offsets, whether a
-//! pending checkpoint's transaction committed (apply it) or not (discard it; its input is
-//! replayed). It decides only on positive evidence: when the group cannot tell (its offsets were
-//! deleted, or written by someone else), it refuses to start. A failure in phases 2–5 sends the
-//! pipeline into recovery; none is ignored.
+//! [`recover`] runs on every start: it fences every producer the pipeline used, fetches the
+//! group's committed offsets, brings RocksDB up to each task's changelog partition
+//! ([`super::restore`]) and checks that the group's offsets agree with the restored positions.
+//! Output, offsets and state of an epoch commit or abort together in Kafka, so nothing on disk
+//! needs deciding. A failure in phases 2–4 sends the pipeline into recovery; none is ignored.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::fault::{FaultPoint, inject};
+use super::restore::{self, Restored};
 use crate::error::PipelineError;
-use crate::kafka::{CheckpointMetadata, GroupOffset, Lineage, ProducerSlot, Source};
-use crate::state::{Committed, PendingCheckpoint, StateDb, TaskOverlays};
+use crate::kafka::{Changelog, ChangelogReader, CheckpointMetadata, GroupOffset, Lineage, ProducerSlot, Source};
+use crate::state::{ChangelogEntry, Checkpoint, Committed, Owner, Position, StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
 
 /// What one task hands over at barrier N.
@@ -34,58 +37,122 @@ pub struct TaskBarrier {
     pub task: TaskId,
     /// Next offset to read of the task's partition, if it ever had input.
     pub next_offset: Option<i64>,
-    /// Snapshots of the task's operators that keep in-memory state, by operator name.
+    /// Snapshots of the task's operators that changed since the last barrier, by operator name.
     pub snapshots: Vec<(String, Vec<u8>)>,
-    /// The task's sealed epoch-N state writes (full keys).
+    /// The task's sealed epoch-N state writes (full keys, last write per key).
     pub writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
-/// Phase 1: assembles checkpoint `id` from every task's barrier.
-pub fn barrier(id: CheckpointId, tasks: Vec<TaskBarrier>, transactional_id: &str) -> PendingCheckpoint {
-    let mut pending = PendingCheckpoint {
-        id,
-        offsets: BTreeMap::new(),
-        snapshots: BTreeMap::new(),
-        writes: Vec::new(),
-        transactional_id: transactional_id.to_owned(),
-    };
-    for task in tasks {
-        if let Some(offset) = task.next_offset {
-            pending.offsets.insert(task.task.clone(), offset);
-        }
-        for (operator, snapshot) in task.snapshots {
-            pending.snapshots.insert((operator, task.task.clone()), snapshot);
-        }
-        pending.writes.extend(task.writes);
-    }
-    pending
+/// Checkpoint N as the barrier made it: what RocksDB applies after the commit, and the changelog
+/// records that carry the same change through the transaction.
+#[derive(Debug)]
+pub struct Sealed {
+    /// The checkpoint (its changelog offsets are filled in by [`pre_commit`]).
+    pub checkpoint: Checkpoint,
+    /// The changelog records, per task, in the order they are produced.
+    pub changelog: Vec<(TaskId, ChangelogEntry)>,
 }
 
-/// The offset metadata of `pending`: its id, the pipeline's lineage and its transactional id.
-pub fn metadata(pending: &PendingCheckpoint, lineage: &Lineage) -> String {
+/// Phase 1: assembles checkpoint `id` from every task's barrier. A task's position goes to the
+/// changelog when it moved since `recorded` (the last committed positions) or the task has
+/// other records in this checkpoint, so every task's changelog partition ends with its position.
+pub fn barrier(
+    id: CheckpointId,
+    tasks: Vec<TaskBarrier>,
+    recorded: &BTreeMap<TaskId, i64>,
+    lineage: &Lineage,
+) -> Sealed {
+    let mut checkpoint = Checkpoint { id, ..Checkpoint::default() };
+    let mut changelog = Vec::new();
+    for task in tasks {
+        let writes_before = changelog.len();
+        for (key, value) in &task.writes {
+            changelog.push((task.task.clone(), ChangelogEntry::State { key: key.clone(), value: value.clone() }));
+        }
+        for (operator, bytes) in &task.snapshots {
+            let snapshot =
+                ChangelogEntry::Snapshot { operator: operator.clone(), task: task.task.clone(), bytes: bytes.clone() };
+            changelog.push((task.task.clone(), snapshot));
+            checkpoint.snapshots.insert((operator.clone(), task.task.clone()), bytes.clone());
+        }
+        if let Some(offset) = task.next_offset {
+            checkpoint.offsets.insert(task.task.clone(), offset);
+            if changelog.len() > writes_before || recorded.get(&task.task) != Some(&offset) {
+                let position =
+                    Position { task: task.task.clone(), offset, checkpoint: id, lineage: lineage.lineage.clone() };
+                changelog.push((task.task.clone(), ChangelogEntry::Position(position)));
+            }
+        }
+        checkpoint.writes.extend(task.writes);
+    }
+    Sealed { checkpoint, changelog }
+}
+
+/// The offset metadata of checkpoint `id`: its id, the pipeline's lineage and its transactional id.
+pub fn metadata(id: CheckpointId, lineage: &Lineage, transactional_id: Option<&str>) -> String {
     CheckpointMetadata {
-        checkpoint: pending.id,
+        checkpoint: id,
         lineage: Some(lineage.clone()),
-        transactional_id: (!pending.transactional_id.is_empty()).then(|| pending.transactional_id.clone()),
+        transactional_id: transactional_id.map(str::to_owned),
     }
     .encode()
 }
 
-/// Phase 2: flushes `slot` and adds the checkpoint's offsets to its open transaction, with
-/// [`metadata`] on every partition.
+/// Produces the checkpoint's changelog records through `slot` (inside its open transaction,
+/// under exactly-once).
+///
+/// # Errors
+/// [`PipelineError::Kafka`] when librdkafka refuses a record.
+pub fn write_changelog(slot: &ProducerSlot, changelog: &Changelog, sealed: &Sealed) -> Result<(), PipelineError> {
+    let topic = &changelog.topic;
+    for (task, entry) in &sealed.changelog {
+        let (key, value) = entry.encode();
+        slot.send_changelog(topic, changelog.partition(task), &key, value.as_deref())
+            .map_err(PipelineError::kafka(format!("producing to changelog topic {topic}")))?;
+    }
+    Ok(())
+}
+
+/// Flushes `slot` and records in the checkpoint the next changelog offset of each task whose
+/// changelog partition it wrote.
+///
+/// # Errors
+/// [`PipelineError::Kafka`] when a record failed delivery or `timeout` passed.
+pub fn flush(
+    slot: &ProducerSlot,
+    changelog: &Changelog,
+    sealed: &mut Sealed,
+    timeout: Duration,
+) -> Result<(), PipelineError> {
+    let id = sealed.checkpoint.id;
+    slot.flush(timeout).map_err(PipelineError::kafka(format!("flush of checkpoint {id}")))?;
+    let delivered = slot.take_changelog_offsets();
+    for (task, _) in &sealed.changelog {
+        if let Some(last) = delivered.get(&changelog.partition(task)) {
+            sealed.checkpoint.changelog_offsets.insert(task.clone(), last + 1);
+        }
+    }
+    Ok(())
+}
+
+/// Phase 2: produces the changelog records, flushes `slot` and adds the checkpoint's offsets to
+/// its open transaction, with [`metadata`] on every partition.
 ///
 /// # Errors
 /// [`PipelineError::Kafka`] when a record failed delivery or the coordinator refused.
 pub fn pre_commit(
     slot: &ProducerSlot,
     source: &Source,
-    pending: &PendingCheckpoint,
+    changelog: &Changelog,
+    sealed: &mut Sealed,
     lineage: &Lineage,
     timeout: Duration,
 ) -> Result<(), PipelineError> {
-    let id = pending.id;
-    slot.flush(timeout).map_err(PipelineError::kafka(format!("flush of checkpoint {id}")))?;
-    let offsets = Source::offset_list(&pending.offsets, &metadata(pending, lineage))
+    let id = sealed.checkpoint.id;
+    write_changelog(slot, changelog, sealed)?;
+    flush(slot, changelog, sealed, timeout)?;
+    let metadata = metadata(id, lineage, slot.transactional_id.as_deref());
+    let offsets = Source::offset_list(&sealed.checkpoint.offsets, &metadata)
         .map_err(PipelineError::kafka("building the offset list"))?;
     let group = source.group_metadata().map_err(PipelineError::kafka("reading the group metadata"))?;
     slot.send_offsets(&offsets, &group, timeout)
@@ -94,37 +161,30 @@ pub fn pre_commit(
     Ok(())
 }
 
-/// Phase 3: writes the pending checkpoint to RocksDB (one synced write batch).
-///
-/// # Errors
-/// [`PipelineError::State`] when RocksDB fails.
-pub fn make_durable(db: &StateDb, pending: &PendingCheckpoint) -> Result<(), PipelineError> {
-    db.write_pending(pending)?;
-    inject(FaultPoint::AfterDurable, pending.id);
-    Ok(())
-}
-
-/// Phase 4: commits the transaction of checkpoint `id`.
+/// Phase 3: commits the transaction of checkpoint `id`.
 ///
 /// # Errors
 /// [`PipelineError::Kafka`] when the commit failed or its outcome is unknown (the broker
-/// aborted the transaction on timeout, the producer was fenced, the broker went away):
-/// recovery decides from the group's offsets.
+/// aborted the transaction on timeout, the producer was fenced, the broker went away): the
+/// next start restores from what Kafka holds.
 pub fn commit(slot: &ProducerSlot, id: CheckpointId, timeout: Duration) -> Result<(), PipelineError> {
     slot.commit(timeout).map_err(PipelineError::kafka(format!("commit_transaction for checkpoint {id}")))?;
     inject(FaultPoint::AfterCommit, id);
     Ok(())
 }
 
-/// Phase 5: applies pending checkpoint `id` to the committed state; tasks drop their sealed
-/// overlays up to it.
+/// Phase 4: applies the committed checkpoint to RocksDB; tasks drop their sealed overlays up to it.
 ///
 /// # Errors
 /// [`PipelineError::State`] when RocksDB fails.
-pub fn apply(db: &StateDb, overlays: &[Arc<Mutex<TaskOverlays>>], id: CheckpointId) -> Result<(), PipelineError> {
-    db.apply_pending(id)?;
+pub fn apply(
+    db: &StateDb,
+    overlays: &[Arc<Mutex<TaskOverlays>>],
+    checkpoint: &Checkpoint,
+) -> Result<(), PipelineError> {
+    db.apply(checkpoint)?;
     for overlay in overlays {
-        overlay.lock().map_err(|_| poisoned())?.committed(id);
+        overlay.lock().map_err(|_| poisoned())?.committed(checkpoint.id);
     }
     Ok(())
 }
@@ -136,64 +196,52 @@ fn poisoned() -> PipelineError {
 /// The state a pipeline starts from after [`recover`].
 #[derive(Debug)]
 pub struct Recovered {
-    /// The committed checkpoint, after applying or discarding the pending one.
+    /// The committed checkpoint, as restored from the changelog.
     pub committed: Committed,
     /// The first checkpoint id of this run (never reused).
     pub next: CheckpointId,
     /// The group's committed offsets, as fetched after fencing.
     pub group: BTreeMap<TaskId, GroupOffset>,
-}
-
-/// How a start treats a pending checkpoint whose outcome Kafka cannot tell (`weir run
-/// --pending-checkpoint <id>=committed|aborted`); without one naming that checkpoint, such a start
-/// is refused. It names the checkpoint so that a flag left on a command line never decides
-/// another one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PendingOverride {
-    /// The pending checkpoint it decides.
-    pub checkpoint: CheckpointId,
-    /// `true`: its transaction committed, apply it; `false`: it aborted, discard it and replay
-    /// its input.
-    pub committed: bool,
+    /// The pipeline's lineage (adopted from the changelog when the state was restored from
+    /// scratch).
+    pub lineage: Lineage,
+    /// The state directory predates the changelog and holds state the changelog lacks: the
+    /// first checkpoint writes all of it.
+    pub seed: bool,
 }
 
 /// The options of [`recover`].
 #[derive(Debug, Clone)]
 pub struct RecoverOptions {
-    /// Bound of each Kafka call.
+    /// Bound of each Kafka call, and of a restore without progress.
     pub timeout: Duration,
     /// Whether the group's offsets are checked against the state (exactly-once only: the other
     /// guarantees commit them outside any transaction, for other tools' information).
     pub check_group: bool,
-    /// Start even when the group's offsets disagree with the state directory.
+    /// Start even when the group's offsets disagree with the changelog.
     pub ignore_group_offsets: bool,
     /// `source.start = "group"`: on the first start the group's offsets are where to begin, not
     /// a disagreement.
     pub start_from_group: bool,
-    /// What to do with a pending checkpoint the group cannot decide.
-    pub pending: Option<PendingOverride>,
 }
 
 /// Recovery, on every start: fences every producer the pipeline used (`fence`: this
 /// configuration's slots and every transactional id the state remembers), reads the group's
-/// committed offsets, applies or discards the pending checkpoint, and checks that group and state
-/// agree.
-///
-/// A pending checkpoint written under exactly-once (it names a transactional id) is decided from
-/// Kafka whatever the guarantee is now; one written under at-least-once or none is applied (its
-/// output was flushed before it was written).
+/// committed offsets, restores each task's state from its changelog partition, and checks that
+/// the group's offsets and the restored positions agree.
 ///
 /// # Errors
-/// [`PipelineError::Kafka`] when fencing or the offset fetch fails (retriable);
-/// [`PipelineError::Inconsistent`] when the group cannot tell whether the pending checkpoint
-/// committed, or its offsets were not written by this state directory's pipeline (unless
-/// `ignore_group_offsets`).
+/// [`PipelineError::Kafka`] when fencing, the offset fetch or the restore fails (retriable);
+/// [`PipelineError::Refused`] when the state directory belongs to another pipeline or the
+/// changelog topic cannot be used; [`PipelineError::Inconsistent`] when the group's offsets were
+/// not written with this changelog's checkpoints (unless `ignore_group_offsets`).
 pub fn recover(
     db: &StateDb,
     fence: &[&ProducerSlot],
     source: &Source,
+    reader: &ChangelogReader,
     tasks: &[TaskId],
-    lineage: &Lineage,
+    owner: &Owner,
     options: &RecoverOptions,
 ) -> Result<Recovered, PipelineError> {
     let timeout = options.timeout;
@@ -203,104 +251,34 @@ pub fn recover(
     }
     let group =
         source.group_offsets(tasks, timeout).map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
-
-    if let Some(pending) = db.pending()? {
-        let verdict = if pending.transactional_id.is_empty() {
-            Ok(true)
-        } else {
-            committed_in_kafka(&pending, &db.committed()?, &group, lineage)
-        };
-        let committed = match (verdict, options.pending) {
-            (Ok(committed), _) => committed,
-            (Err(_), Some(choice)) if choice.checkpoint == pending.id => {
-                tracing::warn!(checkpoint = %pending.id, ?choice, "recovery: the group cannot tell whether the pending checkpoint committed; --pending-checkpoint decides");
-                choice.committed
-            }
-            (Err(why), _) => {
-                return Err(PipelineError::Inconsistent(format!(
-                    "cannot tell whether checkpoint {} (transactional id {}) committed: {why}. Nothing was applied or discarded. \
-                     Look at the sink: if the checkpoint's output is committed there, start once with \
-                     --pending-checkpoint {id}=committed, else with --pending-checkpoint {id}=aborted",
-                    pending.id,
-                    pending.transactional_id,
-                    id = pending.id.0
-                )));
-            }
-        };
-        if committed {
-            tracing::info!(checkpoint = %pending.id, "recovery: the pending checkpoint's transaction committed; applying it");
-            db.apply_pending(pending.id)?;
-        } else {
-            tracing::info!(checkpoint = %pending.id, "recovery: the pending checkpoint's transaction did not commit; discarding it, its input will be replayed");
-            db.discard_pending(pending.id)?;
-        }
-    }
+    let Restored { lineage, seed } = restore::restore(db, reader, tasks, owner, timeout)?;
+    let lineage = Lineage { pipeline: owner.pipeline.clone(), lineage };
     let committed = db.committed()?;
     let first_start = committed.id == CheckpointId(0) && committed.offsets.is_empty();
     if options.check_group && !options.ignore_group_offsets && !(first_start && options.start_from_group) {
-        check_group_agrees(&committed, &group, lineage)?;
+        check_group_agrees(&committed, &group, &lineage, &reader.changelog().topic)?;
+    }
+    // A checkpoint that moved no position (an idle keep-alive) is only in the group's metadata.
+    let in_group = group
+        .values()
+        .filter_map(|g| CheckpointMetadata::parse(&g.metadata))
+        .filter(|m| m.is_of(&lineage))
+        .map(|m| m.checkpoint)
+        .max();
+    if let Some(id) = in_group {
+        db.raise_epoch_floor(id)?;
     }
     let next = db.epoch_floor()?.max(committed.id).next();
-    Ok(Recovered { committed, next, group })
+    Ok(Recovered { committed, next, group, lineage, seed })
 }
 
-/// Whether the transaction of `pending` committed, on positive evidence only: a group offset of
-/// one of its partitions names it (committed) or names an earlier checkpoint of this lineage (not
-/// committed: the transaction would have moved every one of its partitions' metadata at once).
-/// Offsets without Weir's metadata (written by another tool) are no evidence.
-///
-/// # Errors
-/// Why the group cannot tell (no offsets for the checkpoint's partitions, or foreign ones).
-fn committed_in_kafka(
-    pending: &PendingCheckpoint,
-    committed: &Committed,
-    group: &BTreeMap<TaskId, GroupOffset>,
-    lineage: &Lineage,
-) -> Result<bool, String> {
-    let offsets: Vec<(&TaskId, &GroupOffset)> =
-        pending.offsets.keys().filter_map(|task| group.get(task).map(|g| (task, g))).collect();
-    if offsets.is_empty() && committed.id == CheckpointId(0) && committed.offsets.is_empty() {
-        // The lineage's first checkpoint, which only fixes the start positions (it carries no
-        // output): no group offset at all means it did not commit, short of a group deleted in
-        // the instant between its commit and this start, which at worst resolves the start
-        // positions again.
-        return Ok(false);
-    }
-    if offsets.is_empty() {
-        let partitions: Vec<String> = pending.offsets.keys().map(TaskId::to_string).collect();
-        return Err(format!(
-            "the consumer group has no committed offset for any of its partitions ({}); was the group deleted or did its offsets expire?",
-            partitions.join(", ")
-        ));
-    }
-    let ours: Vec<CheckpointMetadata> = offsets
-        .iter()
-        .filter_map(|(_, g)| CheckpointMetadata::parse(&g.metadata))
-        .filter(|m| m.is_of(lineage))
-        .collect();
-    let names_pending = |m: &CheckpointMetadata| {
-        m.checkpoint == pending.id && m.transactional_id.as_ref().is_none_or(|id| *id == pending.transactional_id)
-    };
-    if ours.iter().any(names_pending) {
-        return Ok(true);
-    }
-    if ours.iter().any(|m| m.checkpoint < pending.id) {
-        return Ok(false);
-    }
-    // Weir always writes metadata and the broker keeps it with the offset: an offset without
-    // Weir's metadata was written by another tool, and says nothing about this transaction.
-    let (task, offset) = offsets[0];
-    Err(format!(
-        "the consumer group's offset of {task} is {} with metadata `{}`, which names neither this checkpoint nor an earlier one of pipeline {} (lineage {})",
-        offset.offset, offset.metadata, lineage.pipeline, lineage.lineage
-    ))
-}
-
-/// Every group offset must be one Weir committed with this state's checkpoint.
+/// Every group offset must be one Weir committed with the restored checkpoint: the group's
+/// offsets and the changelog's positions were committed in the same transactions.
 fn check_group_agrees(
     committed: &Committed,
     group: &BTreeMap<TaskId, GroupOffset>,
     lineage: &Lineage,
+    changelog: &str,
 ) -> Result<(), PipelineError> {
     for (task, offset) in group {
         let ours = committed.offsets.get(task);
@@ -310,17 +288,17 @@ fn check_group_agrees(
         }
         let why = match metadata {
             Some(CheckpointMetadata { lineage: Some(theirs), .. }) if theirs != *lineage => format!(
-                "the consumer group's offset of {task} ({}) was committed by pipeline {} of lineage {}, but this state directory is lineage {} of pipeline {}: \
-                 another pipeline uses this group, or this pipeline's state directory was recreated",
+                "the consumer group's offset of {task} ({}) was committed by pipeline {} of lineage {}, but changelog topic {changelog} holds lineage {} of pipeline {}: \
+                 another pipeline uses this group, or the changelog topic was deleted since",
                 offset.offset, theirs.pipeline, theirs.lineage, lineage.lineage, lineage.pipeline
             ),
             Some(m) if m.checkpoint > committed.id => format!(
-                "the consumer group says checkpoint {} committed {task} up to offset {}, but the state directory only knows checkpoint {}: \
-                 it is not this pipeline's state, or it was lost",
+                "the consumer group says checkpoint {} committed {task} up to offset {}, but changelog topic {changelog} only holds checkpoint {}: \
+                 the changelog topic was deleted or recreated, so the state it held is lost",
                 m.checkpoint, offset.offset, committed.id
             ),
             Some(_) | None => format!(
-                "the consumer group's offset of {task} is {} (metadata `{}`), but checkpoint {} recorded {}: the group's offsets were changed outside Weir",
+                "the consumer group's offset of {task} is {} (metadata `{}`), but checkpoint {} of changelog topic {changelog} recorded {}: the group's offsets were changed outside Weir",
                 offset.offset,
                 offset.metadata,
                 committed.id,
@@ -328,7 +306,7 @@ fn check_group_agrees(
             ),
         };
         return Err(PipelineError::Inconsistent(format!(
-            "{why}; restore the offsets, use another pipeline name or state.dir, or start with --ignore-group-offsets to trust the state directory"
+            "{why}; restore the offsets, use another pipeline name, or start with --ignore-group-offsets to trust the changelog"
         )));
     }
     Ok(())
@@ -346,89 +324,70 @@ mod tests {
         Lineage { pipeline: "p".into(), lineage: "l1".into() }
     }
 
-    fn pending(id: u64, offsets: &[(i32, i64)]) -> PendingCheckpoint {
-        PendingCheckpoint {
-            id: CheckpointId(id),
-            offsets: offsets.iter().map(|(p, o)| (task(*p), *o)).collect(),
-            snapshots: BTreeMap::new(),
-            writes: Vec::new(),
-            transactional_id: "p-1".into(),
-        }
-    }
-
     fn committed(id: u64, offsets: &[(i32, i64)]) -> Committed {
         Committed {
             id: CheckpointId(id),
             offsets: offsets.iter().map(|(p, o)| (task(*p), *o)).collect(),
-            snapshots: BTreeMap::new(),
+            ..Committed::default()
         }
     }
 
     /// Metadata of checkpoint `id` written by `lineage` through `txn`.
     fn named(id: u64, lineage: &Lineage, txn: &str) -> String {
-        CheckpointMetadata {
-            checkpoint: CheckpointId(id),
-            lineage: Some(lineage.clone()),
-            transactional_id: Some(txn.into()),
-        }
-        .encode()
+        metadata(CheckpointId(id), lineage, Some(txn))
     }
 
     fn group(entries: &[(i32, i64, &str)]) -> BTreeMap<TaskId, GroupOffset> {
         entries.iter().map(|(p, o, m)| (task(*p), GroupOffset { offset: *o, metadata: (*m).into() })).collect()
     }
 
-    #[test]
-    fn pending_committed_when_the_metadata_names_it_and_not_when_it_names_an_earlier_one() {
-        let (p, c, ours) = (pending(5, &[(0, 10), (1, 7)]), committed(4, &[(0, 8), (1, 7)]), lineage());
-        let five = named(5, &ours, "p-1");
-        let four = named(4, &ours, "p-0");
-        assert_eq!(committed_in_kafka(&p, &c, &group(&[(0, 10, &five), (1, 7, &five)]), &ours), Ok(true));
-        assert_eq!(committed_in_kafka(&p, &c, &group(&[(0, 8, &four), (1, 7, &four)]), &ours), Ok(false));
-        assert_eq!(committed_in_kafka(&p, &c, &group(&[(0, 8, "weir:ckpt=4")]), &ours), Ok(false), "Weir 0.1 metadata");
-    }
-
-    #[test]
-    fn a_missing_group_is_no_evidence_except_for_the_first_checkpoint() {
-        let first = pending(1, &[(0, 0), (1, 0)]);
-        assert_eq!(committed_in_kafka(&first, &committed(0, &[]), &BTreeMap::new(), &lineage()), Ok(false));
-        let (p, c) = (pending(5, &[(0, 10), (1, 7)]), committed(4, &[(0, 8), (1, 7)]));
-        let why = committed_in_kafka(&p, &c, &BTreeMap::new(), &lineage()).unwrap_err();
-        assert!(why.contains("no committed offset") && why.contains("in[0]"), "{why}");
-    }
-
-    #[test]
-    fn another_pipeline_or_life_or_transactional_id_is_no_evidence() {
-        let (p, c, ours) = (pending(5, &[(0, 10)]), committed(4, &[(0, 8)]), lineage());
-        let older_life = Lineage { pipeline: "p".into(), lineage: "l0".into() };
-        let other = Lineage { pipeline: "q".into(), lineage: "l1".into() };
-        for metadata in
-            [named(5, &older_life, "p-1"), named(4, &other, "p-0"), named(5, &ours, "q-1"), "by hand".into()]
-        {
-            let verdict = committed_in_kafka(&p, &c, &group(&[(0, 10, &metadata)]), &ours);
-            assert!(verdict.is_err(), "{metadata}: {verdict:?}");
+    fn barrier_of(partition: i32, offset: i64, writes: usize, snapshots: usize) -> TaskBarrier {
+        TaskBarrier {
+            task: task(partition),
+            next_offset: Some(offset),
+            snapshots: (0..snapshots).map(|i| (format!("op{i}"), vec![i as u8])).collect(),
+            writes: (0..writes).map(|i| (vec![i as u8], (i % 2 == 0).then(|| vec![1]))).collect(),
         }
     }
 
     #[test]
-    fn offsets_without_weirs_metadata_are_no_evidence() {
-        // Restored by hand, e.g. to the checkpoint's or the state's offsets: neither decides.
-        let (p, c) = (pending(5, &[(0, 10), (1, 7)]), committed(4, &[(0, 8), (1, 7)]));
-        assert!(committed_in_kafka(&p, &c, &group(&[(0, 10, ""), (1, 7, "")]), &lineage()).is_err());
-        assert!(committed_in_kafka(&p, &c, &group(&[(0, 8, ""), (1, 7, "")]), &lineage()).is_err());
+    fn a_barrier_writes_each_change_and_the_position_of_every_task_that_moved_or_changed() {
+        let recorded = BTreeMap::from([(task(0), 10), (task(1), 5), (task(2), 7)]);
+        let tasks =
+            vec![barrier_of(0, 12, 2, 0), barrier_of(1, 5, 0, 0), barrier_of(2, 7, 1, 1), barrier_of(3, 0, 0, 0)];
+        let sealed = barrier(CheckpointId(4), tasks, &recorded, &lineage());
+        let positions: Vec<(i32, i64)> = sealed
+            .changelog
+            .iter()
+            .filter_map(|(t, e)| match e {
+                ChangelogEntry::Position(p) => Some((t.partition, p.offset)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(positions, vec![(0, 12), (2, 7), (3, 0)], "task 1 neither moved nor changed");
+        let last_of_task_2 = sealed.changelog.iter().rev().find(|(t, _)| t.partition == 2).unwrap();
+        assert!(matches!(last_of_task_2.1, ChangelogEntry::Position(_)), "a task's position comes last");
+        assert_eq!(sealed.changelog.len(), 2 + 1 + 1 + 1 + 1 + 1);
+        assert_eq!(sealed.checkpoint.writes.len(), 3);
+        assert_eq!(sealed.checkpoint.offsets.len(), 4);
+        assert_eq!(sealed.checkpoint.snapshots.len(), 1);
     }
 
     #[test]
     fn group_offsets_changed_by_hand_or_of_another_lineage_are_refused() {
         let (c, ours) = (committed(4, &[(0, 8)]), lineage());
-        assert!(check_group_agrees(&c, &group(&[(0, 8, &named(4, &ours, "p-0"))]), &ours).is_ok());
-        let error = check_group_agrees(&c, &group(&[(0, 0, "")]), &ours).unwrap_err().to_string();
+        assert!(check_group_agrees(&c, &group(&[(0, 8, &named(4, &ours, "p-0"))]), &ours, "cl").is_ok());
+        assert!(
+            check_group_agrees(&c, &group(&[(0, 8, &named(6, &ours, "p-0"))]), &ours, "cl").is_ok(),
+            "a later checkpoint that moved no position"
+        );
+        let error = check_group_agrees(&c, &group(&[(0, 0, "")]), &ours, "cl").unwrap_err().to_string();
         assert!(error.contains("changed outside Weir") && error.contains("--ignore-group-offsets"), "{error}");
-        let error =
-            check_group_agrees(&committed(0, &[]), &group(&[(0, 8, &named(9, &ours, "p-1"))]), &ours).unwrap_err();
-        assert!(error.to_string().contains("only knows checkpoint 0"), "{error}");
+        let error = check_group_agrees(&committed(0, &[]), &group(&[(0, 8, &named(9, &ours, "p-1"))]), &ours, "cl")
+            .unwrap_err();
+        assert!(error.to_string().contains("only holds checkpoint 0") && error.to_string().contains("cl"), "{error}");
         let older_life = Lineage { pipeline: "p".into(), lineage: "l0".into() };
-        let error = check_group_agrees(&c, &group(&[(0, 8, &named(4, &older_life, "p-0"))]), &ours).unwrap_err();
-        assert!(error.to_string().contains("lineage l0") && error.to_string().contains("recreated"), "{error}");
+        let error = check_group_agrees(&c, &group(&[(0, 8, &named(4, &older_life, "p-0"))]), &ours, "cl").unwrap_err();
+        assert!(error.to_string().contains("lineage l0"), "{error}");
     }
 }

@@ -6,39 +6,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
-use weir::checkpoint::protocol::PendingOverride;
 use weir::config::PipelineConfig;
 use weir::pipeline::{RunOptions, run};
-use weir::types::CheckpointId;
 use weir::wasm::{EngineConfig, WasmEngine};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The pipeline file (TOML; see docs/configuration.md).
     pipeline: PathBuf,
-    /// Start even when the consumer group's offsets disagree with the state directory (they
-    /// were reset by hand); the state directory's checkpoint wins.
+    /// Start even when the consumer group's offsets disagree with the changelog (they were
+    /// reset by hand); the changelog's positions win.
     #[arg(long)]
     ignore_group_offsets: bool,
-    /// Decide pending checkpoint ID, which the consumer group cannot decide (its offsets were
-    /// deleted, expired or overwritten): `ID=committed` applies it, `ID=aborted` discards it and
-    /// replays its input. Look at the sink first: `committed` only if the checkpoint's output is
-    /// there. The ID is the one the refusal names; another pending checkpoint is not decided.
-    #[arg(long, value_name = "ID=OUTCOME", value_parser = parse_pending)]
-    pending_checkpoint: Option<PendingOverride>,
-}
-
-/// Parses `--pending-checkpoint <id>=committed|aborted`.
-fn parse_pending(text: &str) -> Result<PendingOverride, String> {
-    let usage = || format!("expected <checkpoint id>=committed or <checkpoint id>=aborted, got {text:?}");
-    let (id, outcome) = text.split_once('=').ok_or_else(usage)?;
-    let checkpoint = CheckpointId(id.parse().map_err(|_| usage())?);
-    let committed = match outcome {
-        "committed" => true,
-        "aborted" => false,
-        _ => return Err(usage()),
-    };
-    Ok(PendingOverride { checkpoint, committed })
 }
 
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -47,7 +26,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone())?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
-    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets, pending: args.pending_checkpoint };
+    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }

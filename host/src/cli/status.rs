@@ -23,12 +23,8 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let config = PipelineConfig::from_file(&args.pipeline)?;
     let db = StateDb::open_read_only(&config.state.dir)?;
     let committed = db.committed()?;
-    let pending = db.pending()?;
     writeln!(std::io::stdout(), "pipeline {} (state {})", config.name, config.state.dir.display())?;
     writeln!(std::io::stdout(), "last committed checkpoint: {}", committed.id)?;
-    if let Some(pending) = pending {
-        writeln!(std::io::stdout(), "pending checkpoint: {} (resolved at the next start)", pending.id)?;
-    }
 
     let admin = Admin::new(&config.source.brokers, &config.source.consumer)?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();

@@ -297,12 +297,18 @@ impl Default for CheckpointConfig {
     }
 }
 
-/// `[state]`: the pipeline's local state.
+/// `[state]`: the pipeline's state: a compacted changelog topic in Kafka (the truth) and a local
+/// RocksDB database that caches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateConfig {
     /// `state.dir`: directory of the pipeline's RocksDB database; relative paths are resolved
-    /// against the pipeline file's directory; by default `weir-state/<name>` there.
+    /// against the pipeline file's directory; by default `weir-state/<name>` there. A cache:
+    /// deleting it costs a restore from the changelog.
     pub dir: PathBuf,
+    /// `state.changelog_topic`: the compacted topic holding the pipeline's state, one partition
+    /// per task, on the sink's cluster; `<name>-changelog` by default. Created at start when
+    /// missing.
+    pub changelog_topic: String,
 }
 
 impl PipelineConfig {

@@ -125,6 +125,7 @@ struct CheckpointFile {
 #[serde(deny_unknown_fields)]
 struct StateFile {
     dir: Option<PathBuf>,
+    changelog_topic: Option<String>,
 }
 
 impl PipelineFile {
@@ -173,7 +174,8 @@ impl PipelineFile {
             max_epoch_bytes: checkpoint.max_epoch_bytes.unwrap_or(DEFAULT_MAX_EPOCH_BYTES),
         };
         let dir = state.dir.unwrap_or_else(|| Path::new(DEFAULT_STATE_PARENT).join(&name));
-        let state = StateConfig { dir: base_dir.join(dir) };
+        let changelog_topic = state.changelog_topic.unwrap_or_else(|| format!("{name}-changelog"));
+        let state = StateConfig { dir: base_dir.join(dir), changelog_topic };
         PipelineConfig { name, source, transforms, sink, checkpoint, state }
     }
 }

@@ -97,6 +97,7 @@ fn full_example_parses() {
 
         [state]
         dir = "/var/lib/weir/delays"
+        changelog_topic = "delays-state"
     "#;
     let config = PipelineConfig::from_toml_str(text, Path::new("/srv/pipelines/delays")).unwrap();
     let strings = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
@@ -155,7 +156,7 @@ fn full_example_parses() {
             timeout: Duration::from_secs(60),
             max_epoch_bytes: 32 << 20,
         },
-        state: StateConfig { dir: PathBuf::from("/var/lib/weir/delays") },
+        state: StateConfig { dir: PathBuf::from("/var/lib/weir/delays"), changelog_topic: "delays-state".into() },
     };
     assert_eq!(config, expected);
     assert_eq!(config.group_id(), "delays");
@@ -194,6 +195,19 @@ fn defaults_are_filled() {
     assert_eq!(config.checkpoint.timeout, Duration::from_millis(30_000));
     assert_eq!(config.checkpoint.max_epoch_bytes, 64 << 20);
     assert_eq!(config.state.dir, Path::new("/srv/pipelines/weir-state/flight-delays"));
+    assert_eq!(config.state.changelog_topic, "flight-delays-changelog");
+}
+
+#[test]
+fn a_changelog_topic_must_be_valid_and_of_its_own() {
+    let (key_path, message) = invalid(parse(&format!("{MINIMAL}\n[state]\nchangelog_topic = \"a b\"\n")));
+    assert_eq!(key_path, "state.changelog_topic");
+    assert!(message.contains("not a valid Kafka topic name"), "{message}");
+    for topic in ["flights", "flight-delays"] {
+        let (key_path, message) = invalid(parse(&format!("{MINIMAL}\n[state]\nchangelog_topic = \"{topic}\"\n")));
+        assert_eq!(key_path, "state.changelog_topic");
+        assert!(message.contains("topic of its own"), "{message}");
+    }
 }
 
 #[test]

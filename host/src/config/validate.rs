@@ -165,6 +165,17 @@ impl PipelineConfig {
                 ));
             }
         }
+        let changelog = &self.state.changelog_topic;
+        check_topic("state.changelog_topic", changelog)?;
+        let named = self.source.topics.iter().chain([&sink.topic]).chain(sink.outputs.values());
+        if named.chain(sink.dead_letter_topic.iter()).any(|t| t == changelog) {
+            return Err(ConfigError::invalid(
+                "state.changelog_topic",
+                format!(
+                    "{changelog:?} is also a source, sink, output or dead-letter topic; the changelog needs a topic of its own"
+                ),
+            ));
+        }
         if let Some(partitions) = sink.partitions
             && partitions < 1
         {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -67,16 +67,32 @@ impl Admin {
             .collect())
     }
 
-    /// Creates `topic` with `partitions` partitions and replication factor 1 (0 = broker
-    /// default), treating "already exists" as success.
+    /// Creates `topic` with `partitions` partitions and the broker's default replication factor,
+    /// treating "already exists" as success.
     ///
     /// # Errors
     /// When the broker refuses or cannot be reached.
     pub async fn create_topic(&self, topic: &str, partitions: i32) -> Result<(), KafkaError> {
+        self.create_topic_with(topic, partitions, &[]).await
+    }
+
+    /// Creates `topic` like [`create_topic`](Self::create_topic), with topic `configs` (e.g.
+    /// `cleanup.policy=compact`).
+    ///
+    /// # Errors
+    /// When the broker refuses or cannot be reached.
+    pub async fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> Result<(), KafkaError> {
         let replication = TopicReplication::Fixed(-1);
-        let options =
-            AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT));
-        let results = self.client.create_topics(&[NewTopic::new(topic, partitions, replication)], &options).await?;
+        let mut new_topic = NewTopic::new(topic, partitions, replication);
+        for (key, value) in configs {
+            new_topic = new_topic.set(key, value);
+        }
+        let results = self.client.create_topics(&[new_topic], &self.options()).await?;
         for result in results {
             match result {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -84,6 +100,39 @@ impl Admin {
             }
         }
         Ok(())
+    }
+
+    /// Grows `topic` to `partitions` partitions (`CreatePartitions`).
+    ///
+    /// # Errors
+    /// When the broker refuses (e.g. the topic has more already) or cannot be reached.
+    pub async fn create_partitions(&self, topic: &str, partitions: i32) -> Result<(), KafkaError> {
+        let request = NewPartitions::new(topic, partitions as usize);
+        for result in self.client.create_partitions(&[request], &self.options()).await? {
+            result.map_err(|(_, code)| KafkaError::AdminOp(code))?;
+        }
+        Ok(())
+    }
+
+    /// The value of topic config `key` of `topic` (e.g. `cleanup.policy`).
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached, refuses, or does not report the setting.
+    pub async fn topic_config(&self, topic: &str, key: &str) -> Result<String, KafkaError> {
+        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+        let results = self.client.describe_configs(&[ResourceSpecifier::Topic(topic)], &options).await?;
+        results
+            .into_iter()
+            .next()
+            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))?
+            .map_err(KafkaError::AdminOp)?
+            .get(key)
+            .and_then(|entry| entry.value.clone())
+            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::InvalidConfig))
+    }
+
+    fn options(&self) -> AdminOptions {
+        AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT))
     }
 
     /// Each topic's `max.message.bytes` (the largest record batch the broker accepts for it;

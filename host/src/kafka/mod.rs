@@ -5,6 +5,7 @@
 //! `producer` tables may set any other librdkafka property (validated in [`crate::config`]).
 
 mod admin;
+mod changelog;
 mod failure;
 mod headers;
 mod metadata;
@@ -13,6 +14,7 @@ mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
+pub use changelog::{Changelog, ChangelogProblem, ChangelogReader, RecordBatch};
 pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};

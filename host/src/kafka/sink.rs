@@ -15,7 +15,7 @@ use rdkafka::ClientContext;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
 use super::failure::{ErrorClass, Fenced, classify_code};
@@ -42,23 +42,39 @@ pub struct DeliveryErrors {
     pub first: Option<String>,
 }
 
-/// Records delivery failures, so a checkpoint never commits over a lost record.
+/// The delivery opaque of a changelog record: its delivered offset is tracked.
+const CHANGELOG_RECORD: usize = 1;
+/// The delivery opaque of any other record.
+const OUTPUT_RECORD: usize = 0;
+
+/// Records delivery failures, so a checkpoint never commits over a lost record, and the highest
+/// delivered offset of each changelog partition.
 #[derive(Default, Clone)]
 struct SinkContext {
     errors: Arc<Mutex<DeliveryErrors>>,
+    changelog: Arc<Mutex<BTreeMap<i32, i64>>>,
 }
 
 impl ClientContext for SinkContext {}
 
 impl ProducerContext for SinkContext {
-    type DeliveryOpaque = ();
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((error, _)) = result
-            && let Ok(mut errors) = self.errors.lock()
-        {
-            errors.count += 1;
-            errors.first.get_or_insert_with(|| error.to_string());
+    fn delivery(&self, result: &DeliveryResult<'_>, kind: usize) {
+        match result {
+            Err((error, _)) => {
+                if let Ok(mut errors) = self.errors.lock() {
+                    errors.count += 1;
+                    errors.first.get_or_insert_with(|| error.to_string());
+                }
+            }
+            Ok(message) if kind == CHANGELOG_RECORD => {
+                if let Ok(mut delivered) = self.changelog.lock() {
+                    let last = delivered.entry(message.partition()).or_insert(message.offset());
+                    *last = (*last).max(message.offset());
+                }
+            }
+            Ok(_) => {}
         }
     }
 }
@@ -71,6 +87,7 @@ pub struct ProducerSlot {
     pub transactional_id: Option<String>,
     producer: ThreadedProducer<SinkContext>,
     errors: Arc<Mutex<DeliveryErrors>>,
+    changelog: Arc<Mutex<BTreeMap<i32, i64>>>,
     /// `transaction.timeout.ms`, when transactional.
     transaction_timeout: Duration,
     /// When the open transaction began (no earlier than the coordinator saw it begin).
@@ -120,12 +137,14 @@ impl ProducerSlot {
     ) -> Result<Self, KafkaError> {
         let context = SinkContext::default();
         let errors = context.errors.clone();
+        let changelog = context.changelog.clone();
         let producer = super::client_config(brokers, overrides, own).create_with_context(context)?;
         Ok(Self {
             slot,
             transactional_id,
             producer,
             errors,
+            changelog,
             transaction_timeout: Duration::ZERO,
             transaction_began: Mutex::new(None),
         })
@@ -166,11 +185,40 @@ impl ProducerSlot {
                 headers.insert(Header { key: &h.key, value: Some(&h.value) })
             })
         });
-        let mut base = BaseRecord::<[u8], [u8]>::to(topic);
+        let mut base = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, OUTPUT_RECORD);
         base.key = record.key.as_deref();
         base.payload = record.value.as_deref();
         base.timestamp = record.timestamp.or(default_timestamp);
         base.headers = headers;
+        self.send_waiting(base)
+    }
+
+    /// Queues one changelog record for `topic`'s `partition` (`value` `None`: a tombstone); its
+    /// delivered offset is reported by [`take_changelog_offsets`](Self::take_changelog_offsets).
+    ///
+    /// # Errors
+    /// When librdkafka refuses the record for another reason than a full queue.
+    pub fn send_changelog(
+        &self,
+        topic: &str,
+        partition: i32,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), ProducerError> {
+        let mut base = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, CHANGELOG_RECORD).partition(partition);
+        base.key = Some(key);
+        base.payload = value;
+        self.send_waiting(base)
+    }
+
+    /// The highest delivered offset of each changelog partition written since the last call.
+    /// Call it after a successful [`flush`](Self::flush).
+    pub fn take_changelog_offsets(&self) -> BTreeMap<i32, i64> {
+        std::mem::take(&mut *self.changelog.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Sends `base`; when the queue is full, waits for room.
+    fn send_waiting(&self, mut base: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), ProducerError> {
         loop {
             match self.producer.send(base) {
                 Ok(()) => return Ok(()),

@@ -10,14 +10,14 @@ use rdkafka::message::{BorrowedMessage, Message};
 
 use super::task::Task;
 use crate::checkpoint::fault::{FaultPoint, inject};
-use crate::checkpoint::protocol::{self, PendingOverride, RecoverOptions, Recovered};
+use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
 use crate::kafka::{
-    Admin, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source, TopicCheck, classify, record_headers,
-    sink_record_limit,
+    Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source,
+    TopicCheck, classify, record_headers, sink_record_limit,
 };
-use crate::state::{Committed, StateDb, StateError, TaskOverlays};
+use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, RecordLimit, TransformComponent, WasmEngine};
 
@@ -34,12 +34,9 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// Options of `weir run` beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Start even when the consumer group's offsets disagree with the state directory
-    /// (someone reset them by hand); the state directory wins.
+    /// Start even when the consumer group's offsets disagree with the changelog (someone reset
+    /// them by hand); the changelog wins.
     pub ignore_group_offsets: bool,
-    /// How to decide a pending checkpoint that the consumer group cannot decide; `None`
-    /// refuses such a start.
-    pub pending: Option<PendingOverride>,
 }
 
 /// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
@@ -107,6 +104,7 @@ struct Runner<'a> {
     max_record: RecordLimit,
     lineage: Lineage,
     db: Arc<StateDb>,
+    changelog: Changelog,
     source: Source,
     slots: Vec<ProducerSlot>,
     tasks: Vec<Task>,
@@ -131,17 +129,16 @@ impl<'a> Runner<'a> {
         shutdown: &AtomicBool,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
+        let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
+        ensure_changelog(config, &changelog, &task_ids)?;
         let max_record = block_on(sink_record_limit(&config.sink))
             .map_err(PipelineError::kafka("reading the sink topics' max.message.bytes"))?;
         let db = Arc::new(StateDb::open(&config.state.dir)?);
-        let lineage = Lineage {
-            pipeline: config.name.clone(),
-            lineage: db
-                .lineage()?
-                .ok_or_else(|| StateError { message: "the state has no lineage (a bug in Weir)".into() })?,
-        };
+        let owner = Owner { pipeline: config.name.clone(), changelog_topic: changelog.topic.clone() };
         let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())
             .map_err(PipelineError::kafka("creating the source consumer"))?;
+        let reader = ChangelogReader::new(&config.sink.brokers, &config.sink.producer, changelog.clone())
+            .map_err(PipelineError::kafka("creating the changelog reader"))?;
         let slots = producer_slots(config)?;
         let current: Vec<String> = slots.iter().filter_map(|s| s.transactional_id.clone()).collect();
         let earlier = earlier_producers(config, &db, &current)?;
@@ -152,13 +149,13 @@ impl<'a> Runner<'a> {
             check_group: config.sink.guarantee == Guarantee::ExactlyOnce,
             ignore_group_offsets: options.ignore_group_offsets,
             start_from_group: config.source.start == StartPosition::Group,
-            pending: options.pending,
         };
-        let Recovered { committed, next, group } =
-            protocol::recover(&db, &fence, &source, &task_ids, &lineage, &recover)?;
+        let Recovered { committed, next, group, lineage, seed } =
+            protocol::recover(&db, &fence, &source, &reader, &task_ids, &owner, &recover)?;
         drop(fence);
-        drop(earlier);
+        drop((earlier, reader));
         db.set_transactional_ids(&current)?;
+        log_upgrades(&db, chain)?;
         tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
 
         let positions = start_positions(config, &source, &task_ids, &committed, &group)?;
@@ -166,15 +163,12 @@ impl<'a> Runner<'a> {
         let mut tasks = Vec::with_capacity(task_ids.len());
         for id in &task_ids {
             let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
-            tasks.push(Task::new(
-                id.clone(),
-                chain,
-                &outputs,
-                &max_record,
-                db.clone(),
-                snapshot,
-                positions.get(id).copied(),
-            )?);
+            let mut task =
+                Task::new(id.clone(), chain, &outputs, &max_record, db.clone(), snapshot, positions.get(id).copied())?;
+            if seed {
+                task.seed_changelog();
+            }
+            tasks.push(task);
         }
         source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
         if shutdown.load(Ordering::Relaxed) {
@@ -190,6 +184,7 @@ impl<'a> Runner<'a> {
             max_record,
             lineage,
             db,
+            changelog,
             source,
             slots,
             tasks,
@@ -205,7 +200,7 @@ impl<'a> Runner<'a> {
         // expired): they are the next recovery's evidence.
         let moved = runner.tasks.iter().any(|t| t.next_offset() != runner.recorded.get(t.id()).copied());
         let lost = recover.check_group && runner.tasks.iter().any(|t| !group.contains_key(t.id()));
-        if moved || lost {
+        if moved || lost || seed {
             runner.checkpoint()?;
         }
         Ok(runner)
@@ -302,6 +297,9 @@ impl<'a> Runner<'a> {
                 return Ok(());
             }
         };
+        let all = self.tasks.iter().map(Task::id).chain(added.iter());
+        let needed = self.changelog.partitions_needed(all);
+        ensure_changelog_partitions(self.config, &self.changelog, needed)?;
         for id in added {
             let offset = positions[&id];
             tracing::info!(partition = %id, offset, "source partition added while running; reading it from its earliest offset");
@@ -374,7 +372,7 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// Barrier → pre-commit → durable → commit → apply for the open epoch; opens the next.
+    /// Barrier → pre-commit → commit → apply for the open epoch; opens the next.
     fn checkpoint(&mut self) -> Result<(), PipelineError> {
         let id = self.epoch.id;
         let timeout = self.config.checkpoint.timeout;
@@ -387,52 +385,54 @@ impl<'a> Runner<'a> {
             lap_start = now;
             us
         };
-        let (pre_commit_us, durable_us, commit_us);
+        let (pre_commit_us, commit_us);
         let barriers = self.tasks.iter_mut().map(|t| t.barrier(id)).collect::<Result<Vec<_>, _>>()?;
-        let slot = self.slot();
-        let pending = protocol::barrier(id, barriers, slot.transactional_id.as_deref().unwrap_or_default());
-        let state_bytes: usize = pending.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+        let mut sealed = protocol::barrier(id, barriers, &self.recorded, &self.lineage);
+        let state_bytes: usize =
+            sealed.checkpoint.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+        let changelog_records = sealed.changelog.len();
         let barrier_us = lap();
+        let slot = self.slot();
         match self.config.sink.guarantee {
             Guarantee::ExactlyOnce => {
-                protocol::pre_commit(slot, &self.source, &pending, &self.lineage, timeout)?;
+                protocol::pre_commit(slot, &self.source, &self.changelog, &mut sealed, &self.lineage, timeout)?;
                 pre_commit_us = lap();
-                protocol::make_durable(&self.db, &pending)?;
-                durable_us = lap();
                 protocol::commit(slot, id, timeout)?;
                 commit_us = lap();
-                protocol::apply(&self.db, &self.overlays, id)?;
+                protocol::apply(&self.db, &self.overlays, &sealed.checkpoint)?;
             }
             guarantee => {
+                protocol::write_changelog(slot, &self.changelog, &sealed)?;
                 if guarantee == Guarantee::AtLeastOnce {
-                    slot.flush(timeout).map_err(PipelineError::kafka(format!("flush of checkpoint {id}")))?;
+                    protocol::flush(slot, &self.changelog, &mut sealed, timeout)?;
                 }
                 pre_commit_us = lap();
-                protocol::make_durable(&self.db, &pending)?;
-                durable_us = lap();
                 commit_us = 0;
-                protocol::apply(&self.db, &self.overlays, id)?;
-                // The group's offsets only inform other tools here; the state directory is the truth.
-                if let Err(error) = self.source.commit(&pending.offsets, &protocol::metadata(&pending, &self.lineage)) {
+                protocol::apply(&self.db, &self.overlays, &sealed.checkpoint)?;
+                // The group's offsets only inform other tools here; the changelog is the truth.
+                let metadata = protocol::metadata(id, &self.lineage, None);
+                if let Err(error) = self.source.commit(&sealed.checkpoint.offsets, &metadata) {
                     tracing::warn!(%error, checkpoint = %id, "could not commit the group's offsets");
                 }
             }
         }
+        let apply_us = lap();
         tracing::info!(
             checkpoint = %id,
             records = self.epoch.records,
             output_bytes = self.epoch.output_bytes,
             state_bytes,
+            changelog_records,
             epoch_ms = self.epoch.started.elapsed().as_millis() as u64,
-            // Barrier to commit: how long the checkpoint itself took, then its phases.
+            // Barrier to apply: how long the checkpoint itself took, then its phases.
             checkpoint_us = barrier_at.elapsed().as_micros() as u64,
             barrier_us,
             pre_commit_us,
-            durable_us,
             commit_us,
+            apply_us,
             "checkpoint committed"
         );
-        self.recorded = pending.offsets;
+        self.recorded = sealed.checkpoint.offsets;
         self.last_commit = Instant::now();
         self.begin_epoch(id.next())
     }
@@ -459,6 +459,27 @@ impl<'a> Runner<'a> {
         }
         Ok(())
     }
+}
+
+/// Logs each operator whose component changed since the last start (an upgrade: its state and
+/// last snapshot carry over, keyed by the operator's name), and records the components now run.
+fn log_upgrades(db: &StateDb, chain: &Chain) -> Result<(), PipelineError> {
+    let before = db.components()?;
+    let now: BTreeMap<String, String> =
+        chain.iter().map(|(component, config)| (config.name.clone(), component.sha256().to_owned())).collect();
+    for (operator, sha256) in &now {
+        match before.get(operator) {
+            Some(old) if old != sha256 => tracing::info!(
+                operator,
+                old_component = %old,
+                new_component = %sha256,
+                "transform upgraded: the operator keeps its state and last snapshot"
+            ),
+            Some(_) => {}
+            None => tracing::info!(operator, component = %sha256, "operator runs component"),
+        }
+    }
+    Ok(db.set_components(&now)?)
 }
 
 /// Checks topics, the clusters and the transaction timeout; creates sink topics when allowed.
@@ -529,6 +550,36 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
     Ok(tasks)
 }
 
+/// Creates the changelog topic, or checks it, with a partition for every task.
+fn ensure_changelog(config: &PipelineConfig, changelog: &Changelog, tasks: &[TaskId]) -> Result<(), PipelineError> {
+    ensure_changelog_partitions(config, changelog, changelog.partitions_needed(tasks))
+}
+
+/// Creates the changelog topic with `needed` partitions, or grows or checks it.
+fn ensure_changelog_partitions(
+    config: &PipelineConfig,
+    changelog: &Changelog,
+    needed: i32,
+) -> Result<(), PipelineError> {
+    let topic = &changelog.topic;
+    let admin = Admin::new(&config.sink.brokers, &config.sink.producer)
+        .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))?;
+    let problem = block_on(changelog.ensure(&admin, needed))
+        .map_err(PipelineError::kafka(format!("creating or checking changelog topic {topic}")))?;
+    match problem {
+        Ok(()) => Ok(()),
+        Err(ChangelogProblem::NotCompacted(policy)) => Err(PipelineError::Refused(format!(
+            "changelog topic {topic} (state.changelog_topic) has cleanup.policy={policy}, so retention would delete state; \
+             set it to compact (kafka-configs --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact) \
+             or name another topic"
+        ))),
+        Err(ChangelogProblem::TooManyPartitions { found, needed }) => Err(PipelineError::Refused(format!(
+            "changelog topic {topic} (state.changelog_topic) has {found} partitions, but this pipeline's tasks use {needed}: \
+             it is another pipeline's changelog, or the source topics changed; name another topic in state.changelog_topic"
+        ))),
+    }
+}
+
 /// Exactly-once commits the source offsets in the sink's transactions, so both must be one
 /// cluster: compares the cluster ids (KIP-78), not the bootstrap addresses, which differ for one
 /// cluster named by another host or broker.
@@ -569,7 +620,7 @@ fn producer_slots(config: &PipelineConfig) -> Result<Vec<ProducerSlot>, Pipeline
 }
 
 /// The transactional ids that earlier runs used and this configuration does not (another
-/// `sink.producer_slots` or prefix, another guarantee, or a pending checkpoint's), each as a
+/// `sink.producer_slots` or prefix, or another guarantee), each as a
 /// producer to fence: recovery must abort what they left open, or read_committed readers of the
 /// sink wait for the transaction timeout.
 fn earlier_producers(
@@ -578,7 +629,6 @@ fn earlier_producers(
     current: &[String],
 ) -> Result<Vec<ProducerSlot>, PipelineError> {
     let mut ids = db.transactional_ids()?;
-    ids.extend(db.pending()?.map(|p| p.transactional_id).filter(|id| !id.is_empty()));
     ids.sort();
     ids.dedup();
     let sink = &config.sink;

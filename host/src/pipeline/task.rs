@@ -1,10 +1,12 @@
 //! A task: one source partition and one instance of every operator of the chain.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::protocol::TaskBarrier;
 use crate::config::{OnError, TransformConfig};
-use crate::state::{OperatorState, StateDb, TaskOverlays};
+use crate::error::PipelineError;
+use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, state_prefix};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
     ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, RecordLimit,
@@ -88,6 +90,12 @@ pub struct Task {
     overlays: Arc<Mutex<TaskOverlays>>,
     next_offset: Option<i64>,
     max_record: RecordLimit,
+    /// Each operator's snapshot as of the last barrier (or the committed one): a barrier writes
+    /// only the snapshots that changed.
+    snapshots: BTreeMap<String, Vec<u8>>,
+    /// The next barrier writes the task's whole committed state and every snapshot to the
+    /// changelog (a state directory from before the changelog).
+    seed: bool,
 }
 
 impl Task {
@@ -110,6 +118,7 @@ impl Task {
     ) -> Result<Self, OperatorError> {
         let overlays = TaskOverlays::new(db);
         let mut steps = Vec::with_capacity(chain.len());
+        let mut snapshots = BTreeMap::new();
         for (component, config) in chain {
             let limits = OperatorLimits {
                 memory_bytes: config.memory_limit_bytes,
@@ -126,11 +135,12 @@ impl Task {
                 Box::new(state),
             )?;
             if let Some(snapshot) = snapshot(&config.name) {
+                snapshots.insert(config.name.clone(), snapshot.clone());
                 operator.set_snapshot(snapshot);
             }
             steps.push(Step { operator, on_error: config.on_error });
         }
-        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone() })
+        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: false })
     }
 
     /// The task's id.
@@ -208,20 +218,49 @@ impl Task {
         unreachable!("this is a bug in Weir: a task has at least one operator")
     }
 
-    /// Barrier `id`: the task's next offset, its operators' snapshots and its sealed overlay.
+    /// Makes the next barrier write the task's whole committed state and every snapshot, for a
+    /// changelog that lacks them.
+    pub fn seed_changelog(&mut self) {
+        self.seed = true;
+    }
+
+    /// Barrier `id`: the task's next offset, its operators' changed snapshots and its sealed
+    /// overlay (preceded, when seeding, by the whole committed state).
     ///
     /// # Errors
-    /// When an operator's `snapshot` fails.
-    pub fn barrier(&mut self, id: CheckpointId) -> Result<TaskBarrier, OperatorError> {
+    /// When an operator's `snapshot` fails, or the committed state cannot be read for a seed.
+    pub fn barrier(&mut self, id: CheckpointId) -> Result<TaskBarrier, PipelineError> {
         let mut snapshots = Vec::new();
         for step in &mut self.steps {
-            // Empty snapshots are recorded too: an empty one replaces the operator's older
-            // snapshot, which a restart would otherwise restore.
-            snapshots.push((step.operator.name().to_owned(), step.operator.snapshot()?));
+            let name = step.operator.name().to_owned();
+            let snapshot = step.operator.snapshot()?;
+            // An empty snapshot that replaces an older one is recorded too: a restart would
+            // otherwise restore the older one.
+            let unchanged = match self.snapshots.get(&name) {
+                Some(last) => *last == snapshot,
+                None => snapshot.is_empty(),
+            };
+            if self.seed || !unchanged {
+                self.snapshots.insert(name.clone(), snapshot.clone());
+                snapshots.push((name, snapshot));
+            }
         }
-        let writes = self.overlays.lock().map(|mut o| o.seal(id)).unwrap_or_default();
+        let mut guard = self.overlays.lock().map_err(|_| overlay_poisoned())?;
+        let mut writes = Vec::new();
+        if std::mem::take(&mut self.seed) {
+            for step in &self.steps {
+                let prefix = state_prefix(step.operator.name(), &self.id);
+                writes.extend(guard.db().scan_prefix(&prefix, usize::MAX)?.into_iter().map(|(k, v)| (k, Some(v))));
+            }
+        }
+        writes.extend(guard.seal(id));
+        drop(guard);
         Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes })
     }
+}
+
+fn overlay_poisoned() -> PipelineError {
+    PipelineError::State(StateError { message: "task overlay lock poisoned (a bug in Weir)".into() })
 }
 
 /// Runs `records` through an operator under `on_error = "dead-letter"`, whose instance carries on

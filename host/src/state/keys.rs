@@ -6,11 +6,11 @@
 //! is a prefix of another) and sorts by its parts. Kafka topic names cannot contain NUL (legal
 //! characters are `[a-zA-Z0-9._-]`); operator names must not either.
 
-use crate::types::{CheckpointId, TaskId};
+use crate::types::TaskId;
 
 /// `meta` key of the last applied checkpoint id (u64 BE).
 pub(super) const META_CHECKPOINT: &[u8] = b"checkpoint";
-/// `meta` key of the highest checkpoint id ever written, pending or committed (u64 BE).
+/// `meta` key of the highest checkpoint id ever applied or seen in Kafka (u64 BE).
 pub(super) const META_EPOCH_FLOOR: &[u8] = b"epoch_floor";
 /// `meta` key of the state directory's lineage: a random id (UTF-8 hex) made when the database
 /// is created, written into every checkpoint's offset metadata so that an older life's or another
@@ -24,18 +24,17 @@ pub(super) const META_OFFSET: &[u8] = b"offset/";
 /// `meta` key prefix of committed snapshots: `snapshot/<operator>\0<topic>\0<partition BE u32>` → bytes.
 pub(super) const META_SNAPSHOT: &[u8] = b"snapshot/";
 
-/// `pending` kind byte of a checkpoint's header; the value is the transactional.id (UTF-8).
-pub(super) const PENDING_HEADER: u8 = b'h';
-/// `pending` kind byte of an offset: `<id><o><topic>\0<partition>` → i64 BE.
-pub(super) const PENDING_OFFSET: u8 = b'o';
-/// `pending` kind byte of a snapshot: `<id><s><operator>\0<topic>\0<partition>` → bytes.
-pub(super) const PENDING_SNAPSHOT: u8 = b's';
-/// `pending` kind byte of a state write: `<id><w><full state key>` → `WRITE_PUT` + value, or `WRITE_DELETE`.
-pub(super) const PENDING_WRITE: u8 = b'w';
-/// First byte of a pending write's value: the rest of the value is stored.
-pub(super) const WRITE_PUT: u8 = 1;
-/// The whole value of a pending write that deletes its key.
-pub(super) const WRITE_DELETE: u8 = 0;
+/// `meta` key of the pipeline that owns the database (UTF-8): a start of another pipeline on
+/// this directory is refused.
+pub(super) const META_PIPELINE: &[u8] = b"pipeline";
+/// `meta` key of the changelog topic the database caches (UTF-8).
+pub(super) const META_CHANGELOG_TOPIC: &[u8] = b"changelog_topic";
+/// `meta` key prefix of the component each operator last ran: `component/<operator>` → SHA-256
+/// (hex), so an upgrade of a transform is logged with both builds.
+pub(super) const META_COMPONENT: &[u8] = b"component/";
+/// `meta` key prefix of how far the state reflects each task's changelog partition:
+/// `changelog/<topic>\0<partition BE u32>` → next changelog offset to read, i64 BE.
+pub(super) const META_CHANGELOG_OFFSET: &[u8] = b"changelog/";
 
 /// Key prefix scoping state to one operator of one task: `<operator>\0<topic>\0<partition as 4
 /// bytes BE>\0`.
@@ -93,28 +92,6 @@ fn split_name(bytes: &[u8]) -> Option<(String, &[u8])> {
     Some((name, &bytes[end + 1..]))
 }
 
-/// `<id BE u64>`: the prefix of every `pending` entry of checkpoint `id`.
-pub(super) fn pending_prefix(id: CheckpointId) -> [u8; 8] {
-    id.0.to_be_bytes()
-}
-
-/// `<id BE u64><kind>`, with room for what follows.
-pub(super) fn pending_key(id: CheckpointId, kind: u8, extra: usize) -> Vec<u8> {
-    let mut key = Vec::with_capacity(9 + extra);
-    key.extend_from_slice(&pending_prefix(id));
-    key.push(kind);
-    key
-}
-
-/// Splits a `pending` key into checkpoint id, kind byte and the rest.
-pub(super) fn split_pending_key(key: &[u8]) -> Option<(CheckpointId, u8, &[u8])> {
-    if key.len() < 9 {
-        return None;
-    }
-    let id = u64::from_be_bytes(key[..8].try_into().ok()?);
-    Some((CheckpointId(id), key[8], &key[9..]))
-}
-
 /// Decodes a big-endian u64 value.
 pub(super) fn decode_u64(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(bytes.try_into().ok()?))
@@ -166,8 +143,6 @@ mod tests {
         push_task(&mut key, &task("orders", 0));
         assert_eq!(decode_task(&key), Some(task("orders", 0)));
         assert_eq!(decode_task(b"orders\0\0\0"), None);
-        let key = pending_key(CheckpointId(3), PENDING_WRITE, 0);
-        assert_eq!(split_pending_key(&key), Some((CheckpointId(3), PENDING_WRITE, &b""[..])));
     }
 
     #[test]

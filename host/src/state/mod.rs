@@ -6,23 +6,24 @@
 //! use RocksDB through epoch overlays (DESIGN.md, "State" and "Exactly-once protocol").
 //!
 //! # Key items
-//! - [`StateDb`]: one RocksDB database per pipeline, column families `state` (committed state),
-//!   `pending` (checkpoints written durable, not yet applied) and `meta` (the last applied
-//!   checkpoint). It performs the durable → apply / discard steps of a checkpoint, each as one
-//!   atomic write batch.
+//! - [`StateDb`]: one RocksDB database per pipeline, column families `state` (committed state)
+//!   and `meta` (the last applied checkpoint, how far each task's changelog partition is
+//!   reflected, the owner). It is a cache of the pipeline's changelog topic: Kafka holds the
+//!   truth, and every transition is one unsynced write batch.
+//! - [`ChangelogEntry`]: the records of the changelog topic (a state write, a snapshot, a task's
+//!   position), layout in [`changelog`](ChangelogEntry).
 //! - [`TaskOverlays`]: a task's in-memory writes of the current epoch plus the sealed overlays of
 //!   epochs awaiting their commit.
 //! - [`OperatorState`]: the [`StateStore`] of one operator instance: current overlay → sealed
 //!   overlays (newest first) → RocksDB, under the operator + task prefix ([`state_prefix`]).
 //!
 //! # Checkpoint lifecycle
-//! At barrier N the task calls [`TaskOverlays::seal`]`(N)` and puts the returned writes into a
-//! [`PendingCheckpoint`]; once every task passed the barrier, [`StateDb::write_pending`] makes it
-//! durable (one synced batch). After the Kafka transaction commits, [`StateDb::apply_pending`]
-//! moves it into the committed state and each task calls [`TaskOverlays::committed`]`(N)`. On
-//! recovery the engine resolves [`StateDb::pending`] with `apply_pending` or
-//! [`StateDb::discard_pending`], calls [`TaskOverlays::discard_all`] and numbers the next epoch
-//! above [`StateDb::epoch_floor`].
+//! At barrier N the task calls [`TaskOverlays::seal`]`(N)`; the checkpoint's writes, snapshots and
+//! positions go to the changelog in the epoch's transaction. After the transaction commits,
+//! [`StateDb::apply`] writes them (and the changelog offsets they reach) into RocksDB and each
+//! task calls [`TaskOverlays::committed`]`(N)`. On start, a task whose state is behind its
+//! changelog partition replays the difference through [`StateDb::restore`]; a database of another
+//! lineage is [`wipe`](StateDb::wipe)d and restored from scratch.
 //!
 //! # Key layout
 //! Integers are big-endian; names are NUL-terminated, and neither topic nor operator names may
@@ -32,27 +33,26 @@
 //! | column family | key | value |
 //! |---|---|---|
 //! | `state` | `<operator>\0<task>\0` ([`state_prefix`]) `<operator's key>` | value |
-//! | `pending` | `<id: 8 bytes>h` | `transactional.id` (UTF-8); present in every pending checkpoint |
-//! | `pending` | `<id>o<task>` | next offset, i64 |
-//! | `pending` | `<id>s<operator>\0<task>` | snapshot bytes |
-//! | `pending` | `<id>w<full state key>` | `0x01 <value>` (put) or `0x00` (delete) |
 //! | `meta` | `checkpoint` | id of the last applied checkpoint, u64 |
-//! | `meta` | `epoch_floor` | highest id ever written pending or committed, u64 |
-//! | `meta` | `lineage` | random id made with the database (hex); named in checkpoint offset metadata |
+//! | `meta` | `epoch_floor` | highest checkpoint id ever applied or seen in Kafka, u64 |
+//! | `meta` | `lineage` | random id of the pipeline's first state (hex); named in offset metadata and changelog positions |
+//! | `meta` | `pipeline`, `changelog_topic` | the owner (UTF-8) |
 //! | `meta` | `transactional_ids` | every `transactional.id` in use since the last fencing, one per line |
-//! | `meta` | `offset/<task>` | next offset, i64 |
+//! | `meta` | `offset/<task>` | next source offset, i64 |
 //! | `meta` | `snapshot/<operator>\0<task>` | snapshot bytes |
+//! | `meta` | `changelog/<task>` | next changelog offset the state reflects, i64 |
+//! | `meta` | `component/<operator>` | SHA-256 (hex) of the component the operator last ran |
 //!
 //! # Failure
 //! Every error is a [`StateError`] whose message names the operation and the database directory.
-//! A failed write batch leaves nothing behind; a crash between [`StateDb::write_pending`] and
-//! [`StateDb::apply_pending`] leaves the checkpoint in `pending` for recovery to resolve.
+//! A failed write batch leaves nothing behind; a crash after a commit and before its apply leaves
+//! the state behind the changelog, which the next start replays.
 //!
 //! # Example
 //! ```no_run
 //! use std::collections::BTreeMap;
 //! use std::sync::Arc;
-//! use weir::state::{OperatorState, PendingCheckpoint, StateDb, StateStore, TaskOverlays};
+//! use weir::state::{Checkpoint, OperatorState, StateDb, StateStore, TaskOverlays};
 //! use weir::types::{CheckpointId, TaskId};
 //!
 //! # fn main() -> Result<(), weir::state::StateError> {
@@ -64,17 +64,16 @@
 //!
 //! let id = db.epoch_floor()?.next();
 //! let writes = overlays.lock().unwrap().seal(id);
+//! // … write them to the changelog and commit the Kafka transaction of this epoch …
 //! let offsets = BTreeMap::from([(task.clone(), 42)]);
-//! let checkpoint = PendingCheckpoint { id, offsets, writes, transactional_id: "orders-1".into(), ..Default::default() };
-//! db.write_pending(&checkpoint)?;
-//! // … commit the Kafka transaction of this epoch …
-//! db.apply_pending(id)?;
+//! db.apply(&Checkpoint { id, offsets, writes, ..Default::default() })?;
 //! overlays.lock().unwrap().committed(id);
 //! assert_eq!(state.get(b"k")?, Some(b"v".to_vec()));
 //! # Ok(())
 //! # }
 //! ```
 
+mod changelog;
 mod keys;
 mod memory;
 mod overlay;
@@ -82,10 +81,11 @@ mod rocks;
 #[cfg(test)]
 mod test_util;
 
+pub use changelog::{ChangelogEntry, Position};
 pub use keys::state_prefix;
 pub use memory::MemoryState;
 pub use overlay::{OperatorState, TaskOverlays};
-pub use rocks::{Committed, PendingCheckpoint, StateDb};
+pub use rocks::{Checkpoint, Committed, Owner, StateDb};
 
 /// Key-value state of one operator in one task.
 ///

@@ -25,8 +25,8 @@ type Overlay = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// # Lifecycle
 /// 1. Operators write into the current overlay.
 /// 2. Barrier N: `seal(N)` moves it to the sealed overlays, where it stays readable, and returns
-///    its writes for the [`PendingCheckpoint`](super::PendingCheckpoint).
-/// 3. After [`StateDb::apply_pending`]`(N)`: `committed(N)` drops the sealed overlays up to N,
+///    its writes for the [`Checkpoint`](super::Checkpoint).
+/// 3. After [`StateDb::apply`] of N: `committed(N)` drops the sealed overlays up to N,
 ///    whose writes RocksDB now holds. Calling it before the apply would briefly expose older
 ///    state.
 /// 4. Recovery: [`discard_all`](Self::discard_all) drops everything that was not committed.
@@ -70,7 +70,7 @@ impl TaskOverlays {
 
     /// Seals the current epoch as checkpoint `id`: moves the current overlay into the sealed
     /// overlays (still readable) and returns its writes, full keys in key order, for the
-    /// [`PendingCheckpoint`](super::PendingCheckpoint). An empty epoch seals nothing and
+    /// [`Checkpoint`](super::Checkpoint). An empty epoch seals nothing and
     /// returns no writes.
     ///
     /// # Panics
@@ -89,7 +89,7 @@ impl TaskOverlays {
     }
 
     /// Drops the sealed overlays of checkpoints up to `id`: call it once
-    /// [`StateDb::apply_pending`]`(id)` succeeded.
+    /// [`StateDb::apply`] of `id` succeeded.
     pub fn committed(&mut self, id: CheckpointId) {
         match id.0.checked_add(1) {
             Some(next) => self.sealed = self.sealed.split_off(&CheckpointId(next)),
@@ -275,7 +275,7 @@ fn lock_overlays(overlays: &Mutex<TaskOverlays>) -> MutexGuard<'_, TaskOverlays>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::PendingCheckpoint;
+    use crate::state::Checkpoint;
     use crate::state::test_util::{delete, put, task};
 
     fn get(state: &mut OperatorState, key: &str) -> Option<String> {
@@ -295,9 +295,7 @@ mod tests {
     fn checkpoint(db: &StateDb, overlays: &Mutex<TaskOverlays>, id: u64) {
         let id = CheckpointId(id);
         let writes = overlays.lock().unwrap().seal(id);
-        let pending = PendingCheckpoint { id, writes, transactional_id: "t-0".into(), ..PendingCheckpoint::default() };
-        db.write_pending(&pending).unwrap();
-        db.apply_pending(id).unwrap();
+        db.apply(&Checkpoint { id, writes, ..Checkpoint::default() }).unwrap();
         overlays.lock().unwrap().committed(id);
     }
 
@@ -332,13 +330,12 @@ mod tests {
 
         // Applying 2 and 3 changes nothing the operator sees.
         for id in [2, 3] {
-            let pending = PendingCheckpoint {
+            let checkpoint = Checkpoint {
                 id: CheckpointId(id),
                 writes: overlays.lock().unwrap().sealed[&CheckpointId(id)].clone().into_iter().collect(),
-                ..PendingCheckpoint::default()
+                ..Checkpoint::default()
             };
-            db.write_pending(&pending).unwrap();
-            db.apply_pending(CheckpointId(id)).unwrap();
+            db.apply(&checkpoint).unwrap();
             overlays.lock().unwrap().committed(CheckpointId(id));
             assert_eq!(scan(&mut state, "", 100), pairs(&[("a", "cur"), ("b", "s3"), ("d", "db")]));
         }
@@ -397,8 +394,7 @@ mod tests {
         check(&mut states);
         checkpoint(&db, &overlays, 1);
         let writes = other_task.lock().unwrap().seal(CheckpointId(2));
-        db.write_pending(&PendingCheckpoint { id: CheckpointId(2), writes, ..Default::default() }).unwrap();
-        db.apply_pending(CheckpointId(2)).unwrap();
+        db.apply(&Checkpoint { id: CheckpointId(2), writes, ..Default::default() }).unwrap();
         other_task.lock().unwrap().committed(CheckpointId(2));
         check(&mut states);
         assert_eq!(db.scan_prefix(b"", 100).unwrap().len(), 10);
@@ -431,8 +427,7 @@ mod tests {
             vec![CheckpointId(1), CheckpointId(3)]
         );
 
-        db.write_pending(&PendingCheckpoint { id: CheckpointId(1), writes, ..Default::default() }).unwrap();
-        db.apply_pending(CheckpointId(1)).unwrap();
+        db.apply(&Checkpoint { id: CheckpointId(1), writes, ..Default::default() }).unwrap();
         overlays.lock().unwrap().committed(CheckpointId(1));
         assert_eq!(overlays.lock().unwrap().sealed.keys().copied().collect::<Vec<_>>(), vec![CheckpointId(3)]);
         assert_eq!(get(&mut state, "a").as_deref(), Some("1"), "now read from RocksDB");
@@ -440,8 +435,7 @@ mod tests {
         assert_eq!(db.get(&full("c")).unwrap(), None);
 
         // Recovery: checkpoint 3 was never committed.
-        db.write_pending(&PendingCheckpoint { id: CheckpointId(3), writes: writes3, ..Default::default() }).unwrap();
-        db.discard_pending(CheckpointId(3)).unwrap();
+        assert!(!writes3.is_empty());
         state.write(vec![put("d", "4")]).unwrap();
         overlays.lock().unwrap().discard_all();
         assert_eq!(overlays.lock().unwrap().current_bytes(), 0);

@@ -1,5 +1,5 @@
-//! [`StateDb`]: a pipeline's RocksDB database — committed state, pending checkpoints and the
-//! checkpoint metadata (key layout in the module doc of [`crate::state`]).
+//! [`StateDb`]: a pipeline's RocksDB database — the committed state, a cache of the pipeline's
+//! changelog topic, and the checkpoint metadata (key layout in the module doc of [`crate::state`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,20 +11,22 @@ use rocksdb::{
     WriteBatch, WriteOptions,
 };
 
+use super::changelog::{ChangelogEntry, Position};
 use super::keys::{
-    self, META_CHECKPOINT, META_EPOCH_FLOOR, META_LINEAGE, META_OFFSET, META_SNAPSHOT, META_TRANSACTIONAL_IDS,
-    PENDING_HEADER, PENDING_OFFSET, PENDING_SNAPSHOT, PENDING_WRITE, WRITE_DELETE, WRITE_PUT,
+    self, META_CHANGELOG_OFFSET, META_CHANGELOG_TOPIC, META_CHECKPOINT, META_COMPONENT, META_EPOCH_FLOOR, META_LINEAGE,
+    META_OFFSET, META_PIPELINE, META_SNAPSHOT, META_TRANSACTIONAL_IDS,
 };
 use super::{Entries, StateError};
 use crate::types::{CheckpointId, TaskId};
 
 /// Column family of the committed state: full state keys (see [`super::state_prefix`]) → values.
 const CF_STATE: &str = "state";
-/// Column family of checkpoints written durable but not yet applied.
-const CF_PENDING: &str = "pending";
-/// Column family of the last applied checkpoint: id, offsets, operator snapshots, epoch floor.
+/// Column family of the checkpoint metadata: id, offsets, snapshots, changelog offsets, owner.
 const CF_META: &str = "meta";
-const COLUMN_FAMILIES: [&str; 3] = [CF_STATE, CF_PENDING, CF_META];
+const COLUMN_FAMILIES: [&str; 2] = [CF_STATE, CF_META];
+/// The column family of checkpoints made durable before their commit, which databases written
+/// before the changelog have: dropped on open when empty.
+const CF_LEGACY_PENDING: &str = "pending";
 
 /// The last applied checkpoint, as [`StateDb::committed`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,46 +37,53 @@ pub struct Committed {
     pub offsets: BTreeMap<TaskId, i64>,
     /// Latest snapshot of each (operator, task) that took one.
     pub snapshots: BTreeMap<(String, TaskId), Vec<u8>>,
+    /// Next changelog offset to read, per task whose changelog partition the state reflects.
+    pub changelog_offsets: BTreeMap<TaskId, i64>,
 }
 
-/// A checkpoint written durable before its transaction commits (DESIGN.md, "Exactly-once
-/// protocol", step 3).
+/// What checkpoint N changes, applied by [`StateDb::apply`] once its transaction committed
+/// (DESIGN.md, "Exactly-once protocol").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PendingCheckpoint {
+pub struct Checkpoint {
     /// The checkpoint, and the epoch it closes.
     pub id: CheckpointId,
     /// Next offset of each partition that had input in or before this epoch.
     pub offsets: BTreeMap<TaskId, i64>,
-    /// Snapshots taken at this barrier, per (operator, task).
+    /// Snapshots that changed at this barrier, per (operator, task).
     pub snapshots: BTreeMap<(String, TaskId), Vec<u8>>,
     /// State writes of the epoch: full state keys (already prefixed by [`super::state_prefix`]),
     /// `Some` puts, `None` deletes, applied in order.
-    ///
-    /// Read back by [`StateDb::pending`], they come one per key in key order, each with the last
-    /// write of that key: the same effect as the original sequence.
     pub writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    /// The `transactional.id` of the producer slot that carries this epoch.
-    pub transactional_id: String,
+    /// Next changelog offset of each task whose changelog partition the checkpoint wrote.
+    pub changelog_offsets: BTreeMap<TaskId, i64>,
 }
 
-/// One RocksDB database per pipeline, with column families `state`, `pending` and `meta`.
+/// Who a database belongs to: a start of another pipeline, or with another changelog, is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// Its changelog topic.
+    pub changelog_topic: String,
+}
+
+/// One RocksDB database per pipeline, with column families `state` and `meta`: a cache of the
+/// pipeline's changelog (Kafka holds the truth, see DESIGN.md, "State").
 ///
 /// `Send + Sync`: share it as `Arc<StateDb>`. Reads ([`get`](Self::get),
-/// [`scan_prefix`](Self::scan_prefix)) run concurrently; the checkpoint transitions
-/// ([`write_pending`](Self::write_pending), [`apply_pending`](Self::apply_pending),
-/// [`discard_pending`](Self::discard_pending)) are serialised, and each is one atomic write batch.
+/// [`scan_prefix`](Self::scan_prefix)) run concurrently; the transitions
+/// ([`apply`](Self::apply), [`restore`](Self::restore), [`wipe`](Self::wipe)) are serialised,
+/// and each is one atomic write batch.
 ///
 /// # Durability
-/// `write_pending` is synced (`WriteOptions::set_sync(true)`): Ok means the checkpoint survives a
-/// machine crash. `apply_pending` and `discard_pending` are written to the WAL without a sync: a
-/// process crash keeps them, a machine crash may lose the latest one, and then recovery finds the
-/// checkpoint still pending and decides it again from Kafka. The next synced `write_pending` makes
-/// every earlier write durable, so the loss never reaches past the checkpoint in flight.
+/// Transitions are written to the WAL without a sync: a process crash keeps them, a machine
+/// crash may lose the latest ones, and then the start finds the state behind its changelog and
+/// replays the difference. Nothing on the checkpoint path waits for a disk sync.
 pub struct StateDb {
     db: DB,
     dir: PathBuf,
-    /// Serialises the checkpoint transitions, and the multi-key reads of `meta` and `pending`
-    /// against them, so each sees one consistent state.
+    /// Serialises the transitions, and the multi-key reads of `meta` against them, so each sees
+    /// one consistent state.
     transitions: Mutex<()>,
 }
 
@@ -97,8 +106,12 @@ impl StateDb {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
-        let db = DB::open_cf_descriptors(&options, dir, column_families())
+        let legacy = has_legacy_pending(&options, dir);
+        let mut db = DB::open_cf_descriptors(&options, dir, column_families(legacy))
             .map_err(|e| StateError { message: format!("cannot open state database {}: {e}", dir.display()) })?;
+        if legacy {
+            drop_legacy_pending(&mut db, dir)?;
+        }
         let db = Self::wrap(db, dir);
         if db.lineage()?.is_none() {
             let lineage = uuid::Uuid::new_v4().simple().to_string();
@@ -122,7 +135,8 @@ impl StateDb {
             });
         }
         let options = Options::default();
-        let db = DB::open_cf_descriptors_read_only(&options, dir, column_families(), false).map_err(|e| {
+        let legacy = has_legacy_pending(&options, dir);
+        let db = DB::open_cf_descriptors_read_only(&options, dir, column_families(legacy), false).map_err(|e| {
             StateError { message: format!("cannot open state database {} read-only: {e}", dir.display()) }
         })?;
         Ok(Self::wrap(db, dir))
@@ -137,8 +151,8 @@ impl StateDb {
         &self.dir
     }
 
-    /// The last applied checkpoint: its id (`CheckpointId(0)` when none), offsets and operator
-    /// snapshots.
+    /// The last applied checkpoint: its id (`CheckpointId(0)` when none), offsets, operator
+    /// snapshots and how far the state reflects each task's changelog partition.
     ///
     /// # Errors
     /// When RocksDB cannot be read or `meta` holds an entry Weir did not write.
@@ -164,224 +178,188 @@ impl StateDb {
             committed.snapshots.insert(operator_task, value.to_vec());
             Ok(true)
         })?;
+        self.for_each(meta, META_CHANGELOG_OFFSET, |key, value| {
+            let task = keys::decode_task(&key[META_CHANGELOG_OFFSET.len()..]);
+            match (task, keys::decode_i64(value)) {
+                (Some(task), Some(offset)) => committed.changelog_offsets.insert(task, offset),
+                _ => return Err(self.corrupt("changelog offset", key)),
+            };
+            Ok(true)
+        })?;
         Ok(committed)
     }
 
-    /// The checkpoint written durable but not yet applied nor discarded, if any.
+    /// Applies checkpoint N once its transaction committed — its writes into `state`; its
+    /// offsets, snapshots, changelog offsets and id into `meta` — in one unsynced write batch
+    /// (see the type's "Durability" section).
     ///
-    /// With two producer slots there is at most one. Should there be several, this returns the
-    /// lowest (the one to resolve first) and logs a warning.
-    ///
-    /// # Errors
-    /// When RocksDB cannot be read or `pending` holds an entry Weir did not write.
-    pub fn pending(&self) -> Result<Option<PendingCheckpoint>, StateError> {
-        let _transition = self.lock();
-        let mut iter = self.iter(self.cf(CF_PENDING), &[]);
-        let Some(first) = iter.key() else {
-            return self.status(&iter).map(|()| None);
-        };
-        let Some((id, _, _)) = keys::split_pending_key(first) else {
-            return Err(self.corrupt("pending entry", first));
-        };
-        let mut checkpoint = PendingCheckpoint { id, ..PendingCheckpoint::default() };
-        let mut writes = Vec::new();
-        let mut has_header = false;
-        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-            let Some((entry_id, kind, rest)) = keys::split_pending_key(key) else {
-                return Err(self.corrupt("pending entry", key));
-            };
-            if entry_id != id {
-                let later = self.pending_ids(&mut iter)?;
-                tracing::warn!(
-                    dir = %self.dir.display(),
-                    "several pending checkpoints ({id} and {}); resolving the lowest first",
-                    later.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-                );
-                break;
-            }
-            let well_formed = match kind {
-                PENDING_HEADER if rest.is_empty() => match String::from_utf8(value.to_vec()) {
-                    Ok(transactional_id) => {
-                        checkpoint.transactional_id = transactional_id;
-                        has_header = true;
-                        true
-                    }
-                    Err(_) => false,
-                },
-                PENDING_OFFSET => match (keys::decode_task(rest), keys::decode_i64(value)) {
-                    (Some(task), Some(offset)) => {
-                        checkpoint.offsets.insert(task, offset);
-                        true
-                    }
-                    _ => false,
-                },
-                PENDING_SNAPSHOT => match keys::decode_operator_task(rest) {
-                    Some(operator_task) => {
-                        checkpoint.snapshots.insert(operator_task, value.to_vec());
-                        true
-                    }
-                    None => false,
-                },
-                PENDING_WRITE => match decode_write(value) {
-                    Some(write) => {
-                        writes.push((rest.to_vec(), write.map(<[u8]>::to_vec)));
-                        true
-                    }
-                    None => false,
-                },
-                _ => false,
-            };
-            if !well_formed {
-                return Err(self.corrupt("pending entry", key));
-            }
-            iter.next();
-        }
-        self.status(&iter)?;
-        if !has_header {
-            return Err(
-                self.error(format!("pending checkpoint {id} has no header: the database was not written by Weir"))
-            );
-        }
-        checkpoint.writes = writes;
-        Ok(Some(checkpoint))
-    }
-
-    /// Writes `checkpoint` to the `pending` column family, and raises the epoch floor to its id,
-    /// in one synced write batch. Ok means it survives a crash; Err means nothing was written.
+    /// Offsets and snapshots the checkpoint names replace the committed ones; entries it does not
+    /// name are kept.
     ///
     /// # Errors
-    /// When the id is not above [`epoch_floor`](Self::epoch_floor) (epoch numbers never go back,
-    /// and a checkpoint is written once), or RocksDB cannot write.
+    /// When RocksDB cannot write; nothing was written.
     ///
     /// # Panics
     /// If an operator or topic name contains a NUL byte (see [`super::state_prefix`]).
-    pub fn write_pending(&self, checkpoint: &PendingCheckpoint) -> Result<(), StateError> {
+    pub fn apply(&self, checkpoint: &Checkpoint) -> Result<(), StateError> {
         let _transition = self.lock();
-        let id = checkpoint.id;
-        let floor = self.read_epoch_floor()?;
-        if id <= floor {
-            return Err(self.error(format!(
-                "cannot write checkpoint {id}: checkpoint {floor} was already written, and epoch numbers never go back"
-            )));
-        }
-        let (pending, meta) = (self.cf(CF_PENDING), self.cf(CF_META));
+        let (state, meta) = (self.cf(CF_STATE), self.cf(CF_META));
         let mut batch = WriteBatch::default();
-        batch.put_cf(pending, keys::pending_key(id, PENDING_HEADER, 0), checkpoint.transactional_id.as_bytes());
+        for (key, value) in &checkpoint.writes {
+            match value {
+                Some(value) => batch.put_cf(state, key, value),
+                None => batch.delete_cf(state, key),
+            }
+        }
         for (task, offset) in &checkpoint.offsets {
-            let mut key = keys::pending_key(id, PENDING_OFFSET, task.topic.len() + 5);
-            keys::push_task(&mut key, task);
-            batch.put_cf(pending, key, offset.to_be_bytes());
+            batch.put_cf(meta, task_key(META_OFFSET, task), offset.to_be_bytes());
         }
         for ((operator, task), snapshot) in &checkpoint.snapshots {
-            let mut key = keys::pending_key(id, PENDING_SNAPSHOT, operator.len() + task.topic.len() + 6);
+            let mut key = META_SNAPSHOT.to_vec();
             keys::push_operator_task(&mut key, operator, task);
-            batch.put_cf(pending, key, snapshot);
+            batch.put_cf(meta, key, snapshot);
         }
-        let mut put = Vec::new();
-        for (state_key, value) in &checkpoint.writes {
-            let mut key = keys::pending_key(id, PENDING_WRITE, state_key.len());
-            key.extend_from_slice(state_key);
-            match value {
-                Some(value) => {
-                    put.clear();
-                    put.push(WRITE_PUT);
-                    put.extend_from_slice(value);
-                    batch.put_cf(pending, key, &put);
-                }
-                None => batch.put_cf(pending, key, [WRITE_DELETE]),
-            }
+        for (task, offset) in &checkpoint.changelog_offsets {
+            batch.put_cf(meta, task_key(META_CHANGELOG_OFFSET, task), offset.to_be_bytes());
         }
-        batch.put_cf(meta, META_EPOCH_FLOOR, id.0.to_be_bytes());
-        let mut options = WriteOptions::default();
-        options.set_sync(true);
-        self.db.write_opt(batch, &options).map_err(|e| self.error(format!("cannot write pending checkpoint {id}: {e}")))
+        self.put_checkpoint(&mut batch, checkpoint.id)?;
+        let id = checkpoint.id;
+        self.db.write(batch).map_err(|e| self.error(format!("cannot apply checkpoint {id}: {e}")))
     }
 
-    /// Applies pending checkpoint `id` — its writes into `state`, its offsets, snapshots and id
-    /// into `meta` — and deletes it, in one write batch (see the type's "Durability" section).
-    ///
-    /// Offsets and snapshots the checkpoint names replace the committed ones; committed entries it
-    /// does not name are kept. Ok when `id` is already applied (the committed id is `id` or
-    /// later and no such checkpoint is pending).
+    /// Applies records read from `task`'s changelog partition, in changelog order, and records
+    /// that the state now reflects the partition up to `next_offset`, in one unsynced write batch.
+    /// A position names the checkpoint that wrote it, which becomes the committed one when later.
     ///
     /// # Errors
-    /// When no checkpoint `id` is pending and the committed one is older, when a lower pending
-    /// checkpoint is still unresolved (checkpoints apply in order), or RocksDB fails.
-    pub fn apply_pending(&self, id: CheckpointId) -> Result<(), StateError> {
+    /// When RocksDB cannot write; nothing was written.
+    pub fn restore(&self, task: &TaskId, entries: &[ChangelogEntry], next_offset: i64) -> Result<(), StateError> {
         let _transition = self.lock();
-        let committed = self.read_u64(META_CHECKPOINT)?.map_or(CheckpointId(0), CheckpointId);
-        let floor = self.read_epoch_floor()?;
-        let (state, pending, meta) = (self.cf(CF_STATE), self.cf(CF_PENDING), self.cf(CF_META));
-        let iter = self.iter(pending, &[]);
-        let lowest = iter.key().and_then(keys::split_pending_key).map(|(lowest, _, _)| lowest);
-        self.status(&iter)?;
-        match lowest {
-            Some(lowest) if lowest < id => {
-                return Err(self.error(format!(
-                    "cannot apply checkpoint {id}: the older pending checkpoint {lowest} is unresolved (apply or discard it first)"
-                )));
-            }
-            Some(lowest) if lowest == id => {}
-            _ if committed >= id => return Ok(()),
-            _ => {
-                return Err(self.error(format!(
-                    "cannot apply checkpoint {id}: it is not pending (last applied checkpoint: {committed})"
-                )));
-            }
-        }
-        drop(iter);
+        let (state, meta) = (self.cf(CF_STATE), self.cf(CF_META));
         let mut batch = WriteBatch::default();
-        let mut has_header = false;
-        let mut meta_key = Vec::new();
-        self.for_each(pending, &keys::pending_prefix(id), |key, value| {
-            let Some((_, kind, rest)) = keys::split_pending_key(key) else {
-                return Err(self.corrupt("pending entry", key));
-            };
-            match kind {
-                PENDING_HEADER => has_header = true,
-                PENDING_OFFSET | PENDING_SNAPSHOT => {
-                    meta_key.clear();
-                    meta_key.extend_from_slice(if kind == PENDING_OFFSET { META_OFFSET } else { META_SNAPSHOT });
-                    meta_key.extend_from_slice(rest);
-                    batch.put_cf(meta, &meta_key, value);
+        let mut checkpoint = CheckpointId(0);
+        for entry in entries {
+            match entry {
+                ChangelogEntry::State { key, value: Some(value) } => batch.put_cf(state, key, value),
+                ChangelogEntry::State { key, value: None } => batch.delete_cf(state, key),
+                ChangelogEntry::Snapshot { operator, task, bytes } => {
+                    let mut key = META_SNAPSHOT.to_vec();
+                    keys::push_operator_task(&mut key, operator, task);
+                    batch.put_cf(meta, key, bytes);
                 }
-                PENDING_WRITE => match decode_write(value) {
-                    Some(Some(value)) => batch.put_cf(state, rest, value),
-                    Some(None) => batch.delete_cf(state, rest),
-                    None => return Err(self.corrupt("pending write", key)),
-                },
-                _ => return Err(self.corrupt("pending entry", key)),
+                ChangelogEntry::Position(Position { task, offset, checkpoint: id, .. }) => {
+                    batch.put_cf(meta, task_key(META_OFFSET, task), offset.to_be_bytes());
+                    checkpoint = checkpoint.max(*id);
+                }
             }
-            batch.delete_cf(pending, key);
-            Ok(true)
-        })?;
-        if !has_header {
-            return Err(
-                self.error(format!("pending checkpoint {id} has no header: the database was not written by Weir"))
-            );
         }
-        batch.put_cf(meta, META_CHECKPOINT, id.0.to_be_bytes());
-        batch.put_cf(meta, META_EPOCH_FLOOR, floor.max(id).0.to_be_bytes());
-        self.db.write(batch).map_err(|e| self.error(format!("cannot apply pending checkpoint {id}: {e}")))
+        batch.put_cf(meta, task_key(META_CHANGELOG_OFFSET, task), next_offset.to_be_bytes());
+        let committed = self.read_u64(META_CHECKPOINT)?.map_or(CheckpointId(0), CheckpointId);
+        if checkpoint > committed {
+            self.put_checkpoint(&mut batch, checkpoint)?;
+        }
+        self.db.write(batch).map_err(|e| self.error(format!("cannot restore {task} from the changelog: {e}")))
     }
 
-    /// Deletes pending checkpoint `id`, in one write batch; committed state, offsets, snapshots
-    /// and the epoch floor are untouched. Ok (and nothing written) when it is not pending.
+    /// Deletes the committed state and checkpoint metadata (state, offsets, snapshots, changelog
+    /// offsets, checkpoint id, owner and lineage), in one write batch, before a restore from
+    /// scratch. Keeps the epoch floor and the transactional ids, which only ever grow.
     ///
     /// # Errors
     /// When RocksDB fails.
-    pub fn discard_pending(&self, id: CheckpointId) -> Result<(), StateError> {
+    pub fn wipe(&self) -> Result<(), StateError> {
         let _transition = self.lock();
-        let pending = self.cf(CF_PENDING);
+        let (state, meta) = (self.cf(CF_STATE), self.cf(CF_META));
         let mut batch = WriteBatch::default();
-        self.for_each(pending, &keys::pending_prefix(id), |key, _| {
-            batch.delete_cf(pending, key);
+        self.for_each(state, &[], |key, _| {
+            batch.delete_cf(state, key);
             Ok(true)
         })?;
-        if batch.is_empty() {
-            return Ok(());
+        self.for_each(meta, &[], |key, _| {
+            if key != META_EPOCH_FLOOR && key != META_TRANSACTIONAL_IDS {
+                batch.delete_cf(meta, key);
+            }
+            Ok(true)
+        })?;
+        self.db.write(batch).map_err(|e| self.error(format!("cannot wipe the state: {e}")))
+    }
+
+    /// The pipeline and changelog topic the database caches; `None` when no pipeline claimed it
+    /// yet (a new database, or one written before the changelog).
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read.
+    pub fn owner(&self) -> Result<Option<Owner>, StateError> {
+        let text = |key| Ok::<_, StateError>(self.read_meta(key)?.map(|b| String::from_utf8_lossy(&b).into_owned()));
+        Ok(match (text(META_PIPELINE)?, text(META_CHANGELOG_TOPIC)?) {
+            (Some(pipeline), Some(changelog_topic)) => Some(Owner { pipeline, changelog_topic }),
+            _ => None,
+        })
+    }
+
+    /// Claims the database for `owner` with `lineage` (one write).
+    ///
+    /// # Errors
+    /// When RocksDB cannot be written.
+    pub fn set_owner(&self, owner: &Owner, lineage: &str) -> Result<(), StateError> {
+        let _transition = self.lock();
+        let meta = self.cf(CF_META);
+        let mut batch = WriteBatch::default();
+        batch.put_cf(meta, META_PIPELINE, owner.pipeline.as_bytes());
+        batch.put_cf(meta, META_CHANGELOG_TOPIC, owner.changelog_topic.as_bytes());
+        batch.put_cf(meta, META_LINEAGE, lineage.as_bytes());
+        self.db.write(batch).map_err(|e| self.error(format!("cannot write meta: {e}")))
+    }
+
+    /// The component (SHA-256, hex) each operator ran when it was last started, by operator name.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read.
+    pub fn components(&self) -> Result<BTreeMap<String, String>, StateError> {
+        let mut components = BTreeMap::new();
+        self.for_each(self.cf(CF_META), META_COMPONENT, |key, value| {
+            let operator = String::from_utf8_lossy(&key[META_COMPONENT.len()..]).into_owned();
+            components.insert(operator, String::from_utf8_lossy(value).into_owned());
+            Ok(true)
+        })?;
+        Ok(components)
+    }
+
+    /// Records the component each operator runs (operator name → SHA-256), one write batch.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be written.
+    pub fn set_components(&self, components: &BTreeMap<String, String>) -> Result<(), StateError> {
+        let meta = self.cf(CF_META);
+        let mut batch = WriteBatch::default();
+        for (operator, sha256) in components {
+            let mut key = META_COMPONENT.to_vec();
+            key.extend_from_slice(operator.as_bytes());
+            batch.put_cf(meta, key, sha256.as_bytes());
         }
-        self.db.write(batch).map_err(|e| self.error(format!("cannot discard pending checkpoint {id}: {e}")))
+        self.db.write(batch).map_err(|e| self.error(format!("cannot write meta: {e}")))
+    }
+
+    /// Raises the epoch floor to `id` (a checkpoint id seen in Kafka), so the next epoch is
+    /// numbered above it.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read or written.
+    pub fn raise_epoch_floor(&self, id: CheckpointId) -> Result<(), StateError> {
+        let _transition = self.lock();
+        if id > self.read_epoch_floor()? {
+            self.put_meta(META_EPOCH_FLOOR, &id.0.to_be_bytes(), false)?;
+        }
+        Ok(())
+    }
+
+    /// Puts `id` as the committed checkpoint, raising the epoch floor with it.
+    fn put_checkpoint(&self, batch: &mut WriteBatch, id: CheckpointId) -> Result<(), StateError> {
+        let meta = self.cf(CF_META);
+        let floor = self.read_epoch_floor()?;
+        batch.put_cf(meta, META_CHECKPOINT, id.0.to_be_bytes());
+        batch.put_cf(meta, META_EPOCH_FLOOR, floor.max(id).0.to_be_bytes());
+        Ok(())
     }
 
     /// The committed value of a full state key.
@@ -487,20 +465,6 @@ impl StateDb {
         }
     }
 
-    /// The ids of the pending checkpoints from `iter`'s position on, one seek per checkpoint.
-    fn pending_ids(&self, iter: &mut DBRawIterator<'_>) -> Result<Vec<CheckpointId>, StateError> {
-        let mut ids = Vec::new();
-        while let Some((id, _, _)) = iter.key().and_then(keys::split_pending_key) {
-            ids.push(id);
-            match id.0.checked_add(1) {
-                Some(next) => iter.seek(next.to_be_bytes()),
-                None => break,
-            }
-        }
-        self.status(iter)?;
-        Ok(ids)
-    }
-
     /// Calls `f` on each entry of `cf` under `prefix`, in key order, while it returns `Ok(true)`.
     fn for_each(
         &self,
@@ -549,25 +513,51 @@ impl StateDb {
     }
 }
 
-fn column_families() -> Vec<ColumnFamilyDescriptor> {
+fn column_families(legacy_pending: bool) -> Vec<ColumnFamilyDescriptor> {
+    let legacy = legacy_pending.then_some(CF_LEGACY_PENDING);
     COLUMN_FAMILIES
         .iter()
+        .copied()
+        .chain(legacy)
         .map(|name| {
             let mut options = Options::default();
             options.set_compression_type(DBCompressionType::Lz4);
-            ColumnFamilyDescriptor::new(*name, options)
+            ColumnFamilyDescriptor::new(name, options)
         })
         .collect()
 }
 
-/// Decodes a pending write's value: `Some(Some(value))` puts, `Some(None)` deletes, `None` is
-/// malformed.
-fn decode_write(value: &[u8]) -> Option<Option<&[u8]>> {
-    match value.split_first() {
-        Some((&WRITE_PUT, value)) => Some(Some(value)),
-        Some((&WRITE_DELETE, [])) => Some(None),
-        _ => None,
+/// Whether the database in `dir` has the `pending` column family of Weir before the changelog.
+fn has_legacy_pending(options: &Options, dir: &Path) -> bool {
+    DB::list_cf(options, dir).is_ok_and(|names| names.iter().any(|n| n == CF_LEGACY_PENDING))
+}
+
+/// Drops the `pending` column family of a database written before the changelog; refuses one
+/// that still holds a checkpoint whose outcome that version had not decided.
+fn drop_legacy_pending(db: &mut DB, dir: &Path) -> Result<(), StateError> {
+    let empty = db.cf_handle(CF_LEGACY_PENDING).is_some_and(|cf| {
+        let mut iter = db.raw_iterator_cf(cf);
+        iter.seek_to_first();
+        !iter.valid()
+    });
+    if !empty {
+        return Err(StateError {
+            message: format!(
+                "state database {} holds a pending checkpoint written by a Weir before the changelog; \
+                 run that version once to resolve it, or delete the directory and restore the state from the changelog",
+                dir.display()
+            ),
+        });
     }
+    db.drop_cf(CF_LEGACY_PENDING)
+        .map_err(|e| StateError { message: format!("cannot drop the pending column family of {}: {e}", dir.display()) })
+}
+
+/// `<prefix><topic>\0<partition BE u32>`.
+fn task_key(prefix: &[u8], task: &TaskId) -> Vec<u8> {
+    let mut key = prefix.to_vec();
+    keys::push_task(&mut key, task);
+    key
 }
 
 #[cfg(test)]
@@ -575,13 +565,13 @@ mod tests {
     use super::*;
     use crate::state::test_util::{delete, put, task};
 
-    fn checkpoint(id: u64, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> PendingCheckpoint {
-        PendingCheckpoint {
+    fn checkpoint(id: u64, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Checkpoint {
+        Checkpoint {
             id: CheckpointId(id),
             offsets: BTreeMap::from([(task("orders", 0), 10 * id as i64), (task("orders", 1), 7)]),
             snapshots: BTreeMap::from([(("dedupe".to_owned(), task("orders", 0)), format!("snap{id}").into_bytes())]),
             writes,
-            transactional_id: format!("pipe-{}", id % 2),
+            changelog_offsets: BTreeMap::from([(task("orders", 0), 100 * id as i64)]),
         }
     }
 
@@ -590,13 +580,14 @@ mod tests {
     }
 
     #[test]
-    fn a_new_database_has_nothing_committed_or_pending() {
+    fn a_new_database_has_nothing_committed_and_no_owner() {
         let dir = tempfile::tempdir().unwrap();
         let db = StateDb::open(&dir.path().join("nested/db")).unwrap();
         assert_eq!(db.committed().unwrap(), Committed::default());
-        assert_eq!(db.pending().unwrap(), None);
+        assert_eq!(db.owner().unwrap(), None);
         assert_eq!(db.epoch_floor().unwrap(), CheckpointId(0));
         assert_eq!(db.get(b"k").unwrap(), None);
+        assert_eq!(db.lineage().unwrap().map(|l| l.len()), Some(32));
     }
 
     #[test]
@@ -604,26 +595,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let db = StateDb::open(dir.path()).unwrap();
-            db.write_pending(&checkpoint(1, vec![put("a", "1"), put("b", "1"), put("gone", "x")])).unwrap();
-            assert_eq!(value(&db, "a"), None, "pending writes are not committed state");
-            assert_eq!(db.committed().unwrap().id, CheckpointId(0));
-            db.apply_pending(CheckpointId(1)).unwrap();
-            let pending = checkpoint(2, vec![put("a", "2"), delete("gone"), put("c", "1"), put("c", "2")]);
-            db.write_pending(&pending).unwrap();
-            db.apply_pending(CheckpointId(2)).unwrap();
+            db.apply(&checkpoint(1, vec![put("a", "1"), put("b", "1"), put("gone", "x")])).unwrap();
+            db.apply(&checkpoint(2, vec![put("a", "2"), delete("gone"), put("c", "1"), put("c", "2")])).unwrap();
         }
         let db = StateDb::open(dir.path()).unwrap();
         assert_eq!(value(&db, "a").as_deref(), Some("2"));
         assert_eq!(value(&db, "b").as_deref(), Some("1"));
         assert_eq!(value(&db, "c").as_deref(), Some("2"), "the last write of a key wins");
         assert_eq!(value(&db, "gone"), None);
-        let committed = db.committed().unwrap();
         let expected = checkpoint(2, vec![]);
         assert_eq!(
-            committed,
-            Committed { id: CheckpointId(2), offsets: expected.offsets, snapshots: expected.snapshots }
+            db.committed().unwrap(),
+            Committed {
+                id: CheckpointId(2),
+                offsets: expected.offsets,
+                snapshots: expected.snapshots,
+                changelog_offsets: expected.changelog_offsets
+            }
         );
-        assert_eq!(db.pending().unwrap(), None);
         assert_eq!(db.epoch_floor().unwrap(), CheckpointId(2));
     }
 
@@ -631,110 +620,98 @@ mod tests {
     fn apply_keeps_offsets_and_snapshots_the_checkpoint_does_not_name() {
         let dir = tempfile::tempdir().unwrap();
         let db = StateDb::open(dir.path()).unwrap();
-        db.write_pending(&checkpoint(1, vec![])).unwrap();
-        db.apply_pending(CheckpointId(1)).unwrap();
-        let only_p0 = PendingCheckpoint {
+        db.apply(&checkpoint(1, vec![])).unwrap();
+        let only_p0 = Checkpoint {
             id: CheckpointId(2),
             offsets: BTreeMap::from([(task("orders", 0), 99)]),
-            ..PendingCheckpoint::default()
+            ..Checkpoint::default()
         };
-        db.write_pending(&only_p0).unwrap();
-        db.apply_pending(CheckpointId(2)).unwrap();
+        db.apply(&only_p0).unwrap();
         let committed = db.committed().unwrap();
         assert_eq!(committed.offsets, BTreeMap::from([(task("orders", 0), 99), (task("orders", 1), 7)]));
         assert_eq!(committed.snapshots.len(), 1);
+        assert_eq!(committed.changelog_offsets, BTreeMap::from([(task("orders", 0), 100)]));
     }
 
     #[test]
-    fn pending_survives_a_reopen_and_reads_back_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let written = checkpoint(3, vec![put("b", "1"), delete("a"), put("b", "2"), put("empty", "")]);
-        {
-            let db = StateDb::open(dir.path()).unwrap();
-            db.write_pending(&written).unwrap();
-            // Crash between durable and apply: the handle is dropped without applying.
-        }
-        let db = StateDb::open(dir.path()).unwrap();
-        let read = db.pending().unwrap().expect("pending checkpoint survives");
-        assert_eq!(read.id, written.id);
-        assert_eq!(read.offsets, written.offsets);
-        assert_eq!(read.snapshots, written.snapshots);
-        assert_eq!(read.transactional_id, "pipe-1");
-        assert_eq!(read.writes, vec![delete("a"), put("b", "2"), put("empty", "")]);
-        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(3));
-        db.apply_pending(CheckpointId(3)).unwrap();
-        assert_eq!(value(&db, "empty").as_deref(), Some(""));
-    }
-
-    #[test]
-    fn discard_leaves_committed_state_untouched() {
+    fn restore_applies_changelog_records_in_order_and_records_how_far() {
         let dir = tempfile::tempdir().unwrap();
         let db = StateDb::open(dir.path()).unwrap();
-        db.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
-        db.apply_pending(CheckpointId(1)).unwrap();
-        let before = db.committed().unwrap();
-        db.write_pending(&checkpoint(2, vec![put("a", "2"), delete("a"), put("b", "2")])).unwrap();
-        db.discard_pending(CheckpointId(2)).unwrap();
-        assert_eq!(db.pending().unwrap(), None);
-        assert_eq!(db.committed().unwrap(), before);
-        assert_eq!(value(&db, "a").as_deref(), Some("1"));
-        assert_eq!(value(&db, "b"), None);
-        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(2), "a discarded epoch number is never reused");
-        assert!(db.apply_pending(CheckpointId(2)).is_err(), "a discarded checkpoint cannot be applied");
-        db.discard_pending(CheckpointId(2)).unwrap();
-    }
-
-    #[test]
-    fn apply_is_idempotent() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path()).unwrap();
-        db.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
-        db.apply_pending(CheckpointId(1)).unwrap();
-        // A later write that must not be undone by applying 1 again.
-        db.write_pending(&checkpoint(2, vec![put("a", "2")])).unwrap();
-        db.apply_pending(CheckpointId(2)).unwrap();
-        let before = db.committed().unwrap();
-        db.apply_pending(CheckpointId(1)).unwrap();
-        db.apply_pending(CheckpointId(2)).unwrap();
-        assert_eq!(db.committed().unwrap(), before);
-        assert_eq!(value(&db, "a").as_deref(), Some("2"));
-    }
-
-    #[test]
-    fn apply_refuses_unknown_and_out_of_order_checkpoints() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path()).unwrap();
-        let error = db.apply_pending(CheckpointId(1)).unwrap_err();
-        assert!(error.message.contains("not pending"), "{error}");
-        assert!(error.message.contains(&dir.path().display().to_string()), "{error}");
-        db.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
-        db.write_pending(&checkpoint(2, vec![put("a", "2")])).unwrap();
-        let error = db.apply_pending(CheckpointId(2)).unwrap_err();
-        assert!(error.message.contains("older pending checkpoint 1"), "{error}");
-        assert_eq!(db.pending().unwrap().map(|p| p.id), Some(CheckpointId(1)), "the lowest of several");
-        db.apply_pending(CheckpointId(1)).unwrap();
-        db.apply_pending(CheckpointId(2)).unwrap();
-        assert_eq!(value(&db, "a").as_deref(), Some("2"));
-    }
-
-    #[test]
-    fn epoch_floor_never_goes_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path()).unwrap();
-        db.write_pending(&checkpoint(5, vec![])).unwrap();
-        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(5));
-        db.discard_pending(CheckpointId(5)).unwrap();
-        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(5));
-        for id in [0, 3, 5] {
-            let error = db.write_pending(&checkpoint(id, vec![])).unwrap_err();
-            assert!(error.message.contains("never go back"), "{error}");
-        }
-        db.write_pending(&checkpoint(6, vec![])).unwrap();
-        db.apply_pending(CheckpointId(6)).unwrap();
-        drop(db);
-        let db = StateDb::open(dir.path()).unwrap();
+        let state = |(key, value): (Vec<u8>, Option<Vec<u8>>)| ChangelogEntry::State { key, value };
+        let position = |offset, id| {
+            ChangelogEntry::Position(Position {
+                task: task("orders", 0),
+                offset,
+                checkpoint: CheckpointId(id),
+                lineage: "l".into(),
+            })
+        };
+        let entries = vec![
+            state(put("a", "1")),
+            state(put("b", "1")),
+            position(10, 4),
+            state(delete("a")),
+            ChangelogEntry::Snapshot { operator: "op".into(), task: task("orders", 0), bytes: b"s".to_vec() },
+            position(12, 6),
+        ];
+        db.restore(&task("orders", 0), &entries, 17).unwrap();
+        assert_eq!(value(&db, "a"), None);
+        assert_eq!(value(&db, "b").as_deref(), Some("1"));
+        let committed = db.committed().unwrap();
+        assert_eq!(committed.id, CheckpointId(6));
+        assert_eq!(committed.offsets, BTreeMap::from([(task("orders", 0), 12)]));
+        assert_eq!(committed.snapshots[&("op".to_owned(), task("orders", 0))], b"s");
+        assert_eq!(committed.changelog_offsets, BTreeMap::from([(task("orders", 0), 17)]));
+        db.restore(&task("orders", 1), &[position(3, 2)], 1).unwrap();
+        assert_eq!(db.committed().unwrap().id, CheckpointId(6), "an older position never moves the checkpoint back");
         assert_eq!(db.epoch_floor().unwrap(), CheckpointId(6));
-        assert!(db.write_pending(&checkpoint(6, vec![])).is_err());
+    }
+
+    #[test]
+    fn wipe_forgets_state_and_owner_but_never_the_epoch_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let owner = Owner { pipeline: "p".into(), changelog_topic: "p-changelog".into() };
+        db.set_owner(&owner, "lineage-1").unwrap();
+        db.set_transactional_ids(&["p-0".into()]).unwrap();
+        db.apply(&checkpoint(5, vec![put("a", "1")])).unwrap();
+        assert_eq!(db.owner().unwrap(), Some(owner));
+        assert_eq!(db.lineage().unwrap().as_deref(), Some("lineage-1"));
+        db.wipe().unwrap();
+        assert_eq!(db.committed().unwrap(), Committed::default());
+        assert_eq!(value(&db, "a"), None);
+        assert_eq!(db.owner().unwrap(), None);
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(5));
+        assert_eq!(db.transactional_ids().unwrap(), vec!["p-0".to_owned()]);
+        db.raise_epoch_floor(CheckpointId(9)).unwrap();
+        db.raise_epoch_floor(CheckpointId(7)).unwrap();
+        assert_eq!(db.epoch_floor().unwrap(), CheckpointId(9));
+    }
+
+    #[test]
+    fn a_database_from_before_the_changelog_opens_when_nothing_is_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut options = Options::default();
+            options.create_if_missing(true);
+            options.create_missing_column_families(true);
+            let db = DB::open_cf(&options, dir.path(), ["state", "pending", "meta"]).unwrap();
+            db.put_cf(db.cf_handle("state").unwrap(), b"a", b"1").unwrap();
+        }
+        let db = StateDb::open(dir.path()).unwrap();
+        assert_eq!(value(&db, "a").as_deref(), Some("1"));
+        drop(db);
+        {
+            let options = Options::default();
+            let mut db = DB::open_cf(&options, dir.path(), ["state", "meta"]).unwrap();
+            db.create_cf("pending", &options).unwrap();
+            db.put_cf(db.cf_handle("pending").unwrap(), b"\0\0\0\0\0\0\0\x03h", b"p-1").unwrap();
+        }
+        let error = StateDb::open(dir.path()).unwrap_err();
+        assert!(
+            error.message.contains("pending checkpoint") && error.message.contains("before the changelog"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -742,8 +719,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = StateDb::open(dir.path()).unwrap();
         let writes = ["a|2", "a|1", "a", "a}", "b|1", "a|3"].iter().map(|k| put(k, k)).collect();
-        db.write_pending(&checkpoint(1, writes)).unwrap();
-        db.apply_pending(CheckpointId(1)).unwrap();
+        db.apply(&checkpoint(1, writes)).unwrap();
         let keys = |prefix: &[u8], limit| -> Vec<Vec<u8>> {
             db.scan_prefix(prefix, limit).unwrap().into_iter().map(|(k, _)| k).collect()
         };
@@ -758,20 +734,16 @@ mod tests {
     fn open_read_only_sees_data_while_a_writer_has_it_open() {
         let dir = tempfile::tempdir().unwrap();
         let writer = StateDb::open(dir.path()).unwrap();
-        writer.write_pending(&checkpoint(1, vec![put("a", "1")])).unwrap();
-        writer.apply_pending(CheckpointId(1)).unwrap();
-        writer.write_pending(&checkpoint(2, vec![put("a", "2")])).unwrap();
+        writer.apply(&checkpoint(1, vec![put("a", "1")])).unwrap();
 
         let reader = StateDb::open_read_only(dir.path()).unwrap();
         assert_eq!(reader.committed().unwrap().id, CheckpointId(1));
-        assert_eq!(reader.pending().unwrap().map(|p| p.id), Some(CheckpointId(2)));
         assert_eq!(value(&reader, "a").as_deref(), Some("1"));
-        assert_eq!(reader.epoch_floor().unwrap(), CheckpointId(2));
-        let error = reader.apply_pending(CheckpointId(2)).unwrap_err();
+        let error = reader.apply(&checkpoint(2, vec![])).unwrap_err();
         assert!(error.message.contains(&dir.path().display().to_string()), "{error}");
 
         // The reader is a view as of its opening; the writer carries on.
-        writer.apply_pending(CheckpointId(2)).unwrap();
+        writer.apply(&checkpoint(2, vec![put("a", "2")])).unwrap();
         assert_eq!(value(&writer, "a").as_deref(), Some("2"));
         assert_eq!(StateDb::open_read_only(dir.path()).unwrap().committed().unwrap().id, CheckpointId(2));
     }

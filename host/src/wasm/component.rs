@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+
 use super::bindings::TransformPre;
 use super::check::ComponentDescription;
 use super::host::HostState;
@@ -12,18 +14,30 @@ use super::host::HostState;
 pub struct TransformComponent {
     path: PathBuf,
     size: u64,
+    sha256: String,
     description: ComponentDescription,
     pub(crate) pre: TransformPre<HostState>,
 }
 
 impl TransformComponent {
-    pub(crate) fn new(path: &Path, size: u64, description: ComponentDescription, pre: TransformPre<HostState>) -> Self {
-        Self { path: path.to_owned(), size, description, pre }
+    pub(crate) fn new(
+        path: &Path,
+        bytes: &[u8],
+        description: ComponentDescription,
+        pre: TransformPre<HostState>,
+    ) -> Self {
+        let sha256 = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
+        Self { path: path.to_owned(), size: bytes.len() as u64, sha256, description, pre }
     }
 
     /// The file it was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// SHA-256 of the component file, 64 lowercase hex digits: which build of a transform runs.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
     }
 
     /// Size of the component file, in bytes.

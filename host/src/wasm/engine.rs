@@ -126,6 +126,6 @@ impl WasmEngine {
         let description = describe_component(&self.engine, &component).map_err(contract)?;
         let link = |e: wasmtime::Error| LoadError::Link { path: path.to_owned(), reason: format!("{e:#}") };
         let pre = TransformPre::new(self.linker.instantiate_pre(&component).map_err(link)?).map_err(link)?;
-        Ok(TransformComponent::new(path, bytes.len() as u64, description, pre))
+        Ok(TransformComponent::new(path, &bytes, description, pre))
     }
 }

@@ -1,0 +1,164 @@
+//! State in Kafka (issue 13): the changelog topic is the truth and the state directory a cache.
+//! A deleted state directory costs a restore, a restored state equals the one that was kept, and
+//! a state directory or changelog topic that is not the pipeline's own is refused.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use weir::kafka::Admin;
+use weir::state::{Committed, Entries, StateDb};
+use weir_tests::flights::verify;
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, wait_exit};
+use weir_tests::{Isolation, bootstrap, create_topic, flight_rows};
+
+const PARTITIONS: i32 = 4;
+
+/// Everything a state directory holds that the changelog restores: every state entry, and the
+/// committed checkpoint's id, offsets and snapshots.
+fn contents(dir: &Path) -> (Entries, Committed) {
+    let db = StateDb::open_read_only(dir).expect("open the state directory");
+    let entries = db.scan_prefix(b"", usize::MAX).expect("scan");
+    let committed = Committed { changelog_offsets: BTreeMap::new(), ..db.committed().expect("committed") };
+    (entries, committed)
+}
+
+/// Runs `pipeline` with `WEIR_FAULT=fault` until the fault aborts it.
+fn crash_at(pipeline: &TestPipeline, fault: &str) {
+    let mut child = pipeline.spawn(&[("WEIR_FAULT", fault)]);
+    let status = wait_exit(&mut child, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
+    assert!(!status.success() && pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
+}
+
+/// Starts `pipeline` and expects a refusal whose log names every one of `parts`.
+fn expect_refusal(pipeline: &TestPipeline, parts: &[&str]) {
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, RUN_TIMEOUT).expect("the start is refused promptly");
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{log}");
+    for part in parts {
+        assert!(log.contains(part), "the refusal names {part:?}:\n{log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_state_directory_is_restored_from_the_changelog_and_equals_the_kept_one() {
+    let pipeline = TestPipeline::new("weir-restore", &Spec::new("flight-delays"));
+    let state = pipeline.dir().join("state");
+    let rows = flight_rows(12_000);
+    let (first, second) = rows.split_at(6_000);
+    produce(&pipeline.source, PARTITIONS, &keyed(first)).await;
+    // Checkpoint 3 commits in Kafka but never reaches RocksDB; then the directory is lost.
+    crash_at(&pipeline, "after-commit@3");
+    std::fs::remove_dir_all(&state).unwrap();
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, first.len(), &[]);
+    assert!(pipeline.log_text().contains("restored the state from the changelog"), "{}", pipeline.log_text());
+
+    // The aggregates go on from the restored state, not from zero.
+    produce(&pipeline.source, PARTITIONS, &keyed(second)).await;
+    std::fs::remove_dir_all(&state).unwrap();
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}\nlog:\n{}", pipeline.log_text());
+
+    // Key for key: a directory restored from scratch equals the one the pipeline kept.
+    let kept = pipeline.dir().join("kept");
+    std::fs::rename(&state, &kept).unwrap();
+    let recovered = pipeline.log_text().matches("recovered").count();
+    let mut child = pipeline.spawn(&[]);
+    let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+    while pipeline.log_text().matches("recovered").count() == recovered {
+        assert!(std::time::Instant::now() < deadline, "no recovery; log:\n{}", pipeline.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success(), "{}", pipeline.log_text());
+    let (restored, kept) = (contents(&state), contents(&kept));
+    assert!(!kept.0.is_empty(), "flight-delays keeps state");
+    assert_eq!(restored.0.len(), kept.0.len(), "as many state entries");
+    assert!(restored.0 == kept.0, "the same state entries");
+    assert_eq!(restored.1, kept.1, "the same checkpoint, offsets and snapshots");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_directory_of_another_pipeline_is_refused_naming_both() {
+    let first = TestPipeline::new("weir-owner-a", &Spec::new("passthrough"));
+    produce(&first.source, PARTITIONS, &keyed(&flight_rows(100))).await;
+    let mut reader = Reader::new(&first.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&first, &mut reader, 100, &[]);
+
+    let second = TestPipeline::new("weir-owner-b", &Spec::new("passthrough"));
+    produce(&second.source, PARTITIONS, &keyed(&flight_rows(10))).await;
+    let dir = first.dir().join("state");
+    let text = std::fs::read_to_string(&second.file)
+        .unwrap()
+        .replace("dir = \"state\"", &format!("dir = \"{}\"", dir.display()));
+    std::fs::write(&second.file, text).unwrap();
+    expect_refusal(&second, &[&first.name, &second.name, "its own state.dir"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changelog_topic_that_is_not_compacted_or_too_wide_is_refused() {
+    let pipeline = TestPipeline::new("weir-cl-policy", &Spec::new("passthrough"));
+    produce(&pipeline.source, PARTITIONS, &keyed(&flight_rows(10))).await;
+    let changelog = format!("{}-changelog", pipeline.name);
+    create_topic(&changelog, PARTITIONS).await;
+    expect_refusal(&pipeline, &[&changelog, "cleanup.policy=delete", "compact"]);
+
+    let pipeline = TestPipeline::new("weir-cl-wide", &Spec::new("passthrough"));
+    produce(&pipeline.source, PARTITIONS, &keyed(&flight_rows(10))).await;
+    let changelog = format!("{}-changelog", pipeline.name);
+    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    admin.create_topic_with(&changelog, PARTITIONS * 2, &[("cleanup.policy", "compact")]).await.unwrap();
+    expect_refusal(&pipeline, &[&changelog, "has 8 partitions", "use 4"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_pipeline_creates_a_compacted_changelog_with_a_partition_per_task() {
+    let pipeline = TestPipeline::new("weir-cl-new", &Spec::new("flight-delays"));
+    let rows = flight_rows(500);
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+    let changelog = format!("{}-changelog", pipeline.name);
+    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    assert_eq!(admin.topic_config(&changelog, "cleanup.policy").await.unwrap(), "compact");
+    let partitions = admin.topics(&[changelog.as_str()]).unwrap();
+    assert_eq!(partitions[&changelog], weir::kafka::TopicCheck::Exists(PARTITIONS));
+    for partition in 0..PARTITIONS {
+        let (_, end) = weir_tests::admin::watermarks(&changelog, partition, "read_committed");
+        assert!(end > 0, "task {partition} wrote its state to changelog partition {partition}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgraded_transform_continues_from_the_committed_state() {
+    // The same operator, `flight-delays`, first as the Rust build, then as the Python one (same
+    // state shape, same output): the aggregates go on from the Rust build's state.
+    let spec = Spec {
+        transform: "memory_limit_mb = 128\ndeadline_ms = 10000".into(),
+        checkpoint: "interval_ms = 200\ntimeout_ms = 30000".into(),
+        ..Spec::new("flight-delays")
+    };
+    let pipeline = TestPipeline::new("weir-upgrade", &spec);
+    let rows = flight_rows(4_000);
+    let (first, second) = rows.split_at(2_000);
+    produce(&pipeline.source, PARTITIONS, &keyed(first)).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, first.len(), &[]);
+
+    let rust = weir_tests::plugin("flight-delays").display().to_string();
+    let python = weir_tests::plugin("flight-delays-py").display().to_string();
+    let text = std::fs::read_to_string(&pipeline.file).unwrap();
+    assert!(text.contains(&rust));
+    std::fs::write(&pipeline.file, text.replace(&rust, &python)).unwrap();
+    produce(&pipeline.source, PARTITIONS, &keyed(second)).await;
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    let log = pipeline.log_text();
+    assert!(log.contains("transform upgraded"), "the upgrade is logged with both builds:\n{log}");
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "the aggregates continued, none restarted from zero: {verdict:?}");
+}
