@@ -162,3 +162,58 @@ async fn an_upgraded_transform_continues_from_the_committed_state() {
     let verdict = verify(&rows, &reader.records, 15);
     assert!(verdict.is_exactly_once(), "the aggregates continued, none restarted from zero: {verdict:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_started_from_a_savepoint_under_a_new_name_goes_on_like_the_original() {
+    let original = TestPipeline::new("weir-sp-a", &Spec::new("flight-delays"));
+    let rows = flight_rows(6_000);
+    let (first, second) = rows.split_at(3_000);
+    produce(&original.source, PARTITIONS, &keyed(first)).await;
+    let mut before = Reader::new(&original.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&original, &mut before, first.len(), &[]);
+    before.drain(Duration::from_secs(1));
+
+    let dir = original.dir().join("savepoint");
+    let (ok, stdout, stderr) = weir_tests::run_weir(&["savepoint".as_ref(), original.file.as_ref(), dir.as_ref()]);
+    assert!(ok, "weir savepoint failed: {stderr}");
+    assert!(stdout.contains(&format!("{PARTITIONS} tasks")), "{stdout}");
+    assert!(dir.join("manifest.json").is_file());
+
+    // The original goes on over the rest of the input.
+    produce(&original.source, PARTITIONS, &keyed(second)).await;
+    let mut after = Reader::new(&original.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&original, &mut after, rows.len(), &[]);
+    after.drain(Duration::from_secs(2));
+
+    // A copy under a new name, reading the same input, starts from the savepoint.
+    let copy = TestPipeline::new("weir-sp-b", &Spec::new("flight-delays"));
+    let text = std::fs::read_to_string(&copy.file).unwrap().replace(&copy.source, &original.source);
+    std::fs::write(&copy.file, text).unwrap();
+    let mut copied = Reader::new(&copy.sink, PARTITIONS, Isolation::ReadCommitted);
+    let mut child = copy.spawn_with(&["--from-savepoint", dir.to_str().unwrap()], &[]);
+    copied.read_until(second.len(), RUN_TIMEOUT);
+    assert!(copy.stop(&mut child, Duration::from_secs(60)).success(), "{}", copy.log_text());
+    copied.drain(Duration::from_secs(2));
+
+    let values = |reader: &Reader| {
+        let mut values: Vec<String> = reader.records.iter().map(|r| r.value.clone().unwrap_or_default()).collect();
+        values.sort();
+        values
+    };
+    let (before, after) = (values(&before), values(&after));
+    let mut expected: Vec<String> = after.into_iter().filter(|v| before.binary_search(v).is_err()).collect();
+    expected.sort();
+    assert_eq!(expected.len(), second.len());
+    assert!(
+        values(&copied) == expected,
+        "the copy's output is the original's after the savepoint; log:\n{}",
+        copy.log_text()
+    );
+
+    // The same command again does not rewind the copy to the savepoint.
+    let seen = copied.records.len();
+    let mut child = copy.spawn_with(&["--from-savepoint", dir.to_str().unwrap()], &[]);
+    copy.wait_for_log("--from-savepoint is ignored", RUN_TIMEOUT);
+    assert!(copy.stop(&mut child, Duration::from_secs(60)).success(), "{}", copy.log_text());
+    assert_eq!(copied.drain(Duration::from_secs(2)), seen, "nothing was replayed");
+}

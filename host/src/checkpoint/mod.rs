@@ -2,9 +2,10 @@
 //! restore from the changelog.
 //!
 //! [`protocol`] holds one function per phase, in the order of DESIGN.md ("Exactly-once
-//! protocol"); [`restore`] brings RocksDB up to the changelog; [`fault`] lets tests abort the
-//! process between phases.
+//! protocol"); [`restore`] brings RocksDB up to the changelog; [`savepoint`] copies a pipeline's
+//! state out of Kafka and back; [`fault`] lets tests abort the process between phases.
 
 pub mod fault;
 pub mod protocol;
 pub mod restore;
+pub mod savepoint;

@@ -64,7 +64,7 @@ pub fn restore(
     let local = db.lineage()?.unwrap_or_default();
     if claimed.is_none() && committed.id.0 > 0 && changelog_empty {
         tracing::warn!(dir = %db.dir().display(), changelog = %changelog.topic, checkpoint = %committed.id, "the state directory predates the changelog; the first checkpoint writes its state to the changelog");
-        db.set_owner(owner, &local)?;
+        db.set_owner(Some(owner), &local)?;
         return Ok(Restored { lineage: local, seed: true });
     }
     // Incremental when the directory already caches this changelog and no task's recorded offset
@@ -87,7 +87,7 @@ pub fn restore(
         unreachable!("a replay without an expected lineage always completes (this is a bug in Weir)")
     };
     let lineage = lineage.unwrap_or(local);
-    db.set_owner(owner, &lineage)?;
+    db.set_owner(Some(owner), &lineage)?;
     if records > 0 {
         tracing::info!(changelog = %changelog.topic, records, bytes, ms = started.elapsed().as_millis() as u64, "restored the state from the changelog");
     }

@@ -3,6 +3,7 @@
 mod consume;
 mod produce;
 mod run;
+mod savepoint;
 mod status;
 mod transform;
 mod txn;
@@ -26,6 +27,8 @@ enum Command {
     Transform(transform::TransformCommand),
     /// Run a pipeline exactly-once until SIGINT/SIGTERM, then commit the open epoch and exit.
     Run(run::RunArgs),
+    /// Copy a pipeline's committed state (from its changelog) into a portable directory.
+    Savepoint(savepoint::SavepointArgs),
     /// Show a pipeline's last committed checkpoint, offsets per partition and lag.
     Status(status::StatusArgs),
     /// Load a CSV / JSON-lines / zip file into a topic (created when missing).
@@ -42,6 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Transform(command) => transform::run(command),
         Command::Run(args) => run::execute(args),
+        Command::Savepoint(args) => savepoint::execute(args),
         Command::Status(args) => status::execute(args),
         Command::Txn(command) => txn::execute(command),
         Command::Produce(args) => produce::execute(args),

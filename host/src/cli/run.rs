@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
+use weir::checkpoint::savepoint;
 use weir::config::PipelineConfig;
 use weir::pipeline::{RunOptions, run};
 use weir::wasm::{EngineConfig, WasmEngine};
@@ -18,6 +19,11 @@ pub struct RunArgs {
     /// reset by hand); the changelog's positions win.
     #[arg(long)]
     ignore_group_offsets: bool,
+    /// Start from the savepoint in DIR (made by `weir savepoint`): its state and source positions
+    /// replace the pipeline's, and the first checkpoint writes them to the changelog and the
+    /// consumer group. Works under the savepoint's pipeline name or another one.
+    #[arg(long, value_name = "DIR")]
+    from_savepoint: Option<PathBuf>,
 }
 
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -26,7 +32,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone())?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
-    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets };
+    let from_savepoint = args.from_savepoint.as_deref().map(savepoint::read).transpose()?;
+    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets, from_savepoint };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -50,6 +50,11 @@ impl Changelog {
         Self { topic: topic.to_owned(), source_topics: source_topics.to_vec() }
     }
 
+    /// The pipeline's source topics, in the pipeline file's order.
+    pub fn source_topics(&self) -> &[String] {
+        &self.source_topics
+    }
+
     /// The changelog partition of `task`.
     ///
     /// # Panics

@@ -11,13 +11,14 @@ use rdkafka::message::{BorrowedMessage, Message};
 use super::task::Task;
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
+use crate::checkpoint::savepoint::{self, Savepoint};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
 use crate::kafka::{
     Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source,
     TopicCheck, classify, record_headers, sink_record_limit,
 };
-use crate::state::{Committed, Owner, StateDb, TaskOverlays};
+use crate::state::{Committed, Owner, StateDb, TaskOverlays, Writes, state_prefix};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, RecordLimit, TransformComponent, WasmEngine};
 
@@ -37,6 +38,10 @@ pub struct RunOptions {
     /// Start even when the consumer group's offsets disagree with the changelog (someone reset
     /// them by hand); the changelog wins.
     pub ignore_group_offsets: bool,
+    /// Start from this savepoint (`weir run --from-savepoint`): its state and positions replace
+    /// the pipeline's, and its first checkpoint rewrites the changelog and the group's offsets. A
+    /// pipeline whose lineage is already the savepoint's id started from it before and ignores it.
+    pub from_savepoint: Option<Savepoint>,
 }
 
 /// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
@@ -59,9 +64,15 @@ pub fn run(
         .map(|t| Ok((Arc::new(engine.load(&t.wasm)?), t.clone())))
         .collect::<Result<_, PipelineError>>()?;
     let mut backoff = Duration::from_secs(1);
+    // The savepoint applies until a start commits its first checkpoint; a recovery after that
+    // resumes from the changelog.
+    let mut savepoint = options.from_savepoint.as_ref();
     loop {
         let attempt = Instant::now();
-        let result = Runner::start(config, &chain, options, shutdown).and_then(|mut runner| runner.run(shutdown));
+        let result = Runner::start(config, &chain, options, savepoint, shutdown).and_then(|mut runner| {
+            savepoint = None;
+            runner.run(shutdown)
+        });
         match result {
             Ok(()) => return Ok(()),
             Err(error) if error.is_retriable() && !shutdown.load(Ordering::Relaxed) => {
@@ -126,6 +137,7 @@ impl<'a> Runner<'a> {
         config: &'a PipelineConfig,
         chain: &'a Chain,
         options: &RunOptions,
+        savepoint: Option<&Savepoint>,
         shutdown: &AtomicBool,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
@@ -147,15 +159,36 @@ impl<'a> Runner<'a> {
         let recover = RecoverOptions {
             timeout: config.checkpoint.timeout,
             check_group: config.sink.guarantee == Guarantee::ExactlyOnce,
-            ignore_group_offsets: options.ignore_group_offsets,
+            // A savepoint's positions replace the group's offsets.
+            ignore_group_offsets: options.ignore_group_offsets || savepoint.is_some(),
             start_from_group: config.source.start == StartPosition::Group,
         };
-        let Recovered { committed, next, group, lineage, seed } =
+        let Recovered { mut committed, mut next, group, mut lineage, seed } =
             protocol::recover(&db, &fence, &source, &reader, &task_ids, &owner, &recover)?;
         drop(fence);
         drop((earlier, reader));
         db.set_transactional_ids(&current)?;
         log_upgrades(&db, chain)?;
+        let mut seeds = BTreeMap::new();
+        if seed {
+            for task in &task_ids {
+                seeds.insert(task.clone(), committed_state(&db, chain, task)?);
+            }
+        }
+        let loaded = savepoint.filter(|s| {
+            let applied = s.manifest.id == lineage.lineage;
+            if applied {
+                tracing::info!(savepoint = %s.manifest.id, "the pipeline started from this savepoint before; --from-savepoint is ignored");
+            }
+            !applied
+        });
+        if let Some(savepoint) = loaded {
+            seeds = savepoint::load(&db, savepoint, &config.source.topics)?;
+            lineage.lineage = savepoint.manifest.id.clone();
+            committed = db.committed()?;
+            next = next.max(db.epoch_floor()?.next());
+            tracing::info!(savepoint = %savepoint.manifest.id, of = %savepoint.manifest.pipeline, checkpoint = %savepoint::checkpoint(savepoint), tasks = savepoint.tasks.len(), "starting from a savepoint; the first checkpoint writes it to the changelog and the group");
+        }
         tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
 
         let positions = start_positions(config, &source, &task_ids, &committed, &group)?;
@@ -165,8 +198,8 @@ impl<'a> Runner<'a> {
             let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
             let mut task =
                 Task::new(id.clone(), chain, &outputs, &max_record, db.clone(), snapshot, positions.get(id).copied())?;
-            if seed {
-                task.seed_changelog();
+            if let Some(writes) = seeds.remove(id) {
+                task.seed_changelog(writes);
             }
             tasks.push(task);
         }
@@ -177,6 +210,9 @@ impl<'a> Runner<'a> {
 
         let task_index = task_ids.iter().enumerate().map(|(i, t)| ((t.topic.clone(), t.partition), i)).collect();
         let overlays = tasks.iter().map(|t| t.overlays().clone()).collect();
+        // A changelog being seeded lacks every task's position: the first checkpoint writes all.
+        let seeding = seed || loaded.is_some();
+        let recorded = if seeding { BTreeMap::new() } else { committed.offsets };
         let mut runner = Self {
             config,
             chain,
@@ -191,7 +227,7 @@ impl<'a> Runner<'a> {
             task_index,
             overlays,
             epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() },
-            recorded: committed.offsets,
+            recorded,
             last_commit: Instant::now(),
             last_discovery: Instant::now(),
         };
@@ -200,8 +236,12 @@ impl<'a> Runner<'a> {
         // expired): they are the next recovery's evidence.
         let moved = runner.tasks.iter().any(|t| t.next_offset() != runner.recorded.get(t.id()).copied());
         let lost = recover.check_group && runner.tasks.iter().any(|t| !group.contains_key(t.id()));
-        if moved || lost || seed {
+        if moved || lost || seeding {
             runner.checkpoint()?;
+        }
+        if loaded.is_some() {
+            // The changelog now holds the savepoint: the state directory mirrors it again.
+            runner.db.set_owner(Some(&owner), &runner.lineage.lineage)?;
         }
         Ok(runner)
     }
@@ -459,6 +499,16 @@ impl<'a> Runner<'a> {
         }
         Ok(())
     }
+}
+
+/// The committed state of `task` for every operator of the chain, as writes.
+fn committed_state(db: &StateDb, chain: &Chain, task: &TaskId) -> Result<Writes, PipelineError> {
+    let mut writes = Vec::new();
+    for (_, config) in chain {
+        let entries = db.scan_prefix(&state_prefix(&config.name, task), usize::MAX)?;
+        writes.extend(entries.into_iter().map(|(key, value)| (key, Some(value))));
+    }
+    Ok(writes)
 }
 
 /// Logs each operator whose component changed since the last start (an upgrade: its state and

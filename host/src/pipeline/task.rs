@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use crate::checkpoint::protocol::TaskBarrier;
 use crate::config::{OnError, TransformConfig};
 use crate::error::PipelineError;
-use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, state_prefix};
+use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
     ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, RecordLimit,
@@ -93,9 +93,10 @@ pub struct Task {
     /// Each operator's snapshot as of the last barrier (or the committed one): a barrier writes
     /// only the snapshots that changed.
     snapshots: BTreeMap<String, Vec<u8>>,
-    /// The next barrier writes the task's whole committed state and every snapshot to the
-    /// changelog (a state directory from before the changelog).
-    seed: bool,
+    /// Writes the next barrier carries to the changelog before the epoch's own, with every
+    /// snapshot: a changelog that lacks the task's committed state (a state directory from before
+    /// the changelog, or a savepoint just loaded).
+    seed: Option<Writes>,
 }
 
 impl Task {
@@ -140,7 +141,7 @@ impl Task {
             }
             steps.push(Step { operator, on_error: config.on_error });
         }
-        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: false })
+        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: None })
     }
 
     /// The task's id.
@@ -218,18 +219,19 @@ impl Task {
         unreachable!("this is a bug in Weir: a task has at least one operator")
     }
 
-    /// Makes the next barrier write the task's whole committed state and every snapshot, for a
-    /// changelog that lacks them.
-    pub fn seed_changelog(&mut self) {
-        self.seed = true;
+    /// Makes the next barrier write `writes` (full state keys) and every snapshot before the
+    /// epoch's own writes, for a changelog that lacks the task's committed state.
+    pub fn seed_changelog(&mut self, writes: Writes) {
+        self.seed = Some(writes);
     }
 
     /// Barrier `id`: the task's next offset, its operators' changed snapshots and its sealed
-    /// overlay (preceded, when seeding, by the whole committed state).
+    /// overlay (preceded by the seed, see [`seed_changelog`](Self::seed_changelog)).
     ///
     /// # Errors
-    /// When an operator's `snapshot` fails, or the committed state cannot be read for a seed.
+    /// When an operator's `snapshot` fails.
     pub fn barrier(&mut self, id: CheckpointId) -> Result<TaskBarrier, PipelineError> {
+        let seed = self.seed.take();
         let mut snapshots = Vec::new();
         for step in &mut self.steps {
             let name = step.operator.name().to_owned();
@@ -240,21 +242,13 @@ impl Task {
                 Some(last) => *last == snapshot,
                 None => snapshot.is_empty(),
             };
-            if self.seed || !unchanged {
+            if seed.is_some() || !unchanged {
                 self.snapshots.insert(name.clone(), snapshot.clone());
                 snapshots.push((name, snapshot));
             }
         }
-        let mut guard = self.overlays.lock().map_err(|_| overlay_poisoned())?;
-        let mut writes = Vec::new();
-        if std::mem::take(&mut self.seed) {
-            for step in &self.steps {
-                let prefix = state_prefix(step.operator.name(), &self.id);
-                writes.extend(guard.db().scan_prefix(&prefix, usize::MAX)?.into_iter().map(|(k, v)| (k, Some(v))));
-            }
-        }
-        writes.extend(guard.seal(id));
-        drop(guard);
+        let mut writes = seed.unwrap_or_default();
+        writes.extend(self.overlays.lock().map_err(|_| overlay_poisoned())?.seal(id));
         Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes })
     }
 }

@@ -86,6 +86,14 @@ pub(super) fn decode_operator_task(bytes: &[u8]) -> Option<(String, TaskId)> {
     Some((operator, decode_task(rest)?))
 }
 
+/// The task of a full state key (`<operator>\0<topic>\0<partition BE u32>\0<key>`).
+pub(super) fn task_of_state_key(key: &[u8]) -> Option<TaskId> {
+    let (_, rest) = split_name(key)?;
+    let (topic, rest) = split_name(rest)?;
+    let partition = i32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    (rest.get(4) == Some(&0)).then_some(TaskId { topic, partition })
+}
+
 fn split_name(bytes: &[u8]) -> Option<(String, &[u8])> {
     let end = bytes.iter().position(|&b| b == 0)?;
     let name = std::str::from_utf8(&bytes[..end]).ok()?.to_owned();
@@ -143,6 +151,10 @@ mod tests {
         push_task(&mut key, &task("orders", 0));
         assert_eq!(decode_task(&key), Some(task("orders", 0)));
         assert_eq!(decode_task(b"orders\0\0\0"), None);
+        let mut key = state_prefix("dedupe", &task("orders", 7));
+        key.extend_from_slice(b"user key");
+        assert_eq!(task_of_state_key(&key), Some(task("orders", 7)));
+        assert_eq!(task_of_state_key(b"dedupe\0orders\0\0\0"), None);
     }
 
     #[test]

@@ -114,6 +114,9 @@ pub trait StateStore: Send + 'static {
 /// Key-value entries, in ascending key order: what a prefix scan returns.
 pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// State writes, applied in order: full key, `Some(value)` puts, `None` deletes.
+pub type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 /// A state backend failed.
 #[derive(Debug, thiserror::Error)]
 #[error("state backend: {message}")]

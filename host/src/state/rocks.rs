@@ -297,18 +297,43 @@ impl StateDb {
         })
     }
 
-    /// Claims the database for `owner` with `lineage` (one write).
+    /// Claims the database for `owner` with `lineage` (one write); `None` releases it, keeping
+    /// the lineage: a start then restores it from the changelog, since it no longer mirrors it
+    /// (a savepoint was loaded and its first checkpoint has not committed yet).
     ///
     /// # Errors
     /// When RocksDB cannot be written.
-    pub fn set_owner(&self, owner: &Owner, lineage: &str) -> Result<(), StateError> {
+    pub fn set_owner(&self, owner: Option<&Owner>, lineage: &str) -> Result<(), StateError> {
         let _transition = self.lock();
         let meta = self.cf(CF_META);
         let mut batch = WriteBatch::default();
-        batch.put_cf(meta, META_PIPELINE, owner.pipeline.as_bytes());
-        batch.put_cf(meta, META_CHANGELOG_TOPIC, owner.changelog_topic.as_bytes());
+        match owner {
+            Some(owner) => {
+                batch.put_cf(meta, META_PIPELINE, owner.pipeline.as_bytes());
+                batch.put_cf(meta, META_CHANGELOG_TOPIC, owner.changelog_topic.as_bytes());
+            }
+            None => {
+                batch.delete_cf(meta, META_PIPELINE);
+                batch.delete_cf(meta, META_CHANGELOG_TOPIC);
+            }
+        }
         batch.put_cf(meta, META_LINEAGE, lineage.as_bytes());
         self.db.write(batch).map_err(|e| self.error(format!("cannot write meta: {e}")))
+    }
+
+    /// Every committed state key of `task` (of any operator), in key order.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read.
+    pub fn task_keys(&self, task: &TaskId) -> Result<Vec<Vec<u8>>, StateError> {
+        let mut found = Vec::new();
+        self.for_each(self.cf(CF_STATE), &[], |key, _| {
+            if keys::task_of_state_key(key).as_ref() == Some(task) {
+                found.push(key.to_vec());
+            }
+            Ok(true)
+        })?;
+        Ok(found)
     }
 
     /// The component (SHA-256, hex) each operator ran when it was last started, by operator name.
@@ -672,7 +697,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = StateDb::open(dir.path()).unwrap();
         let owner = Owner { pipeline: "p".into(), changelog_topic: "p-changelog".into() };
-        db.set_owner(&owner, "lineage-1").unwrap();
+        db.set_owner(Some(&owner), "lineage-1").unwrap();
         db.set_transactional_ids(&["p-0".into()]).unwrap();
         db.apply(&checkpoint(5, vec![put("a", "1")])).unwrap();
         assert_eq!(db.owner().unwrap(), Some(owner));

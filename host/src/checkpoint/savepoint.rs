@@ -1,0 +1,299 @@
+//! Savepoints: a portable copy of a pipeline's committed state, taken from its changelog, from
+//! which a pipeline (the same one, or a new one, on this cluster or another) can start.
+//!
+//! # Format (`weir-savepoint/1`)
+//! A directory with `manifest.json` and one data file per task:
+//!
+//! - `manifest.json`: `format`, `id` (a random id; a pipeline started from the savepoint takes it
+//!   as its lineage), `pipeline`, `changelog_topic`, `source_topics`, `created_unix_ms`,
+//!   `components` (operator name → SHA-256 of the component it ran, when the state directory was
+//!   at hand), and `tasks`: for each, `topic`, `partition`, `checkpoint` (the checkpoint its state
+//!   is as of), `offset` (next source offset), `file`, `entries`, `bytes`.
+//! - `tasks/<topic>.<partition>.bin`: the task's changelog, reduced to the last record of each
+//!   key without tombstones, as a sequence of `key length (u32 BE) | key | value length (u32 BE)
+//!   | value`, keys and values as in the changelog topic ([`ChangelogEntry`]).
+//!
+//! A task's state and position come from the same checkpoint (each changelog partition holds
+//! whole checkpoints up to its last stable offset), so every task restarts consistently; tasks
+//! are independent, so they need not be at the same checkpoint.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::PipelineError;
+use crate::kafka::{ChangelogReader, RecordBatch};
+use crate::state::{ChangelogEntry, Entries, StateDb, Writes};
+use crate::types::{CheckpointId, TaskId};
+
+/// The format this version writes and reads.
+pub const FORMAT: &str = "weir-savepoint/1";
+const MANIFEST: &str = "manifest.json";
+
+/// `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// [`FORMAT`].
+    pub format: String,
+    /// A random id, the lineage of a pipeline started from the savepoint.
+    pub id: String,
+    /// The pipeline it was taken from.
+    pub pipeline: String,
+    /// That pipeline's changelog topic.
+    pub changelog_topic: String,
+    /// That pipeline's source topics, in its file's order.
+    pub source_topics: Vec<String>,
+    /// When it was taken, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// Operator name → SHA-256 (hex) of the component it last ran.
+    pub components: BTreeMap<String, String>,
+    /// One entry per task that ever committed a checkpoint.
+    pub tasks: Vec<TaskManifest>,
+}
+
+/// One task of a [`Manifest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskManifest {
+    /// Source topic.
+    pub topic: String,
+    /// Source partition.
+    pub partition: i32,
+    /// The checkpoint the task's state is as of.
+    pub checkpoint: u64,
+    /// Next source offset to read.
+    pub offset: i64,
+    /// The data file, relative to the savepoint directory.
+    pub file: String,
+    /// Records in the data file.
+    pub entries: u64,
+    /// Bytes of keys and values in the data file.
+    pub bytes: u64,
+}
+
+/// A savepoint in memory: its manifest and each task's changelog records.
+#[derive(Debug, Clone)]
+pub struct Savepoint {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Per task, its records (key, value), in key order.
+    pub tasks: BTreeMap<TaskId, Entries>,
+}
+
+fn refused(what: String) -> PipelineError {
+    PipelineError::Refused(what)
+}
+
+/// Reads each task's changelog partition up to its last stable offset, reduced to the last
+/// record per key; tasks that never committed a checkpoint are left out.
+///
+/// # Errors
+/// [`PipelineError::Kafka`] when the changelog cannot be read; [`PipelineError::Inconsistent`]
+/// for a record Weir did not write.
+pub fn take(
+    reader: &ChangelogReader,
+    tasks: &[TaskId],
+    pipeline: &str,
+    components: BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<Savepoint, PipelineError> {
+    let changelog = reader.changelog();
+    let topic = &changelog.topic;
+    let (mut from, mut until, mut task_of) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    for task in tasks {
+        let partition = changelog.partition(task);
+        let (low, high) = reader
+            .range(partition, timeout)
+            .map_err(PipelineError::kafka(format!("reading the offsets of changelog topic {topic}[{partition}]")))?;
+        if low < high {
+            from.insert(partition, low);
+            until.insert(partition, high);
+            task_of.insert(partition, task.clone());
+        }
+    }
+    let mut latest: BTreeMap<i32, BTreeMap<Vec<u8>, Option<Vec<u8>>>> = BTreeMap::new();
+    let kafka = |error| PipelineError::kafka(format!("reading changelog topic {topic}"))(error);
+    reader.read(&from, &until, 4096, timeout, kafka, |partition, batch: RecordBatch, _| {
+        latest.entry(partition).or_default().extend(batch.into_iter().map(|(key, value, _)| (key, value)));
+        Ok(())
+    })?;
+    let mut savepoint = Savepoint {
+        manifest: Manifest {
+            format: FORMAT.into(),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            pipeline: pipeline.into(),
+            changelog_topic: topic.clone(),
+            source_topics: changelog.source_topics().to_vec(),
+            created_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            components,
+            tasks: Vec::new(),
+        },
+        tasks: BTreeMap::new(),
+    };
+    for (partition, records) in latest {
+        let task = &task_of[&partition];
+        let records: Entries = records.into_iter().filter_map(|(key, value)| value.map(|value| (key, value))).collect();
+        let mut position = None;
+        for (key, value) in &records {
+            match ChangelogEntry::decode(key, Some(value)) {
+                Some(ChangelogEntry::Position(p)) if p.task == *task => position = Some(p),
+                Some(_) => {}
+                None => {
+                    return Err(PipelineError::Inconsistent(format!(
+                        "changelog topic {topic}[{partition}] holds a record Weir did not write"
+                    )));
+                }
+            }
+        }
+        let Some(position) = position else { continue };
+        savepoint.manifest.tasks.push(TaskManifest {
+            topic: task.topic.clone(),
+            partition: task.partition,
+            checkpoint: position.checkpoint.0,
+            offset: position.offset,
+            file: format!("tasks/{}.{}.bin", task.topic, task.partition),
+            entries: records.len() as u64,
+            bytes: records.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
+        });
+        savepoint.tasks.insert(task.clone(), records);
+    }
+    Ok(savepoint)
+}
+
+/// Writes `savepoint` into `dir`, which must not exist or be empty.
+///
+/// # Errors
+/// [`PipelineError::Refused`] when `dir` is not empty or cannot be written.
+pub fn write(savepoint: &Savepoint, dir: &Path) -> Result<(), PipelineError> {
+    let io = |what: &str| {
+        let what = format!("{what} in {}", dir.display());
+        move |e: std::io::Error| refused(format!("cannot write the savepoint: {what}: {e}"))
+    };
+    if dir.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(refused(format!("savepoint directory {} is not empty; name a new directory", dir.display())));
+    }
+    std::fs::create_dir_all(dir.join("tasks")).map_err(io("creating tasks/"))?;
+    for task in &savepoint.manifest.tasks {
+        let records = &savepoint.tasks[&TaskId { topic: task.topic.clone(), partition: task.partition }];
+        let mut data = Vec::with_capacity(task.bytes as usize + 8 * records.len());
+        for (key, value) in records {
+            data.extend_from_slice(&(key.len() as u32).to_be_bytes());
+            data.extend_from_slice(key);
+            data.extend_from_slice(&(value.len() as u32).to_be_bytes());
+            data.extend_from_slice(value);
+        }
+        std::fs::write(dir.join(&task.file), data).map_err(io(&task.file))?;
+    }
+    let manifest = serde_json::to_vec_pretty(&savepoint.manifest).expect("a manifest serialises");
+    std::fs::write(dir.join(MANIFEST), manifest).map_err(io(MANIFEST))
+}
+
+/// Reads the savepoint in `dir`.
+///
+/// # Errors
+/// [`PipelineError::Refused`] naming the file when it is missing, of another format, or damaged.
+pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
+    let path = dir.join(MANIFEST);
+    let text =
+        std::fs::read(&path).map_err(|e| refused(format!("cannot read savepoint manifest {}: {e}", path.display())))?;
+    let manifest: Manifest = serde_json::from_slice(&text)
+        .map_err(|e| refused(format!("savepoint manifest {} is not valid: {e}", path.display())))?;
+    if manifest.format != FORMAT {
+        return Err(refused(format!(
+            "savepoint {} has format {:?}; this Weir reads {FORMAT:?}",
+            dir.display(),
+            manifest.format
+        )));
+    }
+    let mut tasks = BTreeMap::new();
+    for task in &manifest.tasks {
+        let path = dir.join(&task.file);
+        let data =
+            std::fs::read(&path).map_err(|e| refused(format!("cannot read savepoint file {}: {e}", path.display())))?;
+        let records = decode_records(&data)
+            .filter(|records| records.len() as u64 == task.entries)
+            .ok_or_else(|| refused(format!("savepoint file {} is damaged (truncated or edited)", path.display())))?;
+        tasks.insert(TaskId { topic: task.topic.clone(), partition: task.partition }, records);
+    }
+    Ok(Savepoint { manifest, tasks })
+}
+
+fn decode_records(mut data: &[u8]) -> Option<Entries> {
+    let take = |data: &mut &[u8]| -> Option<Vec<u8>> {
+        let len = u32::from_be_bytes(data.get(..4)?.try_into().ok()?) as usize;
+        let bytes = data.get(4..4 + len)?.to_vec();
+        *data = &data[4 + len..];
+        Some(bytes)
+    };
+    let mut records = Vec::new();
+    while !data.is_empty() {
+        let key = take(&mut data)?;
+        let value = take(&mut data)?;
+        records.push((key, value));
+    }
+    Some(records)
+}
+
+/// Loads `savepoint` into `db` for the tasks of a pipeline reading `source_topics`: each task's
+/// state becomes the savepoint's (its other keys deleted), with its snapshots and position, and
+/// `db` is released from its owner under lineage `savepoint.manifest.id` until the first
+/// checkpoint writes it all to the changelog. Returns, per task, the writes that checkpoint must
+/// carry (deletes of the keys the savepoint lacks, then every state entry of the savepoint).
+///
+/// # Errors
+/// [`PipelineError::Refused`] when a task of the savepoint reads a topic the pipeline does not;
+/// [`PipelineError::State`] when RocksDB fails.
+pub fn load(
+    db: &StateDb,
+    savepoint: &Savepoint,
+    source_topics: &[String],
+) -> Result<BTreeMap<TaskId, Writes>, PipelineError> {
+    let mut seeds = BTreeMap::new();
+    db.set_owner(None, &savepoint.manifest.id)?;
+    let committed = db.committed()?;
+    for (task, records) in &savepoint.tasks {
+        if !source_topics.contains(&task.topic) {
+            return Err(refused(format!(
+                "the savepoint holds task {task}, but the pipeline does not read topic {} (source.topics)",
+                task.topic
+            )));
+        }
+        let mut entries = Vec::with_capacity(records.len());
+        for (key, value) in records {
+            let entry = ChangelogEntry::decode(key, Some(value))
+                .ok_or_else(|| refused(format!("the savepoint's records of {task} are damaged")))?;
+            entries.push(entry);
+        }
+        let kept: std::collections::BTreeSet<&Vec<u8>> = entries
+            .iter()
+            .filter_map(|e| match e {
+                ChangelogEntry::State { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect();
+        let mut writes: Writes =
+            db.task_keys(task)?.into_iter().filter(|key| !kept.contains(key)).map(|key| (key, None)).collect();
+        let mut restored: Vec<ChangelogEntry> =
+            writes.iter().map(|(key, _)| ChangelogEntry::State { key: key.clone(), value: None }).collect();
+        for entry in entries {
+            if let ChangelogEntry::State { key, value } = &entry {
+                writes.push((key.clone(), value.clone()));
+            }
+            restored.push(entry);
+        }
+        let reflected = committed.changelog_offsets.get(task).copied().unwrap_or(0);
+        db.restore(task, &restored, reflected)?;
+        seeds.insert(task.clone(), writes);
+    }
+    Ok(seeds)
+}
+
+/// The checkpoint a loaded savepoint's tasks are as of, the highest of them.
+pub fn checkpoint(savepoint: &Savepoint) -> CheckpointId {
+    CheckpointId(savepoint.manifest.tasks.iter().map(|t| t.checkpoint).max().unwrap_or(0))
+}
