@@ -1,6 +1,6 @@
 //! # weir-guest — write Weir transforms in Rust
 //!
-//! A Weir *transform* is a WebAssembly component that implements the `weir:transform@0.1.0`
+//! A Weir *transform* is a WebAssembly component that implements the `weir:transform@0.2.0`
 //! world (see `guest-sdk/wit/transform.wit`). This crate hides the component-model plumbing:
 //! implement [`Transform`] for a type, call [`export!`] once, and build the crate as a `cdylib`
 //! for `wasm32-wasip2`. Your crate does not depend on `wit-bindgen` itself.

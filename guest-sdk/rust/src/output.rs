@@ -44,7 +44,13 @@ impl Output {
 
     /// Appends a header. Repeated names are allowed and keep their order.
     pub fn header(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.0.headers.push(Header { key: key.into(), value: value.into() });
+        self.0.headers.push(Header { key: key.into(), value: Some(value.into()) });
+        self
+    }
+
+    /// Appends a header with a null value (Kafka's null, distinct from an empty value).
+    pub fn null_header(mut self, key: impl Into<String>) -> Self {
+        self.0.headers.push(Header { key: key.into(), value: None });
         self
     }
 

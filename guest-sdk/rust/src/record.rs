@@ -3,8 +3,9 @@ use serde::de::DeserializeOwned;
 use crate::TransformError;
 use crate::bindings::weir::transform::types::InputRecord;
 
-/// One Kafka record header: a UTF-8 name and raw bytes (empty for a Kafka null header value).
-/// Kafka allows repeated names; the order the producer wrote them in is kept.
+/// One Kafka record header: a UTF-8 name and raw bytes, `None` for a Kafka null header value
+/// (distinct from an empty one). Kafka allows repeated names; the order the producer wrote them
+/// in is kept.
 pub use crate::bindings::weir::transform::types::Header;
 
 /// One input record, as read from a source partition.
@@ -35,7 +36,13 @@ impl Record {
 
     /// Appends a header (builder style, for tests).
     pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.0.headers.push(Header { key: key.into(), value: value.into() });
+        self.0.headers.push(Header { key: key.into(), value: Some(value.into()) });
+        self
+    }
+
+    /// Appends a header with a null value (builder style, for tests).
+    pub fn with_null_header(mut self, key: impl Into<String>) -> Self {
+        self.0.headers.push(Header { key: key.into(), value: None });
         self
     }
 
@@ -104,9 +111,10 @@ impl Record {
         &self.0.headers
     }
 
-    /// The value of the first header named `name`, if any.
+    /// The value of the first header named `name`; `None` when there is none or its value is
+    /// null (tell those apart through [`Record::headers`]).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.0.headers.iter().find(|h| h.key == name).map(|h| h.value.as_slice())
+        self.0.headers.iter().find(|h| h.key == name).and_then(|h| h.value.as_deref())
     }
 
     /// Record timestamp in milliseconds since the Unix epoch (CreateTime or LogAppendTime, as

@@ -15,7 +15,8 @@ use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputReco
 
 #[derive(Debug, Subcommand)]
 pub enum TransformCommand {
-    /// Validate that a file is a weir:transform@0.1 component; print its exports, imports and size.
+    /// Validate that a file is a weir:transform component (0.2.x or 0.1.x); print its contract
+    /// version, exports, imports and size.
     Check {
         /// The component file (.wasm).
         file: PathBuf,
@@ -72,7 +73,7 @@ fn check(file: &Path) -> anyhow::Result<ExitCode> {
     let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
     let component = engine.load(file)?;
     let description = component.description();
-    writeln!(std::io::stdout(), "{}: weir:transform@0.1 component, {} bytes", file.display(), component.size())?;
+    writeln!(std::io::stdout(), "{}: {} component, {} bytes", file.display(), description.contract, component.size())?;
     writeln!(std::io::stdout(), "exports:")?;
     for name in &description.exports {
         writeln!(std::io::stdout(), "  {name}")?;
@@ -163,7 +164,11 @@ fn output_json(output: &OutputRecord) -> Value {
     let headers: Map<String, Value> = output
         .headers
         .iter()
-        .map(|h| (h.key.clone(), Value::String(String::from_utf8_lossy(&h.value).into_owned())))
+        .map(|h| {
+            let value =
+                h.value.as_ref().map_or(Value::Null, |v| Value::String(String::from_utf8_lossy(v).into_owned()));
+            (h.key.clone(), value)
+        })
         .collect();
     let mut object = Map::new();
     object.insert("key".into(), key);

@@ -697,14 +697,11 @@ fn in_range(
 }
 
 fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
-    // Contract 0.1 has UTF-8 header names and no null header value: a name that is not UTF-8
-    // is handed on lossily, a null value as an empty one (docs/configuration.md, "Records").
+    // The contract has UTF-8 header names: a name that is not UTF-8 is handed on lossily
+    // (docs/configuration.md, "Records"). Null header values stay null.
     let headers = record_headers(message)
         .into_iter()
-        .map(|h| Header {
-            key: String::from_utf8_lossy(h.key).into_owned(),
-            value: h.value.unwrap_or_default().to_vec(),
-        })
+        .map(|h| Header { key: String::from_utf8_lossy(h.key).into_owned(), value: h.value.map(<[u8]>::to_vec) })
         .collect();
     InputRecord {
         key: message.key().map(<[u8]>::to_vec),

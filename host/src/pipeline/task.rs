@@ -41,7 +41,11 @@ impl DeadLetter {
             } else if let Some(key) = output.key.take() {
                 ("key", key.len())
             } else if input_headers > 0 {
-                let bytes = output.headers.drain(..input_headers).map(|h| h.key.len() + h.value.len()).sum();
+                let bytes = output
+                    .headers
+                    .drain(..input_headers)
+                    .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+                    .sum();
                 input_headers = 0;
                 ("headers", bytes)
             } else {
@@ -51,7 +55,7 @@ impl DeadLetter {
             };
             dropped.push(format!("{part} ({bytes} bytes)"));
             output.headers.retain(|h| h.key != DROPPED_HEADER);
-            output.headers.push(Header { key: DROPPED_HEADER.into(), value: dropped.join(", ").into_bytes() });
+            output.headers.push(Header { key: DROPPED_HEADER.into(), value: Some(dropped.join(", ").into_bytes()) });
         }
         output
     }
@@ -59,7 +63,7 @@ impl DeadLetter {
     /// The input record with the error headers.
     fn full_output(&self) -> OutputRecord {
         let mut headers = self.record.headers.clone();
-        let header = |key: &str, value: String| Header { key: key.into(), value: value.into_bytes() };
+        let header = |key: &str, value: String| Header { key: key.into(), value: Some(value.into_bytes()) };
         headers.push(header("weir.error", self.error.kind.to_string()));
         headers.push(header("weir.operator", self.error.operator.clone()));
         headers.push(header("weir.topic", self.record.topic.clone()));

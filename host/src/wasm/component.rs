@@ -2,22 +2,21 @@
 
 use std::path::{Path, PathBuf};
 
-use super::bindings::TransformPre;
+use super::bindings::GuestPre;
 use super::check::ComponentDescription;
-use super::host::HostState;
 
-/// A component of the `weir:transform@0.1.x` world, ready to instantiate.
+/// A component of the `weir:transform@0.2.x` or `@0.1.x` world, ready to instantiate.
 ///
 /// Made by [`super::WasmEngine::load`]; shared (`Arc`) by all operators that run it.
 pub struct TransformComponent {
     path: PathBuf,
     size: u64,
     description: ComponentDescription,
-    pub(crate) pre: TransformPre<HostState>,
+    pub(crate) pre: GuestPre,
 }
 
 impl TransformComponent {
-    pub(crate) fn new(path: &Path, size: u64, description: ComponentDescription, pre: TransformPre<HostState>) -> Self {
+    pub(crate) fn new(path: &Path, size: u64, description: ComponentDescription, pre: GuestPre) -> Self {
         Self { path: path.to_owned(), size, description, pre }
     }
 

@@ -27,7 +27,7 @@ pub enum LoadError {
         /// What the validator or compiler said.
         reason: String,
     },
-    /// A valid component that does not implement `weir:transform@0.1.x`.
+    /// A valid component that does not implement `weir:transform@0.2.x` or `@0.1.x`.
     #[error("{path}: {source}")]
     Contract {
         /// The file.

@@ -8,7 +8,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::Level;
-use super::bindings::weir::transform::{log, state, types};
+use super::bindings::current::weir::transform::{log, state, types};
+use super::bindings::v0_1::weir::transform as v0_1;
 use super::blocking::BoundedIo;
 use super::error::HostTrap;
 use super::guest_log::{GuestLog, GuestStream};
@@ -124,5 +125,41 @@ impl log::Host for HostState {
             log.line(level, &message);
         }
         Ok(())
+    }
+}
+
+// A 0.1 component's imports are the current ones: `state` is unchanged and `log` differs only in
+// the enum's type.
+impl v0_1::types::Host for HostState {}
+
+impl v0_1::state::Host for HostState {
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        state::Host::get(self, key)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        state::Host::put(self, key, value)
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        state::Host::delete(self, key)
+    }
+
+    fn scan_prefix(&mut self, prefix: Vec<u8>, limit: u32) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        state::Host::scan_prefix(self, prefix, limit)
+    }
+}
+
+impl v0_1::log::Host for HostState {
+    fn log(&mut self, level: v0_1::log::Level, message: String) -> wasmtime::Result<()> {
+        use v0_1::log::Level as Old;
+        let level = match level {
+            Old::Trace => Level::Trace,
+            Old::Debug => Level::Debug,
+            Old::Info => Level::Info,
+            Old::Warn => Level::Warn,
+            Old::Error => Level::Error,
+        };
+        log::Host::log(self, level, message)
     }
 }

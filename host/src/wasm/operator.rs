@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use wasmtime::Store;
 
-use super::bindings::Transform;
+use super::bindings::Guest;
 use super::component::TransformComponent;
 use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
@@ -37,7 +37,7 @@ pub struct Operator {
 enum Instance {
     Live {
         store: Box<Store<HostState>>,
-        bindings: Transform,
+        bindings: Guest,
     },
     Idle(Box<dyn StateStore>),
     /// Only while a transition is in progress.
@@ -210,7 +210,7 @@ impl Operator {
         &mut self,
         call: Call,
         offsets: Option<BatchOffsets>,
-        f: impl FnOnce(&Transform, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, OperatorError> {
         self.ensure_live()?;
         let Instance::Live { store, bindings } = &mut self.instance else {
@@ -239,13 +239,13 @@ impl Operator {
         store.limiter(|host| &mut host.limiter);
         arm(&mut store, &self.limits);
         let started = (|| {
-            let bindings = self.component.pre.instantiate(&mut *store).map_err(|e| (Call::Init, Err(e)))?;
-            match bindings.call_init(&mut *store, &self.config) {
+            let bindings = self.component.pre.instantiate(&mut store).map_err(|e| (Call::Init, Err(e)))?;
+            match bindings.call_init(&mut store, &self.config) {
                 Ok(Ok(())) => {}
                 Ok(Err(message)) => return Err((Call::Init, Ok(message))),
                 Err(trap) => return Err((Call::Init, Err(trap))),
             }
-            match bindings.call_restore(&mut *store, &self.snapshot) {
+            match bindings.call_restore(&mut store, &self.snapshot) {
                 Ok(Ok(())) => Ok(bindings),
                 Ok(Err(message)) => Err((Call::Restore, Ok(message))),
                 Err(trap) => Err((Call::Restore, Err(trap))),
