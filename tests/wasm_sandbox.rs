@@ -16,6 +16,8 @@ fn record(offset: i64, value: &str) -> InputRecord {
         topic: "sandbox".into(),
         partition: 3,
         offset,
+        event_time: 0,
+        watermark: None,
     }
 }
 

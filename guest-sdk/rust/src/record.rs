@@ -21,7 +21,7 @@ impl Record {
     }
 
     /// Builds a record (mainly for tests): no headers, timestamp 0, topic `""`, partition 0,
-    /// offset 0. Pass `None::<&str>` for a null key or value.
+    /// offset 0, event time 0, no watermark. Pass `None::<&str>` for a null key or value.
     pub fn new(key: Option<impl Into<Vec<u8>>>, value: Option<impl Into<Vec<u8>>>) -> Self {
         Record(InputRecord {
             key: key.map(Into::into),
@@ -31,6 +31,8 @@ impl Record {
             topic: String::new(),
             partition: 0,
             offset: 0,
+            event_time: 0,
+            watermark: None,
         })
     }
 
@@ -49,6 +51,18 @@ impl Record {
     /// Sets the timestamp (builder style, for tests).
     pub fn with_timestamp_ms(mut self, timestamp_ms: i64) -> Self {
         self.0.timestamp = timestamp_ms;
+        self
+    }
+
+    /// Sets the event time (builder style, for tests).
+    pub fn with_event_time_ms(mut self, event_time_ms: i64) -> Self {
+        self.0.event_time = event_time_ms;
+        self
+    }
+
+    /// Sets the watermark the record saw (builder style, for tests).
+    pub fn with_watermark_ms(mut self, watermark_ms: i64) -> Self {
+        self.0.watermark = Some(watermark_ms);
         self
     }
 
@@ -121,6 +135,19 @@ impl Record {
     /// the source topic is configured).
     pub fn timestamp_ms(&self) -> i64 {
         self.0.timestamp
+    }
+
+    /// Event time in milliseconds since the Unix epoch: what the pipeline's watermark strategy
+    /// reads (`[source.watermark]`: the timestamp, or a field of the JSON value); the timestamp
+    /// when it has none.
+    pub fn event_time_ms(&self) -> i64 {
+        self.0.event_time
+    }
+
+    /// The task's watermark just before this record (milliseconds since the Unix epoch): a
+    /// record with an event time at or below it is late. `None` while the task has none.
+    pub fn watermark_ms(&self) -> Option<i64> {
+        self.0.watermark
     }
 
     /// The source topic the record was read from.

@@ -98,8 +98,15 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         deadline: Duration::from_millis(args.deadline_ms),
         ..OperatorLimits::default()
     };
-    let mut operator =
-        Operator::new(component, &name, args.config, limits, args.outputs, Box::new(MemoryState::new()))?;
+    let mut operator = Operator::new(
+        component,
+        &name,
+        args.config,
+        limits,
+        args.outputs,
+        Box::new(MemoryState::new()),
+        Box::new(MemoryState::new()),
+    )?;
 
     let topic = args.input.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
@@ -138,6 +145,8 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
             topic: topic.clone(),
             partition: 0,
             offset: row.line as i64 - 1,
+            event_time: timestamp,
+            watermark: None,
         });
         if batch.len() == args.batch_size { flush(&mut batch, &mut out) } else { Ok(()) }
     });

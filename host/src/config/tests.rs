@@ -113,6 +113,7 @@ fn full_example_parses() {
             partition_discovery_interval: Duration::from_millis(2500),
             consumer: strings(&[("fetch.min.bytes", "1024"), ("client.id", "weir"), ("check.crcs", "true")]),
             batch_size: 512,
+            watermark: None,
         },
         transforms: vec![
             TransformConfig {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 
-use super::task::Task;
+use super::task::{DeadLetter, Task};
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, PendingOverride, RecoverOptions, Recovered};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
@@ -19,7 +19,7 @@ use crate::kafka::{
 };
 use crate::state::{Committed, StateDb, StateError, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Header, InputRecord, RecordLimit, TransformComponent, WasmEngine};
+use crate::wasm::{Header, InputRecord, OutputRecord, RecordLimit, TransformComponent, WasmEngine};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -91,6 +91,8 @@ fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
 struct Epoch {
     id: CheckpointId,
     records: u64,
+    /// Rounds of timers fired: their outputs and state writes need a checkpoint like input's.
+    timer_rounds: u64,
     output_bytes: u64,
     started: Instant,
 }
@@ -174,6 +176,7 @@ impl<'a> Runner<'a> {
                 db.clone(),
                 snapshot,
                 positions.get(id).copied(),
+                config.source.watermark.as_ref(),
             )?);
         }
         source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
@@ -195,7 +198,7 @@ impl<'a> Runner<'a> {
             tasks,
             task_index,
             overlays,
-            epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() },
+            epoch: Epoch { id: next, records: 0, timer_rounds: 0, output_bytes: 0, started: Instant::now() },
             recorded: committed.offsets,
             last_commit: Instant::now(),
             last_discovery: Instant::now(),
@@ -249,6 +252,7 @@ impl<'a> Runner<'a> {
                     self.process(index, std::mem::take(batch))?;
                 }
             }
+            self.fire_timers()?;
             if self.epoch.records > 0 {
                 inject(FaultPoint::MidEpoch, self.epoch.id);
             }
@@ -261,7 +265,7 @@ impl<'a> Runner<'a> {
         self.finish()
     }
 
-    /// Whether the open epoch has anything to commit: input, or a partition position that moved
+    /// Whether the open epoch has anything to commit: input, fired timers, or a partition position that moved
     /// without input (librdkafka stepped over transaction markers or aborted records). Moves
     /// every task's next offset up to the consumer's position first; every record polled so far
     /// has been processed when this runs.
@@ -273,6 +277,7 @@ impl<'a> Runner<'a> {
             }
         }
         Ok(self.epoch.records > 0
+            || self.epoch.timer_rounds > 0
             || self.tasks.iter().any(|t| t.next_offset() != self.recorded.get(t.id()).copied())
             || self.last_commit.elapsed() >= OFFSET_KEEP_ALIVE)
     }
@@ -313,6 +318,7 @@ impl<'a> Runner<'a> {
                 self.db.clone(),
                 |_| None,
                 Some(offset),
+                self.config.source.watermark.as_ref(),
             )?;
             self.task_index.insert((id.topic.clone(), id.partition), self.tasks.len());
             self.overlays.push(task.overlays().clone());
@@ -337,10 +343,54 @@ impl<'a> Runner<'a> {
         let count = batch.len() as u64;
         let last_timestamp = batch.last().map(|r| r.timestamp);
         let (outputs, dead_letters) = self.tasks[index].process(batch)?;
+        self.send(index, &outputs, &dead_letters, last_timestamp)?;
+        self.epoch.records += count;
+        Ok(())
+    }
+
+    /// Fires every task's due timers ([`Task::fire_timers`]) and sends their output to the
+    /// epoch's slot. A task that may be idle is checked first: once it has read its partition to
+    /// the end, its watermark follows the wall clock.
+    fn fire_timers(&mut self) -> Result<(), PipelineError> {
+        let now_ms = crate::time::now_ms();
+        if self.tasks.iter().any(Task::may_be_idle) {
+            let positions =
+                self.source.positions().map_err(PipelineError::kafka("reading the consumer's positions"))?;
+            for task in self.tasks.iter_mut().filter(|t| t.may_be_idle()) {
+                let (_, end) = self
+                    .source
+                    .watermarks(task.id(), self.config.checkpoint.timeout)
+                    .map_err(PipelineError::kafka(format!("reading the end offset of {}", task.id())))?;
+                if positions.get(task.id()).is_some_and(|position| *position >= end) {
+                    task.idle(now_ms);
+                }
+            }
+        }
+        for index in 0..self.tasks.len() {
+            if let Some((outputs, dead_letters)) = self.tasks[index].fire_timers(now_ms)? {
+                self.send(index, &outputs, &dead_letters, None)?;
+                self.epoch.timer_rounds += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a task's output and dead letters to the epoch's slot; `default_timestamp` applies
+    /// to outputs without one.
+    fn send(
+        &mut self,
+        index: usize,
+        outputs: &[OutputRecord],
+        dead_letters: &[DeadLetter],
+        last_timestamp: Option<i64>,
+    ) -> Result<(), PipelineError> {
+        if outputs.is_empty() && dead_letters.is_empty() {
+            return Ok(());
+        }
         let slot = self.slot();
         let sink = &self.config.sink;
         let mut output_bytes = 0;
-        for output in &outputs {
+        for output in outputs {
             let topic = match &output.output {
                 Some(name) => &sink.outputs[name],
                 None => &sink.topic,
@@ -350,12 +400,11 @@ impl<'a> Runner<'a> {
                 (output.key.as_ref().map_or(0, Vec::len) + output.value.as_ref().map_or(0, Vec::len)) as u64;
         }
         if let Some(topic) = &sink.dead_letter_topic {
-            for dead_letter in &dead_letters {
+            for dead_letter in dead_letters {
                 slot.send(topic, &dead_letter.to_output(self.tasks[index].max_record()), None)
                     .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
             }
         }
-        self.epoch.records += count;
         self.epoch.output_bytes += output_bytes;
         Ok(())
     }
@@ -367,7 +416,7 @@ impl<'a> Runner<'a> {
     }
 
     fn begin_epoch(&mut self, id: CheckpointId) -> Result<(), PipelineError> {
-        self.epoch = Epoch { id, records: 0, output_bytes: 0, started: Instant::now() };
+        self.epoch = Epoch { id, records: 0, timer_rounds: 0, output_bytes: 0, started: Instant::now() };
         if self.config.sink.guarantee == Guarantee::ExactlyOnce {
             self.slot().begin().map_err(PipelineError::kafka(format!("begin_transaction for epoch {id}")))?;
         }
@@ -703,14 +752,18 @@ fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
         .into_iter()
         .map(|h| Header { key: String::from_utf8_lossy(h.key).into_owned(), value: h.value.map(<[u8]>::to_vec) })
         .collect();
+    let timestamp = message.timestamp().to_millis().unwrap_or(0);
     InputRecord {
         key: message.key().map(<[u8]>::to_vec),
         value: message.payload().map(<[u8]>::to_vec),
         headers,
-        timestamp: message.timestamp().to_millis().unwrap_or(0),
+        timestamp,
         topic: message.topic().to_owned(),
         partition: message.partition(),
         offset: message.offset(),
+        // The task sets event time and watermark per the source's watermark strategy.
+        event_time: timestamp,
+        watermark: None,
     }
 }
 

@@ -3,13 +3,28 @@
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::protocol::TaskBarrier;
-use crate::config::{OnError, TransformConfig};
+use crate::config::{OnError, TransformConfig, WatermarkConfig};
 use crate::state::{OperatorState, StateDb, TaskOverlays};
+use crate::time::{TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
-    ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, RecordLimit,
-    TransformComponent, record_size,
+    BatchOffsets, Call, ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
+    RecordLimit, TransformComponent, record_size,
 };
+
+/// Most `on-timer` calls per operator in one [`Task::fire_timers`]: a transform that keeps
+/// registering due timers cannot hold the task (the rest fire at the next round).
+const TIMER_ROUNDS: usize = 16;
+
+/// Where the records an operator emits came from, for the next operator's input: the batch's
+/// last source record (or, for timers, the task's last position and the timer's time).
+struct Origin {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    timestamp: i64,
+    watermark: Option<i64>,
+}
 
 /// Header of a dead letter naming the parts of the input left out to fit the record limit.
 const DROPPED_HEADER: &str = "weir.dropped";
@@ -92,6 +107,8 @@ pub struct Task {
     overlays: Arc<Mutex<TaskOverlays>>,
     next_offset: Option<i64>,
     max_record: RecordLimit,
+    /// Event time, when the source has a watermark strategy.
+    time: Option<TaskTime>,
 }
 
 impl Task {
@@ -99,10 +116,11 @@ impl Task {
     ///
     /// `next_offset` is where the task's partition is read from (its committed offset, or where
     /// a partition without one starts); `max_record` is the largest output record the sink can
-    /// write.
+    /// write; `watermark` is the source's watermark strategy, if any.
     ///
     /// # Errors
-    /// When an operator cannot start (instantiation, `init` or `restore` failed).
+    /// When an operator cannot start (instantiation, `init` or `restore` failed), or the task's
+    /// committed clock cannot be read.
     pub fn new(
         id: TaskId,
         chain: &[(Arc<TransformComponent>, TransformConfig)],
@@ -111,8 +129,18 @@ impl Task {
         db: Arc<StateDb>,
         snapshot: impl Fn(&str) -> Option<Vec<u8>>,
         next_offset: Option<i64>,
+        watermark: Option<&WatermarkConfig>,
     ) -> Result<Self, OperatorError> {
         let overlays = TaskOverlays::new(db);
+        let time = watermark
+            .map(|config| TaskTime::new(config, Box::new(OperatorState::new(overlays.clone(), TIME_SCOPE, &id))))
+            .transpose()
+            .map_err(|e| OperatorError {
+                operator: TIME_SCOPE.into(),
+                call: Call::Init,
+                offsets: None,
+                kind: ErrorKind::State(e),
+            })?;
         let mut steps = Vec::with_capacity(chain.len());
         for (component, config) in chain {
             let limits = OperatorLimits {
@@ -121,6 +149,8 @@ impl Task {
                 max_record: max_record.clone(),
             };
             let state = OperatorState::new(overlays.clone(), &config.name, &id);
+            // A scope of its own, which no operator name can take ([`crate::time::timer_key`]).
+            let timers = OperatorState::new(overlays.clone(), &format!("{}:timers", config.name), &id);
             let mut operator = Operator::new(
                 component.clone(),
                 &config.name,
@@ -128,13 +158,14 @@ impl Task {
                 limits,
                 outputs.to_vec(),
                 Box::new(state),
+                Box::new(timers),
             )?;
             if let Some(snapshot) = snapshot(&config.name) {
                 operator.set_snapshot(snapshot);
             }
             steps.push(Step { operator, on_error: config.on_error });
         }
-        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone() })
+        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), time })
     }
 
     /// The task's id.
@@ -183,11 +214,77 @@ impl Task {
     pub fn process(&mut self, batch: Vec<InputRecord>) -> Result<(Vec<OutputRecord>, Vec<DeadLetter>), OperatorError> {
         let Some(last) = batch.last() else { return Ok((Vec::new(), Vec::new())) };
         self.next_offset = Some(last.offset + 1);
-        let origin = (last.topic.clone(), last.partition, last.offset, last.timestamp);
         let mut dead_letters = Vec::new();
-        let mut records = batch;
+        let records = self.stamp(batch, &mut dead_letters)?;
+        let Some(last) = records.last() else { return Ok((Vec::new(), dead_letters)) };
+        let origin = Origin {
+            topic: last.topic.clone(),
+            partition: last.partition,
+            offset: last.offset,
+            timestamp: last.timestamp,
+            watermark: last.watermark,
+        };
+        let outputs = self.run_chain(0, records, &origin, &mut dead_letters)?;
+        Ok((outputs, dead_letters))
+    }
+
+    /// Sets the records' event times and watermarks ([`TaskTime::stamp`]), and the operators'
+    /// watermark. A record whose event time cannot be read fails like a record the first
+    /// operator fails on: under its `on_error = "dead-letter"` it becomes a dead letter, else
+    /// the batch fails.
+    fn stamp(
+        &mut self,
+        mut batch: Vec<InputRecord>,
+        dead_letters: &mut Vec<DeadLetter>,
+    ) -> Result<Vec<InputRecord>, OperatorError> {
+        let Some(time) = &mut self.time else { return Ok(batch) };
+        let failed = time.stamp(&mut batch);
+        let watermark = time.watermark();
+        for step in &mut self.steps {
+            step.operator.set_watermark(watermark);
+        }
+        if failed.is_empty() {
+            return Ok(batch);
+        }
+        let mut failed = failed.into_iter().peekable();
+        let mut kept = Vec::with_capacity(batch.len());
+        for (index, record) in batch.into_iter().enumerate() {
+            let Some((_, reason)) = failed.next_if(|(at, _)| *at == index) else {
+                kept.push(record);
+                continue;
+            };
+            let error = OperatorError {
+                operator: "source.watermark".into(),
+                call: Call::Process,
+                offsets: Some(BatchOffsets {
+                    topic: record.topic.clone(),
+                    partition: record.partition,
+                    first: record.offset,
+                    last: record.offset,
+                }),
+                kind: ErrorKind::EventTime { reason },
+            };
+            match self.steps[0].on_error {
+                OnError::Fail => return Err(error),
+                OnError::DeadLetter => {
+                    tracing::warn!(%error, "record sent to the dead-letter topic");
+                    dead_letters.push(DeadLetter { record, error });
+                }
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Runs `records` through the operators from `from` on; the last one's output.
+    fn run_chain(
+        &mut self,
+        from: usize,
+        mut records: Vec<InputRecord>,
+        origin: &Origin,
+        dead_letters: &mut Vec<DeadLetter>,
+    ) -> Result<Vec<OutputRecord>, OperatorError> {
         let steps = self.steps.len();
-        for (index, step) in self.steps.iter_mut().enumerate() {
+        for (index, step) in self.steps.iter_mut().enumerate().skip(from) {
             let outputs = match step.on_error {
                 OnError::Fail => match step.operator.process(&records) {
                     Ok(outputs) => outputs,
@@ -199,17 +296,73 @@ impl Task {
                 OnError::DeadLetter => match process_restorable(&mut step.operator, &records) {
                     Ok(outputs) => outputs,
                     Err(error) if error.is_record_failure() => {
-                        isolate(&mut step.operator, records, error, &mut dead_letters)?
+                        isolate(&mut step.operator, records, error, dead_letters)?
                     }
                     Err(error) => return Err(error),
                 },
             };
             if index + 1 == steps {
-                return Ok((outputs, dead_letters));
+                return Ok(outputs);
             }
-            records = outputs.into_iter().map(|output| chain_input(output, &origin)).collect();
+            records = outputs.into_iter().map(|output| chain_input(output, origin)).collect();
         }
-        unreachable!("this is a bug in Weir: a task has at least one operator")
+        unreachable!("this is a bug in Weir: a chain runs from one of its operators")
+    }
+
+    /// Calls `on-timer` of each operator with its due timers (event-time timers at or below the
+    /// task's watermark, processing-time timers at or before `now_ms`, milliseconds since the
+    /// Unix epoch) and runs what it emits through the rest of the chain. An operator's timers
+    /// fire before the next operator's, so what they emit can make the next one's due.
+    ///
+    /// Returns the chain's output and the records operators under `dead-letter` failed on, or
+    /// `None` when no timer was due.
+    ///
+    /// # Errors
+    /// A failed `on-timer` call (whatever `on_error` says: no record caused it), or a failure of
+    /// a later operator as in [`Task::process`].
+    pub fn fire_timers(&mut self, now_ms: i64) -> Result<Option<(Vec<OutputRecord>, Vec<DeadLetter>)>, OperatorError> {
+        let mut fired_any = false;
+        let mut outputs = Vec::new();
+        let mut dead_letters = Vec::new();
+        let watermark = self.time.as_ref().and_then(TaskTime::watermark);
+        for index in 0..self.steps.len() {
+            for _ in 0..TIMER_ROUNDS {
+                let operator = &mut self.steps[index].operator;
+                operator.set_watermark(watermark);
+                let due = operator.due_timers(now_ms)?;
+                let Some(last) = due.last() else { break };
+                let origin = Origin {
+                    topic: self.id.topic.clone(),
+                    partition: self.id.partition,
+                    offset: self.next_offset.map_or(-1, |next| next - 1),
+                    timestamp: last.time,
+                    watermark,
+                };
+                let fired = operator.on_timer(&due)?;
+                fired_any = true;
+                if index + 1 == self.steps.len() {
+                    outputs.extend(fired);
+                } else {
+                    let records = fired.into_iter().map(|output| chain_input(output, &origin)).collect();
+                    outputs.extend(self.run_chain(index + 1, records, &origin, &mut dead_letters)?);
+                }
+            }
+        }
+        Ok(fired_any.then_some((outputs, dead_letters)))
+    }
+
+    /// Whether the task has read no record for `source.watermark.idle_timeout_ms`; the runner
+    /// then checks that it has read its partition to the end and calls [`Task::idle`].
+    pub fn may_be_idle(&self) -> bool {
+        self.time.as_ref().is_some_and(TaskTime::may_be_idle)
+    }
+
+    /// The task has read its partition to the end and no record for the idle timeout: its
+    /// watermark follows the wall clock (`now_ms`, milliseconds since the Unix epoch).
+    pub fn idle(&mut self, now_ms: i64) {
+        if let Some(time) = &mut self.time {
+            time.idle(now_ms);
+        }
     }
 
     /// Barrier `id`: the task's next offset, its operators' snapshots and its sealed overlay.
@@ -222,6 +375,14 @@ impl Task {
             // Empty snapshots are recorded too: an empty one replaces the operator's older
             // snapshot, which a restart would otherwise restore.
             snapshots.push((step.operator.name().to_owned(), step.operator.snapshot()?));
+        }
+        if let Some(time) = &mut self.time {
+            time.persist().map_err(|e| OperatorError {
+                operator: TIME_SCOPE.into(),
+                call: Call::Snapshot,
+                offsets: None,
+                kind: ErrorKind::State(e),
+            })?;
         }
         let writes = self.overlays.lock().map(|mut o| o.seal(id)).unwrap_or_default();
         Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes })
@@ -278,15 +439,19 @@ fn locate(operator: &mut Operator, records: Vec<InputRecord>, first: OperatorErr
 }
 
 /// An operator's output as the next operator's input: it keeps the origin (topic, partition,
-/// offset) of the last source record of the batch, and that record's timestamp unless it set one.
-fn chain_input(output: OutputRecord, origin: &(String, i32, i64, i64)) -> InputRecord {
+/// offset, watermark) of the last source record of the batch, and that record's timestamp unless
+/// it set one; its timestamp is its event time.
+fn chain_input(output: OutputRecord, origin: &Origin) -> InputRecord {
+    let timestamp = output.timestamp.unwrap_or(origin.timestamp);
     InputRecord {
         key: output.key,
         value: output.value,
         headers: output.headers,
-        timestamp: output.timestamp.unwrap_or(origin.3),
-        topic: origin.0.clone(),
-        partition: origin.1,
-        offset: origin.2,
+        timestamp,
+        topic: origin.topic.clone(),
+        partition: origin.partition,
+        offset: origin.offset,
+        event_time: timestamp,
+        watermark: origin.watermark,
     }
 }

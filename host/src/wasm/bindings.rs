@@ -5,7 +5,9 @@
 //! the rest of Weir uses. A `0.1.x` component (`guest-sdk/wit-0.1`) is bound through its own
 //! generated bindings, and [`Guest`] converts at the call: 0.1 has no null header value, so a
 //! null value reaches a 0.1 guest as an empty one, and its outputs' headers come back as
-//! values. Nothing past this module knows which version a component targets.
+//! values; 0.1 has no event time, so a 0.1 guest sees neither the event time nor the watermark
+//! of a record, and has no timers. Nothing past this module knows which version a component
+//! targets, except that the operator looks for due timers of 0.2 components only.
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
@@ -31,7 +33,7 @@ pub(crate) mod v0_1 {
     });
 }
 
-use current::weir::transform::types::{Header, InputRecord, OutputRecord, TransformError};
+use current::weir::transform::types::{Header, InputRecord, OutputRecord, Timer, TransformError};
 use v0_1::weir::transform::types as old;
 
 /// A contract version the host accepts.
@@ -132,9 +134,22 @@ impl Guest {
             Self::V0_2(guest) => guest.call_restore(store, snapshot),
         }
     }
+
+    /// Calls `on-timer`; a 0.1 guest has no timers, so none are ever due for it.
+    pub(crate) fn call_on_timer(
+        &self,
+        store: &mut Store<HostState>,
+        timers: &[Timer],
+    ) -> wasmtime::Result<Result<Vec<OutputRecord>, TransformError>> {
+        match self {
+            Self::V0_1(_) => Ok(Ok(Vec::new())),
+            Self::V0_2(guest) => guest.call_on_timer(store, timers),
+        }
+    }
 }
 
-/// An input record as a 0.1 guest sees it: a null header value becomes an empty one.
+/// An input record as a 0.1 guest sees it: a null header value becomes an empty one, event time
+/// and watermark are left out.
 fn to_v0_1(record: &InputRecord) -> old::InputRecord {
     old::InputRecord {
         key: record.key.clone(),

@@ -8,13 +8,14 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::Level;
-use super::bindings::current::weir::transform::{log, state, types};
+use super::bindings::current::weir::transform::{log, state, timers, types};
 use super::bindings::v0_1::weir::transform as v0_1;
 use super::blocking::BoundedIo;
 use super::error::HostTrap;
 use super::guest_log::{GuestLog, GuestStream};
 use super::limits::MemoryLimiter;
 use crate::state::StateStore;
+use crate::time::{Clock, timer_key};
 
 /// Largest `limit` a guest may pass to `scan-prefix`, to bound one call's result.
 const MAX_SCAN_LIMIT: usize = 10_000;
@@ -29,12 +30,24 @@ pub(crate) struct HostState {
     pub(crate) state: Box<dyn StateStore>,
     /// Writes of the current call, applied to `state` only when the call succeeds.
     pub(crate) writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The operator's timers ([`crate::time`]); survive the instance like `state`.
+    pub(crate) timers: Box<dyn StateStore>,
+    /// Timers registered (`Some`) and cancelled (`None`) by the current call, applied to
+    /// `timers` only when the call succeeds.
+    pub(crate) timer_writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The task's watermark for the current call (`timers.watermark`).
+    pub(crate) watermark: Option<i64>,
     /// End of the current call's deadline; host calls past it trap.
     pub(crate) deadline: Option<Instant>,
 }
 
 impl HostState {
-    pub(crate) fn new(operator: Arc<str>, memory_bytes: usize, state: Box<dyn StateStore>) -> Self {
+    pub(crate) fn new(
+        operator: Arc<str>,
+        memory_bytes: usize,
+        state: Box<dyn StateStore>,
+        timers: Box<dyn StateStore>,
+    ) -> Self {
         let log = Arc::new(Mutex::new(GuestLog::new(operator)));
         // No preopened directories, environment, arguments or sockets: clocks, random and the
         // captured stdio are all a guest gets.
@@ -52,16 +65,29 @@ impl HostState {
             log,
             state,
             writes: BTreeMap::new(),
+            timers,
+            timer_writes: BTreeMap::new(),
+            watermark: None,
             deadline: None,
         }
     }
 
-    /// Applies the current call's writes to the state store.
+    /// Applies the current call's writes and timers to the operator's stores. Both stores write
+    /// into the task's in-memory epoch overlay, so they take effect together.
     pub(crate) fn commit_writes(&mut self) -> Result<(), crate::state::StateError> {
-        if self.writes.is_empty() {
-            return Ok(());
+        if !self.writes.is_empty() {
+            self.state.write(std::mem::take(&mut self.writes).into_iter().collect())?;
         }
-        self.state.write(std::mem::take(&mut self.writes).into_iter().collect())
+        if !self.timer_writes.is_empty() {
+            self.timers.write(std::mem::take(&mut self.timer_writes).into_iter().collect())?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the current call's writes and timers.
+    pub(crate) fn clear_writes(&mut self) {
+        self.writes.clear();
+        self.timer_writes.clear();
     }
 
     /// The resource table with the current call's deadline, for the bounded WASI waits.
@@ -116,6 +142,32 @@ impl state::Host for HostState {
         let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = stored.into_iter().map(|(k, v)| (k, Some(v))).collect();
         merged.extend(own.into_iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(merged.into_iter().filter_map(|(k, v)| Some((k, v?))).take(limit).collect())
+    }
+}
+
+impl timers::Host for HostState {
+    fn register(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
+        self.check_deadline()?;
+        self.timer_writes.insert(timer_key(clock(domain), time, &key), Some(Vec::new()));
+        Ok(())
+    }
+
+    fn cancel(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
+        self.check_deadline()?;
+        self.timer_writes.insert(timer_key(clock(domain), time, &key), None);
+        Ok(())
+    }
+
+    fn watermark(&mut self) -> wasmtime::Result<Option<i64>> {
+        Ok(self.watermark)
+    }
+}
+
+/// The host's name of a contract time domain.
+pub(crate) fn clock(domain: types::TimeDomain) -> Clock {
+    match domain {
+        types::TimeDomain::EventTime => Clock::EventTime,
+        types::TimeDomain::ProcessingTime => Clock::ProcessingTime,
     }
 }
 
