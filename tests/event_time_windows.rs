@@ -5,6 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use serde_json::Value;
 use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, signal};
 use weir_tests::records::read_raw;
@@ -50,8 +53,10 @@ fn windows(outputs: &[Consumed]) -> BTreeMap<(String, String), (u64, u64, i64)> 
         let window = (v["origin"].as_str().unwrap().to_owned(), v["hour"].as_str().unwrap().to_owned());
         let sums =
             (v["flights"].as_u64().unwrap(), v["departed"].as_u64().unwrap(), v["total_dep_delay"].as_i64().unwrap());
+        // serde_json's default float parser may be off by an ulp or two: compare loosely.
         let mean = v["mean_dep_delay"].as_f64();
-        assert_eq!(mean, (sums.1 > 0).then(|| sums.2 as f64 / sums.1 as f64), "{v}");
+        let want = (sums.1 > 0).then(|| sums.2 as f64 / sums.1 as f64);
+        assert!(mean.zip(want).map_or(mean == want, |(m, w)| (m - w).abs() <= 1e-12 * w.abs().max(1.0)), "{v}");
         assert_eq!(output.key.as_deref(), Some(window.0.as_str()));
         assert!(seen.insert(window.clone(), sums).is_none(), "window {window:?} emitted twice");
     }
@@ -113,6 +118,31 @@ async fn a_partition_that_falls_silent_closes_its_windows_after_the_idle_timeout
     assert_eq!(windows(&reader.records).into_values().collect::<Vec<_>>(), vec![(1, 1, 5)]);
 }
 
+/// Creates `topic` with time retention off (`retention.ms = -1`).
+async fn create_topic_keeping_all(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", weir_tests::bootstrap()).create().expect("admin client");
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1");
+    let created = admin.create_topics(&[new], &AdminOptions::new()).await.expect("create topic");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+}
+
+/// The flights keyed by origin, in the order they departed: by day, and within a day in the
+/// file's order (by actual departure time). flights.csv itself lists the months as text sorts
+/// them — 1, 10, 11, 12, 2, … — so read in file order, February comes ten months after December.
+fn flights_by_day() -> Vec<weir::file::Row> {
+    let mut rows = Vec::new();
+    weir::file::read_rows(&flights_zip(), None, &["origin".into()], |row| {
+        let v: Value = serde_json::from_slice(&row.value_bytes()).unwrap();
+        let day = (v["year"].as_i64().unwrap(), v["month"].as_i64().unwrap(), v["day"].as_i64().unwrap());
+        rows.push((day, row));
+        Ok(())
+    })
+    .unwrap();
+    rows.sort_by_key(|(day, _)| *day);
+    rows.into_iter().map(|(_, row)| row).collect()
+}
+
 /// The hours of all flights, computed directly from the file: (origin, time_hour) → (flights,
 /// departed, total departure delay).
 fn batch_hours(rows: &[weir::file::Row]) -> BTreeMap<(String, String), (u64, u64, i64)> {
@@ -134,17 +164,17 @@ fn batch_hours(rows: &[weir::file::Row]) -> BTreeMap<(String, String), (u64, u64
 async fn flights_hourly_equals_a_batch_computation_and_closes_each_hour_once_under_kills() {
     const PARTITIONS: i32 = 4;
     const KILLS: u32 = 6;
-    let mut rows = Vec::new();
-    weir::file::read_rows(&flights_zip(), None, &["origin".into()], |row| {
-        rows.push(row);
-        Ok(())
-    })
-    .unwrap();
+    let rows = flights_by_day();
     let want = batch_hours(&rows);
-    // 48 hours of out-of-orderness: the file is sorted by actual departure, time_hour is the
-    // scheduled hour (up to a day earlier for the most delayed flights).
+    // 48 hours of out-of-orderness: within a day the file is sorted by actual departure, and
+    // time_hour is the scheduled hour (up to a day earlier for the most delayed flights).
     let (pipeline, late) = hourly("weir-hourly", source(48, Some(2_000)), "fail");
     produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    // The hours' results carry 2013 timestamps (the hour's end): under the broker's default
+    // retention.ms of 7 days, every segment the sink topic rolls would be deleted at once.
+    for topic in [&pipeline.sink, &late] {
+        create_topic_keeping_all(topic, PARTITIONS).await;
+    }
 
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     let mut child = pipeline.spawn(&[]);
@@ -181,4 +211,71 @@ async fn flights_hourly_equals_a_batch_computation_and_closes_each_hour_once_und
         m
     });
     assert_eq!(per_origin.values().sum::<u64>(), rows.len() as u64);
+}
+
+/// A record of key `key` with value `word` for `misbehave`.
+fn word(offset: i64, key: &str, word: &str) -> weir::wasm::InputRecord {
+    weir::wasm::InputRecord {
+        key: Some(key.as_bytes().to_vec()),
+        value: Some(word.as_bytes().to_vec()),
+        headers: Vec::new(),
+        timestamp: 0,
+        topic: "t".into(),
+        partition: 0,
+        offset,
+        event_time: 0,
+        watermark: None,
+    }
+}
+
+/// (clock, time, key) of timers.
+fn timers(due: &[weir::wasm::Timer]) -> Vec<(bool, i64, String)> {
+    let event = |t: &weir::wasm::Timer| matches!(t.domain, weir::wasm::TimeDomain::EventTime);
+    due.iter().map(|t| (event(t), t.time, String::from_utf8_lossy(&t.key).into_owned())).collect()
+}
+
+#[test]
+fn timers_fire_once_when_due_in_order_and_stay_registered_when_on_timer_fails() {
+    let mut operator = weir_tests::operator("misbehave", &[]);
+    operator.set_watermark(Some(100));
+    let batch = [
+        word(0, "a", "timer:event:150"),
+        word(1, "b", "timer:event:100"),
+        word(2, "a", "timer:processing:5"),
+        word(3, "c", "timer:event:120"),
+        word(4, "c", "cancel:event:120"),
+        word(5, "fail", "timer:processing:7"),
+        word(6, "b", "timer:event:100"),
+    ];
+    let out = operator.process(&batch).unwrap();
+    assert_eq!(out[0].value.as_deref(), Some(&b"watermark: Some(100)"[..]), "the watermark import");
+
+    // At watermark 100 and wall clock 6 ms: event time 100 (once, though registered twice) and
+    // processing time 5; not 150 nor the cancelled 120, nor processing time 7.
+    let due = operator.due_timers(6).unwrap();
+    assert_eq!(timers(&due), vec![(true, 100, "b".into()), (false, 5, "a".into())]);
+    let fired = operator.on_timer(&due).unwrap();
+    let values: Vec<_> =
+        fired.iter().map(|o| String::from_utf8_lossy(o.value.as_deref().unwrap()).into_owned()).collect();
+    assert_eq!(values, vec!["fired event 100 b", "fired processing 5 a"]);
+    assert_eq!(fired.iter().map(|o| o.timestamp).collect::<Vec<_>>(), vec![Some(100), Some(5)]);
+    assert!(operator.due_timers(6).unwrap().is_empty(), "a timer fires once");
+
+    // A failing on-timer leaves its timer registered.
+    let due = operator.due_timers(10).unwrap();
+    assert_eq!(timers(&due), vec![(false, 7, "fail".into())]);
+    let error = operator.on_timer(&due).unwrap_err();
+    assert!(error.to_string().contains("on-timer") && error.to_string().contains("timer of key fail"), "{error}");
+    assert_eq!(timers(&operator.due_timers(10).unwrap()), vec![(false, 7, "fail".into())]);
+
+    operator.set_watermark(Some(150));
+    assert_eq!(timers(&operator.due_timers(0).unwrap()), vec![(true, 150, "a".into())]);
+}
+
+#[test]
+fn a_contract_0_1_component_has_no_timers() {
+    let mut operator = weir_tests::operator("contract-0-1", &[]);
+    operator.set_watermark(Some(i64::MAX));
+    operator.process(&[word(0, "a", "x")]).unwrap();
+    assert!(operator.due_timers(i64::MAX).unwrap().is_empty());
 }

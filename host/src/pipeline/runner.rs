@@ -120,6 +120,8 @@ struct Runner<'a> {
     recorded: BTreeMap<TaskId, i64>,
     last_commit: Instant,
     last_discovery: Instant,
+    /// When tasks were last checked for idleness (it asks the broker for end offsets).
+    last_idle_check: Instant,
 }
 
 impl<'a> Runner<'a> {
@@ -202,6 +204,7 @@ impl<'a> Runner<'a> {
             recorded: committed.offsets,
             last_commit: Instant::now(),
             last_discovery: Instant::now(),
+            last_idle_check: Instant::now(),
         };
         runner.begin_epoch(next)?;
         // Commit at once positions that are new or moved, and offsets the group lost (deleted,
@@ -349,11 +352,15 @@ impl<'a> Runner<'a> {
     }
 
     /// Fires every task's due timers ([`Task::fire_timers`]) and sends their output to the
-    /// epoch's slot. A task that may be idle is checked first: once it has read its partition to
-    /// the end, its watermark follows the wall clock.
+    /// epoch's slot. Tasks that may be idle are checked first, at most once per idle timeout:
+    /// once one has read its partition to the end, its watermark follows the wall clock.
     fn fire_timers(&mut self) -> Result<(), PipelineError> {
         let now_ms = crate::time::now_ms();
-        if self.tasks.iter().any(Task::may_be_idle) {
+        let idle_timeout = self.config.source.watermark.as_ref().and_then(|w| w.idle_timeout);
+        if idle_timeout.is_some_and(|idle| self.last_idle_check.elapsed() >= idle)
+            && self.tasks.iter().any(Task::may_be_idle)
+        {
+            self.last_idle_check = Instant::now();
             let positions =
                 self.source.positions().map_err(PipelineError::kafka("reading the consumer's positions"))?;
             for task in self.tasks.iter_mut().filter(|t| t.may_be_idle()) {
