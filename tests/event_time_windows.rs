@@ -143,6 +143,32 @@ fn flights_by_day() -> Vec<weir::file::Row> {
     rows.into_iter().map(|(_, row)| row).collect()
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_read_to_its_end_before_a_restart_still_goes_idle() {
+    let (pipeline, _) = hourly("weir-idle-restart", source(0, None), "fail");
+    produce(&pipeline.source, 1, &[flight("EWR", "2013-01-01T10:00:00Z", 5), flight("EWR", "2013-01-01T12:00:00Z", 7)])
+        .await;
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    // The 12:00 flight closes the 10:00 hour: once that result is committed, so is the epoch
+    // that read both flights.
+    let mut child = pipeline.spawn(&[]);
+    let read = reader.read_until(1, RUN_TIMEOUT);
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    assert!(read == 1 && status.success(), "{}", pipeline.log_text());
+    // Restarted with an idle timeout, it has nothing left to read, so librdkafka never reports
+    // a position for the partition: the 12:00 hour must close all the same.
+    pipeline.set("source.watermark", "idle_timeout_ms = 1000");
+    let mut child = pipeline.spawn(&[]);
+    let read = reader.read_until(2, RUN_TIMEOUT);
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    assert!(read == 2 && status.success(), "{}", pipeline.log_text());
+    let hours: Vec<_> = windows(&reader.records).into_iter().map(|((_, hour), sums)| (hour, sums)).collect();
+    assert_eq!(
+        hours,
+        vec![("2013-01-01T10:00:00Z".to_owned(), (1, 1, 5)), ("2013-01-01T12:00:00Z".to_owned(), (1, 1, 7))]
+    );
+}
+
 /// The hours of all flights, computed directly from the file: (origin, time_hour) → (flights,
 /// departed, total departure delay).
 fn batch_hours(rows: &[weir::file::Row]) -> BTreeMap<(String, String), (u64, u64, i64)> {

@@ -368,7 +368,11 @@ impl<'a> Runner<'a> {
                     .source
                     .watermarks(task.id(), self.config.checkpoint.timeout)
                     .map_err(PipelineError::kafka(format!("reading the end offset of {}", task.id())))?;
-                if positions.get(task.id()).is_some_and(|position| *position >= end) {
+                // librdkafka reports no position for a partition it has handed no record since the
+                // assignment (all of it was read before a restart): the task's next offset, where
+                // it was assigned, stands for it then.
+                let position = positions.get(task.id()).copied().max(task.next_offset());
+                if position.is_some_and(|position| position >= end) {
                     task.idle(now_ms);
                 }
             }
