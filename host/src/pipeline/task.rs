@@ -94,6 +94,10 @@ impl DeadLetter {
     }
 }
 
+/// What a task's chain emitted: output records, and the records operators under `dead-letter`
+/// failed on.
+pub type Emitted = (Vec<OutputRecord>, Vec<DeadLetter>);
+
 /// One operator in a task's chain, with its error policy.
 struct Step {
     operator: Operator,
@@ -121,6 +125,9 @@ impl Task {
     /// # Errors
     /// When an operator cannot start (instantiation, `init` or `restore` failed), or the task's
     /// committed clock cannot be read.
+    // Each part comes from another place (recovery, the sink, the pipeline file); a struct of
+    // them would only move the list.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: TaskId,
         chain: &[(Arc<TransformComponent>, TransformConfig)],
@@ -149,7 +156,7 @@ impl Task {
                 max_record: max_record.clone(),
             };
             let state = OperatorState::new(overlays.clone(), &config.name, &id);
-            // A scope of its own, which no operator name can take ([`crate::time::timer_key`]).
+            // A scope of its own, which no operator name can take (names are `[A-Za-z0-9._-]`).
             let timers = OperatorState::new(overlays.clone(), &format!("{}:timers", config.name), &id);
             let mut operator = Operator::new(
                 component.clone(),
@@ -320,7 +327,7 @@ impl Task {
     /// # Errors
     /// A failed `on-timer` call (whatever `on_error` says: no record caused it), or a failure of
     /// a later operator as in [`Task::process`].
-    pub fn fire_timers(&mut self, now_ms: i64) -> Result<Option<(Vec<OutputRecord>, Vec<DeadLetter>)>, OperatorError> {
+    pub fn fire_timers(&mut self, now_ms: i64) -> Result<Option<Emitted>, OperatorError> {
         let mut fired_any = false;
         let mut outputs = Vec::new();
         let mut dead_letters = Vec::new();

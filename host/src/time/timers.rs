@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn timer_keys_sort_by_clock_then_time_then_key_and_read_back() {
-        let mut keys = vec![
+        let mut keys = [
             timer_key(Clock::ProcessingTime, -5, b"a"),
             timer_key(Clock::EventTime, 10, b"b"),
             timer_key(Clock::EventTime, -3, b"z"),
