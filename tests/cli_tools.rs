@@ -6,25 +6,10 @@ use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use weir_tests::pipeline::{Reader, Spec, TestPipeline};
-use weir_tests::records::{RawRecord, produce_raw};
+use weir_tests::records::{RawRecord, produce_raw, weir_consume as consume};
 use weir_tests::{Isolation, bootstrap, flights_zip, plugin, unique_name, weir_binary};
-
-/// Runs `weir consume` of `topic` from the beginning for `max` records; the JSON lines.
-fn consume(topic: &str, max: usize) -> Vec<Value> {
-    let max = max.to_string();
-    let brokers = bootstrap();
-    let args = ["consume", "--topic", topic, "--from-beginning", "--max", max.as_str(), "--brokers", brokers.as_str()];
-    let output = Command::new(weir_binary()).args(args).output().expect("run weir consume");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "weir consume exited with {}: {stderr}", output.status);
-    String::from_utf8(output.stdout)
-        .expect("UTF-8 output")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect()
-}
 
 /// A topic holding one record of every kind `weir consume` must show faithfully.
 async fn awkward_topic() -> String {

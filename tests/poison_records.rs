@@ -7,8 +7,9 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use serde_json::json;
 use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, run_to_completion, wait_exit};
-use weir_tests::records::{RawRecord, ReadRecord, produce_raw, read_raw};
+use weir_tests::records::{RawRecord, ReadRecord, produce_raw, read_raw, weir_consume};
 use weir_tests::{Isolation, bootstrap};
 
 /// librdkafka's default `message.max.bytes`, the sink producer's limit unless configured.
@@ -26,9 +27,9 @@ fn header_value<'a>(record: &'a ReadRecord, name: &str) -> Option<&'a [u8]> {
     record.record.headers.iter().find(|(k, _)| k == name.as_bytes()).and_then(|(_, v)| v.as_deref())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn header_names_that_are_not_utf8_and_other_odd_headers_pass_through() {
-    let pipeline = TestPipeline::new("weir-hdr", &Spec::new("passthrough"));
+/// Headers a source record may carry that a passthrough must keep: an empty name, binary bytes,
+/// a null value next to an empty one, and one name repeated a hundred times.
+fn odd_headers() -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     let mut odd = vec![
         header(b"", b"empty name"),
         header(b"bin", &[0xff, 0x00, 0xfe]),
@@ -36,9 +37,17 @@ async fn header_names_that_are_not_utf8_and_other_odd_headers_pass_through() {
         header(b"empty", b""),
     ];
     odd.extend((0..100).map(|i| header(b"dup", format!("{i}").as_bytes())));
+    odd
+}
+
+/// Runs `plugin` over a record whose header name is not UTF-8, one with [`odd_headers`], and 8
+/// plain records; returns the input and the committed output, after checking that every record
+/// arrived once, in order, and nothing panicked.
+async fn pass_odd_headers(prefix: &str, plugin: &'static str) -> (TestPipeline, Vec<RawRecord>, Vec<ReadRecord>) {
+    let pipeline = TestPipeline::new(prefix, &Spec::new(plugin));
     let mut input = vec![
         RawRecord { headers: vec![header(&[0xc3, 0x28], b"x")], ..RawRecord::value("first") },
-        RawRecord { headers: odd.clone(), ..RawRecord::value("second") },
+        RawRecord { headers: odd_headers(), ..RawRecord::value("second") },
     ];
     input.extend((0..8).map(|i| RawRecord::value(format!("v{i}"))));
     produce_raw(&pipeline.source, &input, None).await;
@@ -52,13 +61,33 @@ async fn header_names_that_are_not_utf8_and_other_odd_headers_pass_through() {
         input.iter().map(|r| r.value.clone().unwrap()).collect::<Vec<_>>(),
         "all, once, in order"
     );
-    // Contract 0.1 names are UTF-8: the name is handed on lossily (docs/configuration.md).
+    // Header names are UTF-8 in the contract: the name is handed on lossily (docs/configuration.md).
     assert_eq!(output[0].record.headers, vec![header("\u{FFFD}(".as_bytes(), b"x")]);
-    // Everything else byte for byte, in order; a null value becomes empty (contract 0.1 has no
-    // null header value).
-    let want: Vec<_> = odd.into_iter().map(|(k, v)| (k, Some(v.unwrap_or_default()))).collect();
-    assert_eq!(output[1].record.headers, want);
     assert!(output[2..].iter().all(|r| r.record.headers.is_empty()));
+    (pipeline, input, output)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn header_names_that_are_not_utf8_and_other_odd_headers_pass_through() {
+    let (pipeline, _, output) = pass_odd_headers("weir-hdr", "passthrough").await;
+    // Everything else byte for byte, in order, a null value as null (contract 0.2).
+    assert_eq!(output[1].record.headers, odd_headers());
+    // As `weir consume` shows it: null apart from empty.
+    let shown = weir_consume(&pipeline.sink, 2);
+    assert_eq!(shown[1]["headers"][2], json!({"key": "null", "value": null}));
+    assert_eq!(shown[1]["headers"][3], json!({"key": "empty", "value": ""}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transform_of_contract_0_1_still_runs_and_sees_null_header_values_as_empty() {
+    let (pipeline, input, output) = pass_odd_headers("weir-hdr-01", "contract-0-1").await;
+    // Contract 0.1 has no null header value: it reaches the transform, and so the output, empty.
+    let want: Vec<_> = odd_headers().into_iter().map(|(k, v)| (k, Some(v.unwrap_or_default()))).collect();
+    assert_eq!(output[1].record.headers, want);
+    // Its `log` call and its `state` calls (each batch reads and writes `count`; a failing call
+    // would have trapped the batch) went through the 0.1 imports.
+    assert!(pipeline.log_text().contains("contract-0-1: init"), "{}", pipeline.log_text());
+    assert_eq!(output.len(), input.len());
 }
 
 /// Writes `input` through passthrough under `on_error`, with `sink` lines in the pipeline file.

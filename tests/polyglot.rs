@@ -115,6 +115,8 @@ fn probe(offset: i64, word: &str) -> InputRecord {
         topic: "sandbox".into(),
         partition: 0,
         offset,
+        event_time: 0,
+        watermark: None,
     }
 }
 

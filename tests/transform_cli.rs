@@ -10,12 +10,15 @@ fn check(path: &Path) -> (bool, String, String) {
 }
 
 #[test]
-fn check_describes_a_valid_component() {
-    let (ok, stdout, stderr) = check(&plugin("flight-delays"));
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("weir:transform@0.1 component"), "{stdout}");
-    for name in ["process (func)", "init (func)", "snapshot (func)", "restore (func)", "weir:transform/state@0.1.0"] {
-        assert!(stdout.contains(name), "missing {name} in:\n{stdout}");
+fn check_describes_a_valid_component_of_either_contract_version() {
+    for (plugin_name, version) in [("flight-delays", "0.2.0"), ("contract-0-1", "0.1.0")] {
+        let (ok, stdout, stderr) = check(&plugin(plugin_name));
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains(&format!("weir:transform@{version} component")), "{stdout}");
+        let state = format!("weir:transform/state@{version}");
+        for name in ["process (func)", "init (func)", "snapshot (func)", "restore (func)", state.as_str()] {
+            assert!(stdout.contains(name), "missing {name} in:\n{stdout}");
+        }
     }
 }
 
@@ -32,7 +35,7 @@ fn check_rejects_bad_files_with_one_line_naming_the_problem() {
         (write("core.wasm", b"\0asm\x01\0\0\0"), "core WebAssembly module, not a component"),
         (write("random.wasm", &[0x5a; 300]), "not a WebAssembly file"),
         (write("truncated.wasm", &good[..good.len() / 2]), "not a valid WebAssembly component"),
-        (plugin("wrong-version"), "built against weir:transform@0.2.0"),
+        (plugin("wrong-version"), "built against weir:transform@1.0.0"),
         (plugin("other-world"), "not a weir:transform component"),
         (dir.path().join("missing.wasm"), "cannot read transform"),
     ];

@@ -83,6 +83,7 @@ fn flight_delays_threshold_is_configurable_and_validated() {
         Default::default(),
         Vec::new(),
         Box::new(weir::state::MemoryState::new()),
+        Box::new(weir::state::MemoryState::new()),
     );
     let error = refused.err().expect("a bad threshold is refused").to_string();
     assert!(error.contains("threshold_minutes"), "{error}");
@@ -103,6 +104,8 @@ fn dedup_drops_keys_seen_within_the_window() {
             topic: "t".into(),
             partition: 0,
             offset: i as i64,
+            event_time: 1_000 * i as i64,
+            watermark: None,
         })
         .collect();
     let kept = |config: &[(&str, &str)]| -> Vec<String> {

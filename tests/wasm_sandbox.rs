@@ -16,6 +16,8 @@ fn record(offset: i64, value: &str) -> InputRecord {
         topic: "sandbox".into(),
         partition: 3,
         offset,
+        event_time: 0,
+        watermark: None,
     }
 }
 
@@ -139,7 +141,7 @@ fn guests_get_no_filesystem_network_or_environment() {
 fn components_of_another_version_or_world_are_rejected_at_load() {
     let engine = weir_tests::engine();
     let wrong = engine.load(&weir_tests::plugin("wrong-version")).err().expect("wrong version is rejected").to_string();
-    assert!(wrong.contains("weir:transform@0.2.0") && wrong.contains("0.1.x"), "{wrong}");
+    assert!(wrong.contains("weir:transform@1.0.0") && wrong.contains("0.2.x and @0.1.x"), "{wrong}");
     let other = engine.load(&weir_tests::plugin("other-world")).err().expect("other world is rejected").to_string();
     assert!(other.contains("not a weir:transform component") && other.contains("run"), "{other}");
 }

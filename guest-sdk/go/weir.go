@@ -1,7 +1,7 @@
 // Package weir is the SDK for writing Weir transforms in Go.
 //
 // A Weir transform is a WebAssembly component of the weir:transform@0.1.0 world
-// (guest-sdk/wit/transform.wit). This package hides the component-model plumbing: implement
+// (guest-sdk/wit-0.1/transform.wit). This package hides the component-model plumbing: implement
 // [Transform], register a [Factory] with [Export] from an init function of package main, and
 // build the package with guest-sdk/go/build.sh (standard Go: GOOS=wasip1 GOARCH=wasm
 // -buildmode=c-shared, then wrapped into a component with the WASI preview1 reactor adapter).

@@ -37,6 +37,6 @@ mkdir -p "$(dirname "$out")"
 # Run from the app folder, with no virtualenv in the environment, so that componentize-py
 # bundles the app, the SDK and the standard library only.
 cd "$app_dir"
-env -u VIRTUAL_ENV "$venv/bin/componentize-py" -d "$sdk/../wit" -w transform \
+env -u VIRTUAL_ENV "$venv/bin/componentize-py" -d "$sdk/../wit-0.1" -w transform \
     componentize -p "$app_dir" -p "$sdk" "$module" -o "$out.tmp" >&2
 mv -f "$out.tmp" "$out"

@@ -37,6 +37,8 @@ fn flights() -> Vec<InputRecord> {
                 topic: "flights".into(),
                 partition: 0,
                 offset: row.line as i64,
+                event_time: 0,
+                watermark: None,
             });
         }
         Ok(())
@@ -56,8 +58,16 @@ fn component(engine: &WasmEngine, plugin: &str) -> Arc<TransformComponent> {
 }
 
 fn operator(component: &Arc<TransformComponent>, plugin: &str, limits: OperatorLimits) -> Operator {
-    Operator::new(component.clone(), plugin, Vec::new(), limits, Vec::new(), Box::new(MemoryState::new()))
-        .expect("operator")
+    Operator::new(
+        component.clone(),
+        plugin,
+        Vec::new(),
+        limits,
+        Vec::new(),
+        Box::new(MemoryState::new()),
+        Box::new(MemoryState::new()),
+    )
+    .expect("operator")
 }
 
 /// flight-delays as native Rust: same parsing, state (JSON in a map) and output.

@@ -97,11 +97,15 @@ impl PipelineError {
                 )
             }
             PipelineError::CheckpointTimeout { .. } => true,
-            // A guest that refuses its configuration will refuse it again, and an output too
-            // large for the sink is made again from the same input.
+            // A guest that refuses its configuration will refuse it again, an output too large
+            // for the sink is made again from the same input, and a record without a readable
+            // event time stays without one.
             PipelineError::Operator(error) => {
                 error.call != crate::wasm::Call::Init
-                    && !matches!(error.kind, crate::wasm::ErrorKind::OutputTooLarge { .. })
+                    && !matches!(
+                        error.kind,
+                        crate::wasm::ErrorKind::OutputTooLarge { .. } | crate::wasm::ErrorKind::EventTime { .. }
+                    )
             }
             _ => false,
         }

@@ -6,6 +6,7 @@
 //! - [`file`]: reading records from local files (CSV, JSON lines, zip), for `weir transform run`.
 //! - [`wasm`]: the WebAssembly host: engine, limits, host imports and operator instances.
 //! - [`state`]: the state backends that serve a transform's `state` import.
+//! - [`time`]: event time: watermarks and the timers of transforms.
 
 pub mod checkpoint;
 pub mod config;
@@ -14,5 +15,6 @@ pub mod file;
 pub mod kafka;
 pub mod pipeline;
 pub mod state;
+pub mod time;
 pub mod types;
 pub mod wasm;

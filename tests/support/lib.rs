@@ -170,6 +170,8 @@ pub fn input_records(topic: &str, rows: &[weir::file::Row]) -> Vec<weir::wasm::I
             topic: topic.into(),
             partition: 0,
             offset: row.line as i64 - 1,
+            event_time: 1_700_000_000_000 + row.line as i64,
+            watermark: None,
         })
         .collect()
 }
@@ -189,8 +191,8 @@ pub fn operator(name: &str, config: &[(&str, &str)]) -> weir::wasm::Operator {
 pub fn operator_with(name: &str, config: &[(&str, &str)], limits: weir::wasm::OperatorLimits) -> weir::wasm::Operator {
     let component = std::sync::Arc::new(engine().load(&plugin(name)).expect("load plugin"));
     let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    weir::wasm::Operator::new(component, name, config, limits, Vec::new(), Box::new(weir::state::MemoryState::new()))
-        .expect("operator starts")
+    let state = || Box::new(weir::state::MemoryState::new());
+    weir::wasm::Operator::new(component, name, config, limits, Vec::new(), state(), state()).expect("operator starts")
 }
 
 /// Runs `records` through `operator` in batches of `batch_size`, concatenating the outputs.

@@ -151,3 +151,18 @@ pub fn read_raw(topic: &str, partitions: i32, count: usize, timeout: Duration) -
     }
     records
 }
+
+/// Runs `weir consume` of `topic` from the beginning for `max` records; its JSON lines.
+pub fn weir_consume(topic: &str, max: usize) -> Vec<serde_json::Value> {
+    let max = max.to_string();
+    let brokers = bootstrap();
+    let args = ["consume", "--topic", topic, "--from-beginning", "--max", max.as_str(), "--brokers", brokers.as_str()];
+    let output = std::process::Command::new(crate::weir_binary()).args(args).output().expect("run weir consume");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "weir consume exited with {}: {stderr}", output.status);
+    String::from_utf8(output.stdout)
+        .expect("UTF-8 output")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}

@@ -15,7 +15,7 @@ import { dirname, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const witPath = resolve(here, '../../wit');
+const witPath = resolve(here, '../../wit-0.1');
 
 function usage(code) {
   console.error('usage: weir-build-js.js <entry.js> -o <out.wasm> [--aot]');

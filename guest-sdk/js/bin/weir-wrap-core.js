@@ -2,7 +2,7 @@
 // Wraps a WASI preview1 *reactor* core module that implements the weir:transform@0.1.0 world
 // by hand (the Go SDK's output: GOOS=wasip1 GOARCH=wasm -buildmode=c-shared) into a component:
 //
-//   1. embeds the world's WIT (guest-sdk/wit/transform.wit, world `transform`) as the module's
+//   1. embeds the world's WIT (guest-sdk/wit-0.1/transform.wit, world `transform`) as the module's
 //      component-type custom section (`wasm-tools component embed`), then
 //   2. lifts it into a component, adapting its wasi_snapshot_preview1 imports to WASI 0.2 with
 //      the reactor adapter that jco ships (`wasm-tools component new --adapt`, as
@@ -37,7 +37,7 @@ if (!input || !out) {
 }
 
 const adapterPath = resolve(here, '../node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm');
-const witSource = await readFile(resolve(here, '../../wit/transform.wit'), 'utf8');
+const witSource = await readFile(resolve(here, '../../wit-0.1/transform.wit'), 'utf8');
 
 const core = await readFile(resolve(input));
 const embedded = await componentEmbed({

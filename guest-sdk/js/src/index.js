@@ -1,7 +1,7 @@
 // @weir/guest — write Weir transforms in JavaScript.
 //
 // A Weir transform is a WebAssembly component of the `weir:transform@0.1.0` world
-// (guest-sdk/wit/transform.wit). Subclass `Transform`, export it once with `exportTransform`, and
+// (guest-sdk/wit-0.1/transform.wit). Subclass `Transform`, export it once with `exportTransform`, and
 // build the module with `guest-sdk/js/bin/weir-build-js.js` (componentize-js / StarlingMonkey).
 // See README.md next to this folder and index.d.ts for the API.
 

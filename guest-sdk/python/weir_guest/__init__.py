@@ -1,7 +1,7 @@
 """weir_guest — write Weir transforms in Python.
 
 A Weir *transform* is a WebAssembly component that implements the ``weir:transform@0.1.0``
-world (``guest-sdk/wit/transform.wit``). This package hides the component-model plumbing:
+world (``guest-sdk/wit-0.1/transform.wit``). This package hides the component-model plumbing:
 subclass :class:`Transform`, bind its export once with :func:`export`, and build the module with
 ``guest-sdk/python/build.sh`` (componentize-py), which bundles CPython, this package and your
 code into one component.

@@ -1,6 +1,6 @@
 //! # weir-guest — write Weir transforms in Rust
 //!
-//! A Weir *transform* is a WebAssembly component that implements the `weir:transform@0.1.0`
+//! A Weir *transform* is a WebAssembly component that implements the `weir:transform@0.2.0`
 //! world (see `guest-sdk/wit/transform.wit`). This crate hides the component-model plumbing:
 //! implement [`Transform`] for a type, call [`export!`] once, and build the crate as a `cdylib`
 //! for `wasm32-wasip2`. Your crate does not depend on `wit-bindgen` itself.
@@ -13,6 +13,11 @@
 //! through the [`state`] module — the host checkpoints it exactly once together with the output
 //! records — or through [`Transform::snapshot`] / [`Transform::restore`] for state kept in
 //! guest memory. Guests get no filesystem, network or environment variables.
+//!
+//! Event time (docs/event-time.md): each record carries its [event
+//! time](Record::event_time_ms) and the [watermark](Record::watermark_ms) it saw; [`timers`]
+//! call [`Transform::on_timer`] once the watermark or the wall clock reaches them, and
+//! [`windows`] builds tumbling, hopping and session windows on both.
 //!
 //! ## Example: count records per key
 //!
@@ -96,6 +101,8 @@ mod record;
 pub mod state;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
+pub mod timers;
+pub mod windows;
 
 pub use config::Config;
 pub use error::TransformError;
@@ -153,6 +160,16 @@ pub trait Transform: Sized + 'static {
         let _ = snapshot;
         Ok(())
     }
+
+    /// Handles a due [timer](timers) (registered through [`timers`] or by [`windows`]), emitting
+    /// zero or more records through `out`; outputs without a timestamp get the timer's time.
+    /// The host calls it between batches, for each due timer in order; an `Err` fails the call
+    /// and the pipeline (no record caused it), and the timers stay registered. The default
+    /// ignores timers.
+    fn on_timer(&mut self, timer: &timers::Timer, out: &mut Emitter) -> Result<(), TransformError> {
+        let _ = (timer, out);
+        Ok(())
+    }
 }
 
 /// Runs one batch through `transform`: the loop the exported `process` function runs, shared
@@ -171,6 +188,21 @@ pub(crate) fn run_batch<T: Transform>(
         // The contract leaves a `none` timestamp to the host, which would use the batch's
         // last record: give each output the timestamp of the record that produced it.
         out.default_timestamps(first, record.timestamp_ms());
+    }
+    Ok(out.into_outputs())
+}
+
+/// Runs due timers through `transform`: the loop the exported `on-timer` function runs, shared
+/// with [`testing::Harness`].
+pub(crate) fn run_timers<T: Transform>(
+    transform: &mut T,
+    timers: impl IntoIterator<Item = timers::Timer>,
+) -> Result<Vec<Output>, TransformError> {
+    let mut out = Emitter::new();
+    for timer in timers {
+        let first = out.len();
+        transform.on_timer(&timer, &mut out)?;
+        out.default_timestamps(first, timer.time);
     }
     Ok(out.into_outputs())
 }
@@ -221,6 +253,15 @@ macro_rules! export {
                     snapshot: ::std::vec::Vec<u8>,
                 ) -> ::core::result::Result<(), ::std::string::String> {
                     $crate::__private::restore::<$transform>(&__WEIR_INSTANCE, snapshot)
+                }
+
+                fn on_timer(
+                    timers: ::std::vec::Vec<$crate::timers::Timer>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<$crate::__private::OutputRecord>,
+                    $crate::__private::RawTransformError,
+                > {
+                    $crate::__private::on_timer::<$transform>(&__WEIR_INSTANCE, timers)
                 }
             }
 
@@ -305,6 +346,21 @@ pub mod __private {
                 return Err(TransformError::new("process called before a successful init").into());
             };
             crate::run_batch(transform, batch.into_iter().map(Record::from_raw))
+                .map(|outputs| outputs.into_iter().map(|o| o.into_raw()).collect())
+                .map_err(Into::into)
+        })
+    }
+
+    pub fn on_timer<T: Transform>(
+        slot: &'static Instance<T>,
+        timers: Vec<crate::timers::Timer>,
+    ) -> Result<Vec<OutputRecord>, RawTransformError> {
+        slot.with(|s| {
+            let mut guard = s.0.borrow_mut();
+            let Some(transform) = guard.as_mut() else {
+                return Err(TransformError::new("on-timer called before a successful init").into());
+            };
+            crate::run_timers(transform, timers)
                 .map(|outputs| outputs.into_iter().map(|o| o.into_raw()).collect())
                 .map_err(Into::into)
         })

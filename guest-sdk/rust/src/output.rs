@@ -27,6 +27,18 @@ impl Output {
         })
     }
 
+    /// `record` unchanged: same key, value and headers; its timestamp is filled in like any
+    /// output's (the record's own, once `process` returns).
+    pub fn from_record(record: &Record) -> Self {
+        Output(OutputRecord {
+            key: record.key().map(<[u8]>::to_vec),
+            value: record.value().map(<[u8]>::to_vec),
+            headers: record.headers().to_vec(),
+            timestamp: None,
+            output: None,
+        })
+    }
+
     /// An output with a null key and `value`.
     pub fn from_value(value: impl Into<Vec<u8>>) -> Self {
         Output::new(None::<Vec<u8>>, Some(value))
@@ -44,7 +56,13 @@ impl Output {
 
     /// Appends a header. Repeated names are allowed and keep their order.
     pub fn header(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.0.headers.push(Header { key: key.into(), value: value.into() });
+        self.0.headers.push(Header { key: key.into(), value: Some(value.into()) });
+        self
+    }
+
+    /// Appends a header with a null value (Kafka's null, distinct from an empty value).
+    pub fn null_header(mut self, key: impl Into<String>) -> Self {
+        self.0.headers.push(Header { key: key.into(), value: None });
         self
     }
 
@@ -112,13 +130,7 @@ impl Emitter {
 
     /// Emits `record` unchanged: same key, value, headers and timestamp, default output.
     pub fn forward(&mut self, record: &Record) {
-        self.emit(Output(OutputRecord {
-            key: record.key().map(<[u8]>::to_vec),
-            value: record.value().map(<[u8]>::to_vec),
-            headers: record.headers().to_vec(),
-            timestamp: None,
-            output: None,
-        }));
+        self.emit(Output::from_record(record));
     }
 
     /// How many records have been emitted so far in this batch.

@@ -3,8 +3,9 @@ use serde::de::DeserializeOwned;
 use crate::TransformError;
 use crate::bindings::weir::transform::types::InputRecord;
 
-/// One Kafka record header: a UTF-8 name and raw bytes (empty for a Kafka null header value).
-/// Kafka allows repeated names; the order the producer wrote them in is kept.
+/// One Kafka record header: a UTF-8 name and raw bytes, `None` for a Kafka null header value
+/// (distinct from an empty one). Kafka allows repeated names; the order the producer wrote them
+/// in is kept.
 pub use crate::bindings::weir::transform::types::Header;
 
 /// One input record, as read from a source partition.
@@ -20,7 +21,7 @@ impl Record {
     }
 
     /// Builds a record (mainly for tests): no headers, timestamp 0, topic `""`, partition 0,
-    /// offset 0. Pass `None::<&str>` for a null key or value.
+    /// offset 0, event time 0, no watermark. Pass `None::<&str>` for a null key or value.
     pub fn new(key: Option<impl Into<Vec<u8>>>, value: Option<impl Into<Vec<u8>>>) -> Self {
         Record(InputRecord {
             key: key.map(Into::into),
@@ -30,18 +31,38 @@ impl Record {
             topic: String::new(),
             partition: 0,
             offset: 0,
+            event_time: 0,
+            watermark: None,
         })
     }
 
     /// Appends a header (builder style, for tests).
     pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.0.headers.push(Header { key: key.into(), value: value.into() });
+        self.0.headers.push(Header { key: key.into(), value: Some(value.into()) });
+        self
+    }
+
+    /// Appends a header with a null value (builder style, for tests).
+    pub fn with_null_header(mut self, key: impl Into<String>) -> Self {
+        self.0.headers.push(Header { key: key.into(), value: None });
         self
     }
 
     /// Sets the timestamp (builder style, for tests).
     pub fn with_timestamp_ms(mut self, timestamp_ms: i64) -> Self {
         self.0.timestamp = timestamp_ms;
+        self
+    }
+
+    /// Sets the event time (builder style, for tests).
+    pub fn with_event_time_ms(mut self, event_time_ms: i64) -> Self {
+        self.0.event_time = event_time_ms;
+        self
+    }
+
+    /// Sets the watermark the record saw (builder style, for tests).
+    pub fn with_watermark_ms(mut self, watermark_ms: i64) -> Self {
+        self.0.watermark = Some(watermark_ms);
         self
     }
 
@@ -104,15 +125,29 @@ impl Record {
         &self.0.headers
     }
 
-    /// The value of the first header named `name`, if any.
+    /// The value of the first header named `name`; `None` when there is none or its value is
+    /// null (tell those apart through [`Record::headers`]).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.0.headers.iter().find(|h| h.key == name).map(|h| h.value.as_slice())
+        self.0.headers.iter().find(|h| h.key == name).and_then(|h| h.value.as_deref())
     }
 
     /// Record timestamp in milliseconds since the Unix epoch (CreateTime or LogAppendTime, as
     /// the source topic is configured).
     pub fn timestamp_ms(&self) -> i64 {
         self.0.timestamp
+    }
+
+    /// Event time in milliseconds since the Unix epoch: what the pipeline's watermark strategy
+    /// reads (`[source.watermark]`: the timestamp, or a field of the JSON value); the timestamp
+    /// when it has none.
+    pub fn event_time_ms(&self) -> i64 {
+        self.0.event_time
+    }
+
+    /// The task's watermark just before this record (milliseconds since the Unix epoch): a
+    /// record with an event time at or below it is late. `None` while the task has none.
+    pub fn watermark_ms(&self) -> Option<i64> {
+        self.0.watermark
     }
 
     /// The source topic the record was read from.

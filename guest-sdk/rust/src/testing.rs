@@ -46,14 +46,38 @@ impl<T: Transform> Harness<T> {
         Ok(Harness { transform: T::init(&config)? })
     }
 
-    /// Processes one batch. On `Err`, the batch's state writes are undone.
+    /// Processes one batch. On `Err`, the batch's state writes and timers are undone.
     pub fn process(&mut self, batch: Vec<Record>) -> Result<Vec<Output>, TransformError> {
-        let saved = crate::state::imp::STATE.with_borrow(|m| m.clone());
-        let result = crate::run_batch(&mut self.transform, batch);
-        if result.is_err() {
-            crate::state::imp::STATE.with_borrow_mut(|m| *m = saved);
-        }
-        result
+        rolled_back_on_error(|| crate::run_batch(&mut self.transform, batch))
+    }
+
+    /// Moves the watermark to `watermark_ms` and fires the event-time timers it reaches, in
+    /// order, as the host does between batches; their outputs. On `Err`, the call's state
+    /// writes are undone and the timers stay registered.
+    pub fn advance_watermark(&mut self, watermark_ms: i64) -> Result<Vec<Output>, TransformError> {
+        crate::timers::imp::WATERMARK.set(Some(watermark_ms));
+        self.fire(0, watermark_ms)
+    }
+
+    /// Fires the processing-time timers at or before `now_ms`, in order; their outputs.
+    pub fn advance_processing_time(&mut self, now_ms: i64) -> Result<Vec<Output>, TransformError> {
+        self.fire(1, now_ms)
+    }
+
+    fn fire(&mut self, clock: u8, upto: i64) -> Result<Vec<Output>, TransformError> {
+        use crate::timers::{TimeDomain, Timer};
+        rolled_back_on_error(|| {
+            let due: Vec<_> = crate::timers::imp::TIMERS.with_borrow_mut(|timers| {
+                let due: Vec<_> = timers.iter().filter(|(c, t, _)| *c == clock && *t <= upto).cloned().collect();
+                due.iter().for_each(|d| {
+                    timers.remove(d);
+                });
+                due
+            });
+            let domain = if clock == 0 { TimeDomain::EventTime } else { TimeDomain::ProcessingTime };
+            let timers = due.into_iter().map(|(_, time, key)| Timer { key, time, domain });
+            crate::run_timers(&mut self.transform, timers)
+        })
     }
 
     /// Simulates a fresh instance after a crash: `init` with `config`, then `restore` from the
@@ -73,9 +97,36 @@ impl<T: Transform> Harness<T> {
     }
 }
 
-/// Removes every entry of this thread's in-memory state.
+/// Runs `call`, restoring this thread's state and timers as they were when it fails.
+fn rolled_back_on_error<R>(call: impl FnOnce() -> Result<R, TransformError>) -> Result<R, TransformError> {
+    let state = crate::state::imp::STATE.with_borrow(|m| m.clone());
+    let timers = crate::timers::imp::TIMERS.with_borrow(|t| t.clone());
+    let result = call();
+    if result.is_err() {
+        crate::state::imp::STATE.with_borrow_mut(|m| *m = state);
+        crate::timers::imp::TIMERS.with_borrow_mut(|t| *t = timers);
+    }
+    result
+}
+
+/// Removes every entry of this thread's in-memory state, every timer and the watermark.
 pub fn clear_state() {
     crate::state::imp::STATE.with_borrow_mut(|m| m.clear());
+    crate::timers::imp::TIMERS.with_borrow_mut(|t| t.clear());
+    crate::timers::imp::WATERMARK.set(None);
+}
+
+/// The registered timers of this thread: (domain, time, key), in firing order.
+pub fn timers() -> Vec<(crate::timers::TimeDomain, i64, Vec<u8>)> {
+    use crate::timers::TimeDomain;
+    crate::timers::imp::TIMERS.with_borrow(|t| {
+        t.iter()
+            .map(|(c, time, key)| {
+                let domain = if *c == 0 { TimeDomain::EventTime } else { TimeDomain::ProcessingTime };
+                (domain, *time, key.clone())
+            })
+            .collect()
+    })
 }
 
 /// All entries of this thread's in-memory state, in key order.

@@ -15,7 +15,8 @@ use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputReco
 
 #[derive(Debug, Subcommand)]
 pub enum TransformCommand {
-    /// Validate that a file is a weir:transform@0.1 component; print its exports, imports and size.
+    /// Validate that a file is a weir:transform component (0.2.x or 0.1.x); print its contract
+    /// version, exports, imports and size.
     Check {
         /// The component file (.wasm).
         file: PathBuf,
@@ -72,7 +73,7 @@ fn check(file: &Path) -> anyhow::Result<ExitCode> {
     let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
     let component = engine.load(file)?;
     let description = component.description();
-    writeln!(std::io::stdout(), "{}: weir:transform@0.1 component, {} bytes", file.display(), component.size())?;
+    writeln!(std::io::stdout(), "{}: {} component, {} bytes", file.display(), description.contract, component.size())?;
     writeln!(std::io::stdout(), "exports:")?;
     for name in &description.exports {
         writeln!(std::io::stdout(), "  {name}")?;
@@ -97,8 +98,15 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         deadline: Duration::from_millis(args.deadline_ms),
         ..OperatorLimits::default()
     };
-    let mut operator =
-        Operator::new(component, &name, args.config, limits, args.outputs, Box::new(MemoryState::new()))?;
+    let mut operator = Operator::new(
+        component,
+        &name,
+        args.config,
+        limits,
+        args.outputs,
+        Box::new(MemoryState::new()),
+        Box::new(MemoryState::new()),
+    )?;
 
     let topic = args.input.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
@@ -137,6 +145,8 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
             topic: topic.clone(),
             partition: 0,
             offset: row.line as i64 - 1,
+            event_time: timestamp,
+            watermark: None,
         });
         if batch.len() == args.batch_size { flush(&mut batch, &mut out) } else { Ok(()) }
     });
@@ -163,7 +173,11 @@ fn output_json(output: &OutputRecord) -> Value {
     let headers: Map<String, Value> = output
         .headers
         .iter()
-        .map(|h| (h.key.clone(), Value::String(String::from_utf8_lossy(&h.value).into_owned())))
+        .map(|h| {
+            let value =
+                h.value.as_ref().map_or(Value::Null, |v| Value::String(String::from_utf8_lossy(v).into_owned()));
+            (h.key.clone(), value)
+        })
         .collect();
     let mut object = Map::new();
     object.insert("key".into(), key);

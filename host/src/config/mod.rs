@@ -62,5 +62,6 @@ pub use pipeline::{
     Guarantee, MAX_BATCH_SIZE, MAX_DEADLINE, MAX_MEMORY_LIMIT_BYTES, MAX_NAME_LEN, MAX_PRODUCER_SLOTS, MAX_TOPIC_LEN,
     MAX_TRANSACTION_TIMEOUT, MIN_CHECKPOINT_INTERVAL, MIN_CHECKPOINT_TIMEOUT, MIN_MAX_EPOCH_BYTES,
     MIN_PARTITION_DISCOVERY_INTERVAL, MIN_TRANSACTION_TIMEOUT, OffsetReset, OnError, PipelineConfig,
-    RESERVED_RDKAFKA_KEYS, SinkConfig, SourceConfig, StartPosition, StateConfig, TransformConfig,
+    RESERVED_RDKAFKA_KEYS, SinkConfig, SourceConfig, StartPosition, StateConfig, TimeFormat, TransformConfig,
+    WatermarkConfig,
 };

@@ -145,6 +145,49 @@ pub struct SourceConfig {
     /// `source.batch_size`: most records per `process` call of a transform, 1 to 65536; by
     /// default 256. Larger batches amortise the WebAssembly boundary; smaller ones lower latency.
     pub batch_size: usize,
+    /// `[source.watermark]`: how records get their event time and tasks their watermark
+    /// (docs/event-time.md); by default none: event time is the record timestamp and tasks have
+    /// no watermark, so event-time timers never fire.
+    pub watermark: Option<WatermarkConfig>,
+}
+
+/// `[source.watermark]`: the watermark strategy of every topic of the source.
+///
+/// Each task's watermark is the largest event time it has read, less
+/// `max_out_of_orderness_ms`, less 1 ms: a record with an event time at or below it is late.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatermarkConfig {
+    /// `source.watermark.field`: name of the top-level field of the record's JSON value that
+    /// holds its event time (e.g. `"time_hour"`); by default none: the record timestamp is the
+    /// event time. A record whose value lacks the field, or whose field does not parse in
+    /// `format`, fails like a record a transform fails on (see `on_error` of the first
+    /// transform).
+    pub field: Option<String>,
+    /// `source.watermark.format`: how `field` is written: `"rfc3339"` (a string such as
+    /// `"2013-01-01T10:00:00Z"` or `"2013-01-01T05:00:00-05:00"`), `"epoch_ms"` or `"epoch_s"`
+    /// (a number, or a string of one); by default `"rfc3339"`. Only with `field`.
+    pub format: TimeFormat,
+    /// `source.watermark.max_out_of_orderness_ms`: how far, in milliseconds, a record's event
+    /// time may lag behind the largest event time read before it without being late; by default 0.
+    pub max_out_of_orderness: Duration,
+    /// `source.watermark.idle_timeout_ms`: after how many milliseconds without a record a task
+    /// that has read its partition to the end is idle; by default none (never). An idle task's
+    /// watermark follows the wall clock: it moves up to now less `idle_timeout_ms` less
+    /// `max_out_of_orderness_ms`, so that a silent partition does not hold back its windows.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// `source.watermark.format`: how an event-time field is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeFormat {
+    /// RFC 3339 date-time with a `Z` or `±hh:mm` offset, optional fraction of a second.
+    #[default]
+    Rfc3339,
+    /// Milliseconds since the Unix epoch.
+    EpochMs,
+    /// Seconds since the Unix epoch (a fraction is kept to the millisecond).
+    EpochS,
 }
 
 /// `source.start`: where a pipeline with no checkpoint starts reading each partition.

@@ -81,6 +81,16 @@ struct SourceFile {
     #[serde(default)]
     consumer: BTreeMap<String, Scalar>,
     batch_size: Option<usize>,
+    watermark: Option<WatermarkFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatermarkFile {
+    field: Option<String>,
+    format: Option<TimeFormat>,
+    max_out_of_orderness_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +153,12 @@ impl PipelineFile {
             group_id: source.group_id,
             consumer: strings(source.consumer),
             batch_size: source.batch_size.unwrap_or(DEFAULT_BATCH_SIZE),
+            watermark: source.watermark.map(|w| WatermarkConfig {
+                field: w.field,
+                format: w.format.unwrap_or_default(),
+                max_out_of_orderness: Duration::from_millis(w.max_out_of_orderness_ms.unwrap_or(0)),
+                idle_timeout: w.idle_timeout_ms.map(Duration::from_millis),
+            }),
         };
         let transforms = transforms
             .into_iter()

@@ -114,6 +114,7 @@ fn full_example_parses() {
             partition_discovery_interval: Duration::from_millis(2500),
             consumer: strings(&[("fetch.min.bytes", "1024"), ("client.id", "weir"), ("check.crcs", "true")]),
             batch_size: 512,
+            watermark: None,
         },
         transforms: vec![
             TransformConfig {
@@ -454,4 +455,37 @@ fn documented_example_is_valid() {
     assert_eq!(config.transforms[0].config, [("threshold_minutes".to_owned(), "15".to_owned())]);
     assert_eq!(config.sink.topic, "flight-delays");
     assert!(config.sink.create_topics);
+}
+
+#[test]
+fn watermark_strategy() {
+    assert_eq!(parse(MINIMAL).unwrap().source.watermark, None);
+    // TOML lets the sub-table come after `[sink]`.
+    let with = |lines: &str| parse(&format!("{MINIMAL}\n[source.watermark]\n{lines}\n"));
+    let config = with("field = \"time_hour\"\nmax_out_of_orderness_ms = 5000\nidle_timeout_ms = 1000").unwrap();
+    assert_eq!(
+        config.source.watermark,
+        Some(WatermarkConfig {
+            field: Some("time_hour".into()),
+            format: TimeFormat::Rfc3339,
+            max_out_of_orderness: Duration::from_secs(5),
+            idle_timeout: Some(Duration::from_secs(1)),
+        })
+    );
+    let config = with("field = \"t\"\nformat = \"epoch_s\"").unwrap();
+    assert_eq!(config.source.watermark.as_ref().map(|w| (w.format, w.idle_timeout)), Some((TimeFormat::EpochS, None)));
+    let timestamps = with("").unwrap().source.watermark.unwrap();
+    assert_eq!((timestamps.field, timestamps.max_out_of_orderness), (None, Duration::ZERO));
+
+    let (key_path, message) = invalid(with("format = \"epoch_ms\""));
+    assert_eq!(key_path, "source.watermark.format");
+    assert!(message.contains("source.watermark.field"), "{message}");
+    let (key_path, _) = invalid(with("field = \" \""));
+    assert_eq!(key_path, "source.watermark.field");
+    let (key_path, _) = invalid(with("idle_timeout_ms = 0"));
+    assert_eq!(key_path, "source.watermark.idle_timeout_ms");
+    let (key_path, _) = parse_error(with("field = \"t\"\nformat = \"iso\""));
+    assert_eq!(key_path, "source.watermark.format");
+    let (key_path, _) = parse_error(with("fields = \"t\""));
+    assert_eq!(key_path, "source.watermark.fields");
 }

@@ -55,7 +55,33 @@ impl PipelineConfig {
             MIN_PARTITION_DISCOVERY_INTERVAL,
             Duration::MAX,
         )?;
-        check_range("source.batch_size", source.batch_size, 1, MAX_BATCH_SIZE, "records")
+        check_range("source.batch_size", source.batch_size, 1, MAX_BATCH_SIZE, "records")?;
+        if let Some(watermark) = &source.watermark {
+            if let Some(field) = &watermark.field {
+                check_not_blank(
+                    "source.watermark.field",
+                    field,
+                    "name the JSON field, or leave it out to use the record timestamp",
+                )?;
+            } else if watermark.format != TimeFormat::default() {
+                return Err(ConfigError::invalid(
+                    "source.watermark.format",
+                    "applies only to source.watermark.field; set the field too, or leave the format out",
+                ));
+            }
+            // i64 milliseconds: the watermark arithmetic must not overflow.
+            let most = Duration::from_millis(i64::MAX as u64 / 4);
+            check_duration(
+                "source.watermark.max_out_of_orderness_ms",
+                watermark.max_out_of_orderness,
+                Duration::ZERO,
+                most,
+            )?;
+            if let Some(idle) = watermark.idle_timeout {
+                check_duration("source.watermark.idle_timeout_ms", idle, Duration::from_millis(1), most)?;
+            }
+        }
+        Ok(())
     }
 
     fn validate_transforms(&self) -> Result<(), ConfigError> {

@@ -182,7 +182,7 @@ impl ProducerSlot {
     ) -> Result<(), ProducerError> {
         let headers = (!record.headers.is_empty()).then(|| {
             record.headers.iter().fold(OwnedHeaders::new_with_capacity(record.headers.len()), |headers, h| {
-                headers.insert(Header { key: &h.key, value: Some(&h.value) })
+                headers.insert(Header { key: &h.key, value: h.value.as_deref() })
             })
         });
         let mut base = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, OUTPUT_RECORD);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 
-use super::task::Task;
+use super::task::{DeadLetter, Task};
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
 use crate::checkpoint::savepoint::{self, Savepoint};
@@ -20,7 +20,7 @@ use crate::kafka::{
 };
 use crate::state::{Committed, Owner, StateDb, TaskOverlays, Writes, state_prefix};
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Header, InputRecord, RecordLimit, TransformComponent, WasmEngine};
+use crate::wasm::{Header, InputRecord, OutputRecord, RecordLimit, TransformComponent, WasmEngine};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -99,6 +99,8 @@ fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
 struct Epoch {
     id: CheckpointId,
     records: u64,
+    /// Rounds of timers fired: their outputs and state writes need a checkpoint like input's.
+    timer_rounds: u64,
     output_bytes: u64,
     started: Instant,
 }
@@ -127,6 +129,8 @@ struct Runner<'a> {
     recorded: BTreeMap<TaskId, i64>,
     last_commit: Instant,
     last_discovery: Instant,
+    /// When tasks were last checked for idleness (it asks the broker for end offsets).
+    last_idle_check: Instant,
 }
 
 impl<'a> Runner<'a> {
@@ -196,8 +200,16 @@ impl<'a> Runner<'a> {
         let mut tasks = Vec::with_capacity(task_ids.len());
         for id in &task_ids {
             let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
-            let mut task =
-                Task::new(id.clone(), chain, &outputs, &max_record, db.clone(), snapshot, positions.get(id).copied())?;
+            let mut task = Task::new(
+                id.clone(),
+                chain,
+                &outputs,
+                &max_record,
+                db.clone(),
+                snapshot,
+                positions.get(id).copied(),
+                config.source.watermark.as_ref(),
+            )?;
             if let Some(writes) = seeds.remove(id) {
                 task.seed_changelog(writes);
             }
@@ -226,10 +238,11 @@ impl<'a> Runner<'a> {
             tasks,
             task_index,
             overlays,
-            epoch: Epoch { id: next, records: 0, output_bytes: 0, started: Instant::now() },
+            epoch: Epoch { id: next, records: 0, timer_rounds: 0, output_bytes: 0, started: Instant::now() },
             recorded,
             last_commit: Instant::now(),
             last_discovery: Instant::now(),
+            last_idle_check: Instant::now(),
         };
         runner.begin_epoch(next)?;
         // Commit at once positions that are new or moved, and offsets the group lost (deleted,
@@ -284,6 +297,7 @@ impl<'a> Runner<'a> {
                     self.process(index, std::mem::take(batch))?;
                 }
             }
+            self.fire_timers()?;
             if self.epoch.records > 0 {
                 inject(FaultPoint::MidEpoch, self.epoch.id);
             }
@@ -296,7 +310,7 @@ impl<'a> Runner<'a> {
         self.finish()
     }
 
-    /// Whether the open epoch has anything to commit: input, or a partition position that moved
+    /// Whether the open epoch has anything to commit: input, fired timers, or a partition position that moved
     /// without input (librdkafka stepped over transaction markers or aborted records). Moves
     /// every task's next offset up to the consumer's position first; every record polled so far
     /// has been processed when this runs.
@@ -308,6 +322,7 @@ impl<'a> Runner<'a> {
             }
         }
         Ok(self.epoch.records > 0
+            || self.epoch.timer_rounds > 0
             || self.tasks.iter().any(|t| t.next_offset() != self.recorded.get(t.id()).copied())
             || self.last_commit.elapsed() >= OFFSET_KEEP_ALIVE)
     }
@@ -351,6 +366,7 @@ impl<'a> Runner<'a> {
                 self.db.clone(),
                 |_| None,
                 Some(offset),
+                self.config.source.watermark.as_ref(),
             )?;
             self.task_index.insert((id.topic.clone(), id.partition), self.tasks.len());
             self.overlays.push(task.overlays().clone());
@@ -375,10 +391,62 @@ impl<'a> Runner<'a> {
         let count = batch.len() as u64;
         let last_timestamp = batch.last().map(|r| r.timestamp);
         let (outputs, dead_letters) = self.tasks[index].process(batch)?;
+        self.send(index, &outputs, &dead_letters, last_timestamp)?;
+        self.epoch.records += count;
+        Ok(())
+    }
+
+    /// Fires every task's due timers ([`Task::fire_timers`]) and sends their output to the
+    /// epoch's slot. Tasks that may be idle are checked first, at most once per idle timeout:
+    /// once one has read its partition to the end, its watermark follows the wall clock.
+    fn fire_timers(&mut self) -> Result<(), PipelineError> {
+        let now_ms = crate::time::now_ms();
+        let idle_timeout = self.config.source.watermark.as_ref().and_then(|w| w.idle_timeout);
+        if idle_timeout.is_some_and(|idle| self.last_idle_check.elapsed() >= idle)
+            && self.tasks.iter().any(Task::may_be_idle)
+        {
+            self.last_idle_check = Instant::now();
+            let positions =
+                self.source.positions().map_err(PipelineError::kafka("reading the consumer's positions"))?;
+            for task in self.tasks.iter_mut().filter(|t| t.may_be_idle()) {
+                let (_, end) = self
+                    .source
+                    .watermarks(task.id(), self.config.checkpoint.timeout)
+                    .map_err(PipelineError::kafka(format!("reading the end offset of {}", task.id())))?;
+                // librdkafka reports no position for a partition it has handed no record since the
+                // assignment (all of it was read before a restart): the task's next offset, where
+                // it was assigned, stands for it then.
+                let position = positions.get(task.id()).copied().max(task.next_offset());
+                if position.is_some_and(|position| position >= end) {
+                    task.idle(now_ms);
+                }
+            }
+        }
+        for index in 0..self.tasks.len() {
+            if let Some((outputs, dead_letters)) = self.tasks[index].fire_timers(now_ms)? {
+                self.send(index, &outputs, &dead_letters, None)?;
+                self.epoch.timer_rounds += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a task's output and dead letters to the epoch's slot; `default_timestamp` applies
+    /// to outputs without one.
+    fn send(
+        &mut self,
+        index: usize,
+        outputs: &[OutputRecord],
+        dead_letters: &[DeadLetter],
+        last_timestamp: Option<i64>,
+    ) -> Result<(), PipelineError> {
+        if outputs.is_empty() && dead_letters.is_empty() {
+            return Ok(());
+        }
         let slot = self.slot();
         let sink = &self.config.sink;
         let mut output_bytes = 0;
-        for output in &outputs {
+        for output in outputs {
             let topic = match &output.output {
                 Some(name) => &sink.outputs[name],
                 None => &sink.topic,
@@ -388,12 +456,11 @@ impl<'a> Runner<'a> {
                 (output.key.as_ref().map_or(0, Vec::len) + output.value.as_ref().map_or(0, Vec::len)) as u64;
         }
         if let Some(topic) = &sink.dead_letter_topic {
-            for dead_letter in &dead_letters {
+            for dead_letter in dead_letters {
                 slot.send(topic, &dead_letter.to_output(self.tasks[index].max_record()), None)
                     .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
             }
         }
-        self.epoch.records += count;
         self.epoch.output_bytes += output_bytes;
         Ok(())
     }
@@ -405,7 +472,7 @@ impl<'a> Runner<'a> {
     }
 
     fn begin_epoch(&mut self, id: CheckpointId) -> Result<(), PipelineError> {
-        self.epoch = Epoch { id, records: 0, output_bytes: 0, started: Instant::now() };
+        self.epoch = Epoch { id, records: 0, timer_rounds: 0, output_bytes: 0, started: Instant::now() };
         if self.config.sink.guarantee == Guarantee::ExactlyOnce {
             self.slot().begin().map_err(PipelineError::kafka(format!("begin_transaction for epoch {id}")))?;
         }
@@ -797,23 +864,24 @@ fn in_range(
 }
 
 fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
-    // Contract 0.1 has UTF-8 header names and no null header value: a name that is not UTF-8
-    // is handed on lossily, a null value as an empty one (docs/configuration.md, "Records").
+    // The contract has UTF-8 header names: a name that is not UTF-8 is handed on lossily
+    // (docs/configuration.md, "Records"). Null header values stay null.
     let headers = record_headers(message)
         .into_iter()
-        .map(|h| Header {
-            key: String::from_utf8_lossy(h.key).into_owned(),
-            value: h.value.unwrap_or_default().to_vec(),
-        })
+        .map(|h| Header { key: String::from_utf8_lossy(h.key).into_owned(), value: h.value.map(<[u8]>::to_vec) })
         .collect();
+    let timestamp = message.timestamp().to_millis().unwrap_or(0);
     InputRecord {
         key: message.key().map(<[u8]>::to_vec),
         value: message.payload().map(<[u8]>::to_vec),
         headers,
-        timestamp: message.timestamp().to_millis().unwrap_or(0),
+        timestamp,
         topic: message.topic().to_owned(),
         partition: message.partition(),
         offset: message.offset(),
+        // The task sets event time and watermark per the source's watermark strategy.
+        event_time: timestamp,
+        watermark: None,
     }
 }
 

@@ -4,14 +4,29 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::protocol::TaskBarrier;
-use crate::config::{OnError, TransformConfig};
+use crate::config::{OnError, TransformConfig, WatermarkConfig};
 use crate::error::PipelineError;
 use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
+use crate::time::{TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
-    ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, RecordLimit,
-    TransformComponent, record_size,
+    BatchOffsets, Call, ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
+    RecordLimit, TransformComponent, record_size,
 };
+
+/// Most `on-timer` calls per operator in one [`Task::fire_timers`]: a transform that keeps
+/// registering due timers cannot hold the task (the rest fire at the next round).
+const TIMER_ROUNDS: usize = 16;
+
+/// Where the records an operator emits came from, for the next operator's input: the batch's
+/// last source record (or, for timers, the task's last position and the timer's time).
+struct Origin {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    timestamp: i64,
+    watermark: Option<i64>,
+}
 
 /// Header of a dead letter naming the parts of the input left out to fit the record limit.
 const DROPPED_HEADER: &str = "weir.dropped";
@@ -43,7 +58,11 @@ impl DeadLetter {
             } else if let Some(key) = output.key.take() {
                 ("key", key.len())
             } else if input_headers > 0 {
-                let bytes = output.headers.drain(..input_headers).map(|h| h.key.len() + h.value.len()).sum();
+                let bytes = output
+                    .headers
+                    .drain(..input_headers)
+                    .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+                    .sum();
                 input_headers = 0;
                 ("headers", bytes)
             } else {
@@ -53,7 +72,7 @@ impl DeadLetter {
             };
             dropped.push(format!("{part} ({bytes} bytes)"));
             output.headers.retain(|h| h.key != DROPPED_HEADER);
-            output.headers.push(Header { key: DROPPED_HEADER.into(), value: dropped.join(", ").into_bytes() });
+            output.headers.push(Header { key: DROPPED_HEADER.into(), value: Some(dropped.join(", ").into_bytes()) });
         }
         output
     }
@@ -61,7 +80,7 @@ impl DeadLetter {
     /// The input record with the error headers.
     fn full_output(&self) -> OutputRecord {
         let mut headers = self.record.headers.clone();
-        let header = |key: &str, value: String| Header { key: key.into(), value: value.into_bytes() };
+        let header = |key: &str, value: String| Header { key: key.into(), value: Some(value.into_bytes()) };
         headers.push(header("weir.error", self.error.kind.to_string()));
         headers.push(header("weir.operator", self.error.operator.clone()));
         headers.push(header("weir.topic", self.record.topic.clone()));
@@ -76,6 +95,10 @@ impl DeadLetter {
         }
     }
 }
+
+/// What a task's chain emitted: output records, and the records operators under `dead-letter`
+/// failed on.
+pub type Emitted = (Vec<OutputRecord>, Vec<DeadLetter>);
 
 /// One operator in a task's chain, with its error policy.
 struct Step {
@@ -97,6 +120,8 @@ pub struct Task {
     /// snapshot: a changelog that lacks the task's committed state (a state directory from before
     /// the changelog, or a savepoint just loaded).
     seed: Option<Writes>,
+    /// Event time, when the source has a watermark strategy.
+    time: Option<TaskTime>,
 }
 
 impl Task {
@@ -104,10 +129,14 @@ impl Task {
     ///
     /// `next_offset` is where the task's partition is read from (its committed offset, or where
     /// a partition without one starts); `max_record` is the largest output record the sink can
-    /// write.
+    /// write; `watermark` is the source's watermark strategy, if any.
     ///
     /// # Errors
-    /// When an operator cannot start (instantiation, `init` or `restore` failed).
+    /// When an operator cannot start (instantiation, `init` or `restore` failed), or the task's
+    /// committed clock cannot be read.
+    // Each part comes from another place (recovery, the sink, the pipeline file); a struct of
+    // them would only move the list.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: TaskId,
         chain: &[(Arc<TransformComponent>, TransformConfig)],
@@ -116,8 +145,18 @@ impl Task {
         db: Arc<StateDb>,
         snapshot: impl Fn(&str) -> Option<Vec<u8>>,
         next_offset: Option<i64>,
+        watermark: Option<&WatermarkConfig>,
     ) -> Result<Self, OperatorError> {
         let overlays = TaskOverlays::new(db);
+        let time = watermark
+            .map(|config| TaskTime::new(config, Box::new(OperatorState::new(overlays.clone(), TIME_SCOPE, &id))))
+            .transpose()
+            .map_err(|e| OperatorError {
+                operator: TIME_SCOPE.into(),
+                call: Call::Init,
+                offsets: None,
+                kind: ErrorKind::State(e),
+            })?;
         let mut steps = Vec::with_capacity(chain.len());
         let mut snapshots = BTreeMap::new();
         for (component, config) in chain {
@@ -127,6 +166,8 @@ impl Task {
                 max_record: max_record.clone(),
             };
             let state = OperatorState::new(overlays.clone(), &config.name, &id);
+            // A scope of its own, which no operator name can take (names are `[A-Za-z0-9._-]`).
+            let timers = OperatorState::new(overlays.clone(), &format!("{}:timers", config.name), &id);
             let mut operator = Operator::new(
                 component.clone(),
                 &config.name,
@@ -134,6 +175,7 @@ impl Task {
                 limits,
                 outputs.to_vec(),
                 Box::new(state),
+                Box::new(timers),
             )?;
             if let Some(snapshot) = snapshot(&config.name) {
                 snapshots.insert(config.name.clone(), snapshot.clone());
@@ -141,7 +183,7 @@ impl Task {
             }
             steps.push(Step { operator, on_error: config.on_error });
         }
-        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: None })
+        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: None, time })
     }
 
     /// The task's id.
@@ -190,11 +232,77 @@ impl Task {
     pub fn process(&mut self, batch: Vec<InputRecord>) -> Result<(Vec<OutputRecord>, Vec<DeadLetter>), OperatorError> {
         let Some(last) = batch.last() else { return Ok((Vec::new(), Vec::new())) };
         self.next_offset = Some(last.offset + 1);
-        let origin = (last.topic.clone(), last.partition, last.offset, last.timestamp);
         let mut dead_letters = Vec::new();
-        let mut records = batch;
+        let records = self.stamp(batch, &mut dead_letters)?;
+        let Some(last) = records.last() else { return Ok((Vec::new(), dead_letters)) };
+        let origin = Origin {
+            topic: last.topic.clone(),
+            partition: last.partition,
+            offset: last.offset,
+            timestamp: last.timestamp,
+            watermark: last.watermark,
+        };
+        let outputs = self.run_chain(0, records, &origin, &mut dead_letters)?;
+        Ok((outputs, dead_letters))
+    }
+
+    /// Sets the records' event times and watermarks ([`TaskTime::stamp`]), and the operators'
+    /// watermark. A record whose event time cannot be read fails like a record the first
+    /// operator fails on: under its `on_error = "dead-letter"` it becomes a dead letter, else
+    /// the batch fails.
+    fn stamp(
+        &mut self,
+        mut batch: Vec<InputRecord>,
+        dead_letters: &mut Vec<DeadLetter>,
+    ) -> Result<Vec<InputRecord>, OperatorError> {
+        let Some(time) = &mut self.time else { return Ok(batch) };
+        let failed = time.stamp(&mut batch);
+        let watermark = time.watermark();
+        for step in &mut self.steps {
+            step.operator.set_watermark(watermark);
+        }
+        if failed.is_empty() {
+            return Ok(batch);
+        }
+        let mut failed = failed.into_iter().peekable();
+        let mut kept = Vec::with_capacity(batch.len());
+        for (index, record) in batch.into_iter().enumerate() {
+            let Some((_, reason)) = failed.next_if(|(at, _)| *at == index) else {
+                kept.push(record);
+                continue;
+            };
+            let error = OperatorError {
+                operator: "source.watermark".into(),
+                call: Call::Process,
+                offsets: Some(BatchOffsets {
+                    topic: record.topic.clone(),
+                    partition: record.partition,
+                    first: record.offset,
+                    last: record.offset,
+                }),
+                kind: ErrorKind::EventTime { reason },
+            };
+            match self.steps[0].on_error {
+                OnError::Fail => return Err(error),
+                OnError::DeadLetter => {
+                    tracing::warn!(%error, "record sent to the dead-letter topic");
+                    dead_letters.push(DeadLetter { record, error });
+                }
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Runs `records` through the operators from `from` on; the last one's output.
+    fn run_chain(
+        &mut self,
+        from: usize,
+        mut records: Vec<InputRecord>,
+        origin: &Origin,
+        dead_letters: &mut Vec<DeadLetter>,
+    ) -> Result<Vec<OutputRecord>, OperatorError> {
         let steps = self.steps.len();
-        for (index, step) in self.steps.iter_mut().enumerate() {
+        for (index, step) in self.steps.iter_mut().enumerate().skip(from) {
             let outputs = match step.on_error {
                 OnError::Fail => match step.operator.process(&records) {
                     Ok(outputs) => outputs,
@@ -206,17 +314,73 @@ impl Task {
                 OnError::DeadLetter => match process_restorable(&mut step.operator, &records) {
                     Ok(outputs) => outputs,
                     Err(error) if error.is_record_failure() => {
-                        isolate(&mut step.operator, records, error, &mut dead_letters)?
+                        isolate(&mut step.operator, records, error, dead_letters)?
                     }
                     Err(error) => return Err(error),
                 },
             };
             if index + 1 == steps {
-                return Ok((outputs, dead_letters));
+                return Ok(outputs);
             }
-            records = outputs.into_iter().map(|output| chain_input(output, &origin)).collect();
+            records = outputs.into_iter().map(|output| chain_input(output, origin)).collect();
         }
-        unreachable!("this is a bug in Weir: a task has at least one operator")
+        unreachable!("this is a bug in Weir: a chain runs from one of its operators")
+    }
+
+    /// Calls `on-timer` of each operator with its due timers (event-time timers at or below the
+    /// task's watermark, processing-time timers at or before `now_ms`, milliseconds since the
+    /// Unix epoch) and runs what it emits through the rest of the chain. An operator's timers
+    /// fire before the next operator's, so what they emit can make the next one's due.
+    ///
+    /// Returns the chain's output and the records operators under `dead-letter` failed on, or
+    /// `None` when no timer was due.
+    ///
+    /// # Errors
+    /// A failed `on-timer` call (whatever `on_error` says: no record caused it), or a failure of
+    /// a later operator as in [`Task::process`].
+    pub fn fire_timers(&mut self, now_ms: i64) -> Result<Option<Emitted>, OperatorError> {
+        let mut fired_any = false;
+        let mut outputs = Vec::new();
+        let mut dead_letters = Vec::new();
+        let watermark = self.time.as_ref().and_then(TaskTime::watermark);
+        for index in 0..self.steps.len() {
+            for _ in 0..TIMER_ROUNDS {
+                let operator = &mut self.steps[index].operator;
+                operator.set_watermark(watermark);
+                let due = operator.due_timers(now_ms)?;
+                let Some(last) = due.last() else { break };
+                let origin = Origin {
+                    topic: self.id.topic.clone(),
+                    partition: self.id.partition,
+                    offset: self.next_offset.map_or(-1, |next| next - 1),
+                    timestamp: last.time,
+                    watermark,
+                };
+                let fired = operator.on_timer(&due)?;
+                fired_any = true;
+                if index + 1 == self.steps.len() {
+                    outputs.extend(fired);
+                } else {
+                    let records = fired.into_iter().map(|output| chain_input(output, &origin)).collect();
+                    outputs.extend(self.run_chain(index + 1, records, &origin, &mut dead_letters)?);
+                }
+            }
+        }
+        Ok(fired_any.then_some((outputs, dead_letters)))
+    }
+
+    /// Whether the task has read no record for `source.watermark.idle_timeout_ms`; the runner
+    /// then checks that it has read its partition to the end and calls [`Task::idle`].
+    pub fn may_be_idle(&self) -> bool {
+        self.time.as_ref().is_some_and(TaskTime::may_be_idle)
+    }
+
+    /// The task has read its partition to the end and no record for the idle timeout: its
+    /// watermark follows the wall clock (`now_ms`, milliseconds since the Unix epoch).
+    pub fn idle(&mut self, now_ms: i64) {
+        if let Some(time) = &mut self.time {
+            time.idle(now_ms);
+        }
     }
 
     /// Makes the next barrier write `writes` (full state keys) and every snapshot before the
@@ -246,6 +410,14 @@ impl Task {
                 self.snapshots.insert(name.clone(), snapshot.clone());
                 snapshots.push((name, snapshot));
             }
+        }
+        if let Some(time) = &mut self.time {
+            time.persist().map_err(|e| OperatorError {
+                operator: TIME_SCOPE.into(),
+                call: Call::Snapshot,
+                offsets: None,
+                kind: ErrorKind::State(e),
+            })?;
         }
         let mut writes = seed.unwrap_or_default();
         writes.extend(self.overlays.lock().map_err(|_| overlay_poisoned())?.seal(id));
@@ -307,15 +479,19 @@ fn locate(operator: &mut Operator, records: Vec<InputRecord>, first: OperatorErr
 }
 
 /// An operator's output as the next operator's input: it keeps the origin (topic, partition,
-/// offset) of the last source record of the batch, and that record's timestamp unless it set one.
-fn chain_input(output: OutputRecord, origin: &(String, i32, i64, i64)) -> InputRecord {
+/// offset, watermark) of the last source record of the batch, and that record's timestamp unless
+/// it set one; its timestamp is its event time.
+fn chain_input(output: OutputRecord, origin: &Origin) -> InputRecord {
+    let timestamp = output.timestamp.unwrap_or(origin.timestamp);
     InputRecord {
         key: output.key,
         value: output.value,
         headers: output.headers,
-        timestamp: output.timestamp.unwrap_or(origin.3),
-        topic: origin.0.clone(),
-        partition: origin.1,
-        offset: origin.2,
+        timestamp,
+        topic: origin.topic.clone(),
+        partition: origin.partition,
+        offset: origin.offset,
+        event_time: timestamp,
+        watermark: origin.watermark,
     }
 }

@@ -1,15 +1,18 @@
-//! Checks that a file is a component of the `weir:transform@0.1.x` world.
+//! Checks that a file is a component of a `weir:transform` world the host accepts (`0.2.x`, or
+//! `0.1.x`).
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
+
+use super::bindings::Version;
 
 /// The contract package this host implements.
 pub const CONTRACT_PACKAGE: &str = "weir:transform";
 /// Functions every transform exports.
 pub const REQUIRED_EXPORTS: [&str; 4] = ["init", "process", "snapshot", "restore"];
 
-/// Why a file is not a `weir:transform@0.1.x` component.
+/// Why a file is not a component of a `weir:transform` version the host accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ContractError {
@@ -26,7 +29,7 @@ pub enum ContractError {
     UnknownVersion(u32),
     /// Built against another version of the contract.
     #[error(
-        "built against {found}; this Weir implements weir:transform@0.1.x: rebuild the transform with a matching SDK"
+        "built against {found}; this Weir accepts weir:transform@0.2.x and @0.1.x: rebuild the transform with a matching SDK"
     )]
     WrongVersion {
         /// The package and version found, e.g. `weir:transform@0.2.0`.
@@ -63,13 +66,17 @@ pub struct ComponentDescription {
     pub imports: Vec<String>,
     /// Exported names with their kind, e.g. `process (func)`.
     pub exports: Vec<String>,
+    /// The contract version it was built against, e.g. `weir:transform@0.2.0`.
+    pub contract: String,
+    pub(crate) version: Version,
 }
 
 /// Describes `component` and checks it against the contract.
 ///
 /// # Errors
 /// [`ContractError::WrongVersion`] when it imports `weir:transform` interfaces of a version
-/// other than 0.1.x (every transform imports `weir:transform/types`), and
+/// other than 0.2.x or 0.1.x, or of two versions (every transform imports
+/// `weir:transform/types`), and
 /// [`ContractError::OtherWorld`] when it lacks one of [`REQUIRED_EXPORTS`].
 pub fn describe_component(engine: &Engine, component: &Component) -> Result<ComponentDescription, ContractError> {
     let ty = component.component_type();
@@ -78,11 +85,23 @@ pub fn describe_component(engine: &Engine, component: &Component) -> Result<Comp
     let exports: Vec<(String, &str)> =
         ty.exports(engine).map(|(name, item)| (name.to_owned(), kind(&item.ty))).collect();
 
+    let mut found: Option<(String, Version)> = None;
     for (name, _) in &imports {
         if let Some(rest) = name.strip_prefix(CONTRACT_PACKAGE).and_then(|r| r.strip_prefix('/')) {
             let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("");
-            if !version.starts_with("0.1.") {
-                return Err(ContractError::WrongVersion { found: format!("{CONTRACT_PACKAGE}@{version}") });
+            let wrong = |found: String| Err(ContractError::WrongVersion { found });
+            let accepted = if version.starts_with("0.2.") {
+                Version::V0_2
+            } else if version.starts_with("0.1.") {
+                Version::V0_1
+            } else {
+                return wrong(format!("{CONTRACT_PACKAGE}@{version}"));
+            };
+            match &found {
+                Some((first, seen)) if *seen != accepted => {
+                    return wrong(format!("both {CONTRACT_PACKAGE}@{first} and @{version}"));
+                }
+                _ => found = Some((version.to_owned(), accepted)),
             }
         }
     }
@@ -91,7 +110,15 @@ pub fn describe_component(engine: &Engine, component: &Component) -> Result<Comp
         return Err(ContractError::OtherWorld { exports: exports.into_iter().map(|(name, _)| name).collect() });
     }
     let label = |items: Vec<(String, &str)>| items.into_iter().map(|(name, kind)| format!("{name} ({kind})")).collect();
-    Ok(ComponentDescription { imports: label(imports), exports: label(exports) })
+    // Every transform imports `types`; one that imports nothing of the package cannot link to
+    // either world, and says so against the current one.
+    let (contract_version, version) = found.unwrap_or_else(|| ("0.2.0".into(), Version::V0_2));
+    Ok(ComponentDescription {
+        imports: label(imports),
+        exports: label(exports),
+        contract: format!("{CONTRACT_PACKAGE}@{contract_version}"),
+        version,
+    })
 }
 
 fn kind(item: &ComponentItem) -> &'static str {

@@ -4,11 +4,10 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::bindings::TransformPre;
+use super::bindings::GuestPre;
 use super::check::ComponentDescription;
-use super::host::HostState;
 
-/// A component of the `weir:transform@0.1.x` world, ready to instantiate.
+/// A component of the `weir:transform@0.2.x` or `@0.1.x` world, ready to instantiate.
 ///
 /// Made by [`super::WasmEngine::load`]; shared (`Arc`) by all operators that run it.
 pub struct TransformComponent {
@@ -16,16 +15,11 @@ pub struct TransformComponent {
     size: u64,
     sha256: String,
     description: ComponentDescription,
-    pub(crate) pre: TransformPre<HostState>,
+    pub(crate) pre: GuestPre,
 }
 
 impl TransformComponent {
-    pub(crate) fn new(
-        path: &Path,
-        bytes: &[u8],
-        description: ComponentDescription,
-        pre: TransformPre<HostState>,
-    ) -> Self {
+    pub(crate) fn new(path: &Path, bytes: &[u8], description: ComponentDescription, pre: GuestPre) -> Self {
         let sha256 = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
         Self { path: path.to_owned(), size: bytes.len() as u64, sha256, description, pre }
     }

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, ProfilingStrategy};
 
-use super::bindings::{Transform, TransformPre};
+use super::bindings::GuestPre;
 use super::cache::ComponentCache;
 use super::check::{check_header, describe_component};
 use super::component::TransformComponent;
@@ -74,7 +74,7 @@ impl WasmEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(engine_error)?;
         super::blocking::add_to_linker(&mut linker).map_err(engine_error)?;
-        Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state).map_err(engine_error)?;
+        super::bindings::add_to_linker(&mut linker).map_err(engine_error)?;
 
         let weak = engine.weak();
         std::thread::Builder::new()
@@ -102,7 +102,7 @@ impl WasmEngine {
     ///
     /// # Errors
     /// [`LoadError::Read`] when the file cannot be read, [`LoadError::Contract`] when it is not
-    /// a component of `weir:transform@0.1.x`, [`LoadError::Invalid`] when it does not validate
+    /// a component of `weir:transform@0.2.x` or `@0.1.x`, [`LoadError::Invalid`] when it does not validate
     /// (a truncated file, say), [`LoadError::Link`] when its imports cannot be satisfied.
     pub fn load(&self, path: &Path) -> Result<TransformComponent, LoadError> {
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
@@ -125,7 +125,8 @@ impl WasmEngine {
 
         let description = describe_component(&self.engine, &component).map_err(contract)?;
         let link = |e: wasmtime::Error| LoadError::Link { path: path.to_owned(), reason: format!("{e:#}") };
-        let pre = TransformPre::new(self.linker.instantiate_pre(&component).map_err(link)?).map_err(link)?;
+        let pre =
+            GuestPre::new(description.version, self.linker.instantiate_pre(&component).map_err(link)?).map_err(link)?;
         Ok(TransformComponent::new(path, &bytes, description, pre))
     }
 }

@@ -27,7 +27,7 @@ pub enum LoadError {
         /// What the validator or compiler said.
         reason: String,
     },
-    /// A valid component that does not implement `weir:transform@0.1.x`.
+    /// A valid component that does not implement `weir:transform@0.2.x` or `@0.1.x`.
     #[error("{path}: {source}")]
     Contract {
         /// The file.
@@ -62,6 +62,8 @@ pub enum Call {
     Snapshot,
     /// The `restore` export.
     Restore,
+    /// The `on-timer` export.
+    OnTimer,
 }
 
 impl fmt::Display for Call {
@@ -71,6 +73,7 @@ impl fmt::Display for Call {
             Call::Process => "process",
             Call::Snapshot => "snapshot",
             Call::Restore => "restore",
+            Call::OnTimer => "on-timer",
         })
     }
 }
@@ -153,6 +156,12 @@ pub enum ErrorKind {
     /// The state backend failed during a host call.
     #[error(transparent)]
     State(StateError),
+    /// The record's event time could not be read per `[source.watermark]`.
+    #[error("no event time: {reason}; fix the record's producer, or change source.watermark")]
+    EventTime {
+        /// Why, naming the field and its format.
+        reason: String,
+    },
     /// The host failed for another reason (instantiation, a WASI failure).
     #[error("host failure: {reason}")]
     Host {

@@ -8,12 +8,14 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::Level;
-use super::bindings::weir::transform::{log, state, types};
+use super::bindings::current::weir::transform::{log, state, timers, types};
+use super::bindings::v0_1::weir::transform as v0_1;
 use super::blocking::BoundedIo;
 use super::error::HostTrap;
 use super::guest_log::{GuestLog, GuestStream};
 use super::limits::MemoryLimiter;
 use crate::state::StateStore;
+use crate::time::{Clock, timer_key};
 
 /// Largest `limit` a guest may pass to `scan-prefix`, to bound one call's result.
 const MAX_SCAN_LIMIT: usize = 10_000;
@@ -28,12 +30,24 @@ pub(crate) struct HostState {
     pub(crate) state: Box<dyn StateStore>,
     /// Writes of the current call, applied to `state` only when the call succeeds.
     pub(crate) writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The operator's timers ([`crate::time`]); survive the instance like `state`.
+    pub(crate) timers: Box<dyn StateStore>,
+    /// Timers registered (`Some`) and cancelled (`None`) by the current call, applied to
+    /// `timers` only when the call succeeds.
+    pub(crate) timer_writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The task's watermark for the current call (`timers.watermark`).
+    pub(crate) watermark: Option<i64>,
     /// End of the current call's deadline; host calls past it trap.
     pub(crate) deadline: Option<Instant>,
 }
 
 impl HostState {
-    pub(crate) fn new(operator: Arc<str>, memory_bytes: usize, state: Box<dyn StateStore>) -> Self {
+    pub(crate) fn new(
+        operator: Arc<str>,
+        memory_bytes: usize,
+        state: Box<dyn StateStore>,
+        timers: Box<dyn StateStore>,
+    ) -> Self {
         let log = Arc::new(Mutex::new(GuestLog::new(operator)));
         // No preopened directories, environment, arguments or sockets: clocks, random and the
         // captured stdio are all a guest gets.
@@ -51,16 +65,29 @@ impl HostState {
             log,
             state,
             writes: BTreeMap::new(),
+            timers,
+            timer_writes: BTreeMap::new(),
+            watermark: None,
             deadline: None,
         }
     }
 
-    /// Applies the current call's writes to the state store.
+    /// Applies the current call's writes and timers to the operator's stores. Both stores write
+    /// into the task's in-memory epoch overlay, so they take effect together.
     pub(crate) fn commit_writes(&mut self) -> Result<(), crate::state::StateError> {
-        if self.writes.is_empty() {
-            return Ok(());
+        if !self.writes.is_empty() {
+            self.state.write(std::mem::take(&mut self.writes).into_iter().collect())?;
         }
-        self.state.write(std::mem::take(&mut self.writes).into_iter().collect())
+        if !self.timer_writes.is_empty() {
+            self.timers.write(std::mem::take(&mut self.timer_writes).into_iter().collect())?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the current call's writes and timers.
+    pub(crate) fn clear_writes(&mut self) {
+        self.writes.clear();
+        self.timer_writes.clear();
     }
 
     /// The resource table with the current call's deadline, for the bounded WASI waits.
@@ -118,11 +145,73 @@ impl state::Host for HostState {
     }
 }
 
+impl timers::Host for HostState {
+    fn register(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
+        self.check_deadline()?;
+        self.timer_writes.insert(timer_key(clock(domain), time, &key), Some(Vec::new()));
+        Ok(())
+    }
+
+    fn cancel(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
+        self.check_deadline()?;
+        self.timer_writes.insert(timer_key(clock(domain), time, &key), None);
+        Ok(())
+    }
+
+    fn watermark(&mut self) -> wasmtime::Result<Option<i64>> {
+        Ok(self.watermark)
+    }
+}
+
+/// The host's name of a contract time domain.
+pub(crate) fn clock(domain: types::TimeDomain) -> Clock {
+    match domain {
+        types::TimeDomain::EventTime => Clock::EventTime,
+        types::TimeDomain::ProcessingTime => Clock::ProcessingTime,
+    }
+}
+
 impl log::Host for HostState {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         if let Ok(mut log) = self.log.lock() {
             log.line(level, &message);
         }
         Ok(())
+    }
+}
+
+// A 0.1 component's imports are the current ones: `state` is unchanged and `log` differs only in
+// the enum's type.
+impl v0_1::types::Host for HostState {}
+
+impl v0_1::state::Host for HostState {
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        state::Host::get(self, key)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        state::Host::put(self, key, value)
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        state::Host::delete(self, key)
+    }
+
+    fn scan_prefix(&mut self, prefix: Vec<u8>, limit: u32) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        state::Host::scan_prefix(self, prefix, limit)
+    }
+}
+
+impl v0_1::log::Host for HostState {
+    fn log(&mut self, level: v0_1::log::Level, message: String) -> wasmtime::Result<()> {
+        use v0_1::log::Level as Old;
+        let level = match level {
+            Old::Trace => Level::Trace,
+            Old::Debug => Level::Debug,
+            Old::Info => Level::Info,
+            Old::Warn => Level::Warn,
+            Old::Error => Level::Error,
+        };
+        log::Host::log(self, level, message)
     }
 }

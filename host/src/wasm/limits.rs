@@ -43,7 +43,11 @@ pub fn record_size(record: &OutputRecord) -> usize {
     let headers: usize = record
         .headers
         .iter()
-        .map(|h| h.key.len() + h.value.len() + varint_len(h.key.len()) + varint_len(h.value.len()))
+        .map(|h| {
+            // A null value is written as length -1: one varint byte, no bytes.
+            let value = h.value.as_ref().map_or(0, Vec::len);
+            h.key.len() + value + varint_len(h.key.len()) + varint_len(value)
+        })
         .sum();
     let len = |bytes: &Option<Vec<u8>>| bytes.as_ref().map_or(0, Vec::len);
     RECORD_OVERHEAD_BYTES + len(&record.key) + len(&record.value) + headers
@@ -127,9 +131,10 @@ mod tests {
         assert_eq!(record_size(&record(None, None, Vec::new())), 36);
         assert_eq!(record_size(&record(Some(vec![0; 10]), Some(vec![0; 1000]), Vec::new())), 36 + 1010);
         // Zig-zag varints: 63 takes one byte, 64 two.
-        let header = |key: &str, value: usize| Header { key: key.into(), value: vec![0; value] };
+        let header = |key: &str, value: usize| Header { key: key.into(), value: Some(vec![0; value]) };
         assert_eq!(record_size(&record(None, None, vec![header("a", 63)])), 36 + 1 + 1 + 63 + 1);
         assert_eq!(record_size(&record(None, None, vec![header("a", 64)])), 36 + 1 + 1 + 64 + 2);
         assert_eq!(record_size(&record(None, None, vec![header("", 0)])), 36 + 2);
+        assert_eq!(record_size(&record(None, None, vec![Header { key: "a".into(), value: None }])), 36 + 1 + 1 + 1);
     }
 }

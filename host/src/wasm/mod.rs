@@ -29,8 +29,10 @@ mod host;
 mod limits;
 mod operator;
 
-pub use bindings::weir::transform::log::Level;
-pub use bindings::weir::transform::types::{Header, InputRecord, OutputRecord, TransformError};
+pub use bindings::current::weir::transform::log::Level;
+pub use bindings::current::weir::transform::types::{
+    Header, InputRecord, OutputRecord, TimeDomain, Timer, TransformError,
+};
 pub use check::{ComponentDescription, ContractError, describe_component};
 pub use component::TransformComponent;
 pub use engine::{EngineConfig, WasmEngine};

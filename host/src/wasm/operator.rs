@@ -5,14 +5,20 @@ use std::time::Instant;
 
 use wasmtime::Store;
 
-use super::bindings::Transform;
+use super::bindings::Guest;
+use super::bindings::Version;
 use super::component::TransformComponent;
 use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
+use super::host::clock;
 use super::limits::{OperatorLimits, record_size};
-use super::{InputRecord, OutputRecord};
+use super::{InputRecord, OutputRecord, TimeDomain, Timer};
 use crate::state::StateStore;
+use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
+
+/// Most timers handed to one `on-timer` call.
+const TIMERS_PER_CALL: usize = 256;
 
 /// An operator instance: its own `Store` (linear memory, limits, WASI context) and state.
 ///
@@ -31,15 +37,18 @@ pub struct Operator {
     instance: Instance,
     /// Linear memory of the live instance once instantiated, `init`ialised and `restore`d.
     memory_at_start: usize,
+    /// The task's watermark, for the guest's `timers.watermark` and for due event-time timers.
+    watermark: Option<i64>,
 }
 
 /// Either a live instance, or the state waiting for the next one.
 enum Instance {
     Live {
         store: Box<Store<HostState>>,
-        bindings: Transform,
+        bindings: Guest,
     },
-    Idle(Box<dyn StateStore>),
+    /// The operator's state and timers.
+    Idle(Box<dyn StateStore>, Box<dyn StateStore>),
     /// Only while a transition is in progress.
     Moving,
 }
@@ -48,7 +57,8 @@ impl Operator {
     /// Instantiates `component` as operator `name`, calls `init(config)` and `restore` with an
     /// empty snapshot.
     ///
-    /// `outputs` are the named sink outputs the guest may address besides the default one.
+    /// `outputs` are the named sink outputs the guest may address besides the default one;
+    /// `state` serves its `state` import and `timers` keeps its timers ([`crate::time`]).
     ///
     /// # Errors
     /// An [`OperatorError`] for [`Call::Init`] or [`Call::Restore`] when instantiation fails or
@@ -60,6 +70,7 @@ impl Operator {
         limits: OperatorLimits,
         outputs: Vec<String>,
         state: Box<dyn StateStore>,
+        timers: Box<dyn StateStore>,
     ) -> Result<Self, OperatorError> {
         let mut operator = Self {
             name: name.into(),
@@ -68,8 +79,9 @@ impl Operator {
             limits,
             outputs,
             snapshot: Vec::new(),
-            instance: Instance::Idle(state),
+            instance: Instance::Idle(state, timers),
             memory_at_start: 0,
+            watermark: None,
         };
         operator.ensure_live()?;
         Ok(operator)
@@ -119,6 +131,73 @@ impl Operator {
             store.data_mut().commit_writes().map_err(ErrorKind::State).map(|()| outputs)
         });
         result.map_err(|kind| self.fail(Call::Process, offsets, kind))
+    }
+
+    /// Sets the task's watermark, which the guest reads through `timers.watermark` and which
+    /// makes event-time timers due ([`Operator::due_timers`]).
+    pub fn set_watermark(&mut self, watermark: Option<i64>) {
+        self.watermark = watermark;
+    }
+
+    /// Up to 256 due timers, in the order `on-timer` takes them: event-time timers at or below
+    /// the watermark, then processing-time timers at or before `now_ms` (milliseconds since the
+    /// Unix epoch). None for a component of contract 0.1, which has no timers.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] for [`Call::OnTimer`] when the state store cannot be read.
+    pub fn due_timers(&mut self, now_ms: i64) -> Result<Vec<Timer>, OperatorError> {
+        if self.component.description().version == Version::V0_1 {
+            return Ok(Vec::new());
+        }
+        let mut due = Vec::new();
+        let limits = [(Clock::EventTime, self.watermark), (Clock::ProcessingTime, Some(now_ms))];
+        for (clock, upto) in limits {
+            let Some(upto) = upto else { continue };
+            let room = TIMERS_PER_CALL - due.len();
+            let found = self.timers_mut().scan_prefix(&timer_prefix(clock), room);
+            let found = found.map_err(|e| self.error(Call::OnTimer, None, ErrorKind::State(e)))?;
+            for (key, _) in &found {
+                match parse_timer_key(key) {
+                    Some((_, time, key)) if time <= upto => {
+                        due.push(Timer { key: key.to_vec(), time, domain: domain(clock) })
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(due)
+    }
+
+    /// Runs `on-timer` over `timers` (from [`Operator::due_timers`]) and removes them.
+    ///
+    /// Ok means the outputs are valid, and the call's state writes and the timers' removal were
+    /// applied to the stores; outputs without a timestamp get the last timer's time. Err means
+    /// none of that happened: the timers stay registered.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] for [`Call::OnTimer`].
+    pub fn on_timer(&mut self, timers: &[Timer]) -> Result<Vec<OutputRecord>, OperatorError> {
+        let outputs = self.call(Call::OnTimer, None, |bindings, store| bindings.call_on_timer(store, timers))?;
+        let result = match outputs {
+            Ok(outputs) => self.validate(&outputs).map(|()| outputs),
+            Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
+        };
+        let result = result.and_then(|mut outputs| {
+            let Instance::Live { store, .. } = &mut self.instance else {
+                unreachable!("this is a bug in Weir: the instance is live after a successful call")
+            };
+            // Removed after the call, so that a guest re-registering a timer it is handed does
+            // not make it fire again.
+            for timer in timers {
+                store.data_mut().timer_writes.insert(timer_key(clock(timer.domain), timer.time, &timer.key), None);
+            }
+            let last = timers.last().map(|t| t.time);
+            for output in &mut outputs {
+                output.timestamp = output.timestamp.or(last);
+            }
+            store.data_mut().commit_writes().map_err(ErrorKind::State).map(|()| outputs)
+        });
+        result.map_err(|kind| self.fail(Call::OnTimer, None, kind))
     }
 
     /// Takes a snapshot of the guest's in-memory state and keeps it as the one fresh instances
@@ -190,7 +269,10 @@ impl Operator {
     pub fn recycle(&mut self) {
         if let Instance::Live { .. } = self.instance {
             self.instance = match std::mem::replace(&mut self.instance, Instance::Moving) {
-                Instance::Live { store, .. } => Instance::Idle(store.into_data().state),
+                Instance::Live { store, .. } => {
+                    let host = store.into_data();
+                    Instance::Idle(host.state, host.timers)
+                }
                 other => other,
             };
         }
@@ -200,7 +282,16 @@ impl Operator {
     pub fn state_mut(&mut self) -> &mut dyn StateStore {
         match &mut self.instance {
             Instance::Live { store, .. } => &mut *store.data_mut().state,
-            Instance::Idle(state) => &mut **state,
+            Instance::Idle(state, _) => &mut **state,
+            Instance::Moving => unreachable!("this is a bug in Weir: operator instance left in transition"),
+        }
+    }
+
+    /// The operator's timer store.
+    fn timers_mut(&mut self) -> &mut dyn StateStore {
+        match &mut self.instance {
+            Instance::Live { store, .. } => &mut *store.data_mut().timers,
+            Instance::Idle(_, timers) => &mut **timers,
             Instance::Moving => unreachable!("this is a bug in Weir: operator instance left in transition"),
         }
     }
@@ -210,13 +301,14 @@ impl Operator {
         &mut self,
         call: Call,
         offsets: Option<BatchOffsets>,
-        f: impl FnOnce(&Transform, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, OperatorError> {
         self.ensure_live()?;
         let Instance::Live { store, bindings } = &mut self.instance else {
             unreachable!("this is a bug in Weir: ensure_live left no live instance")
         };
         arm(store, &self.limits);
+        store.data_mut().watermark = self.watermark;
         let result = f(bindings, store);
         store.data_mut().deadline = None;
         let result = result.map_err(|error| classify(&error, store, &self.limits));
@@ -225,8 +317,8 @@ impl Operator {
 
     /// Instantiates, `init`s and `restore`s a fresh instance if there is none.
     fn ensure_live(&mut self) -> Result<(), OperatorError> {
-        let state = match std::mem::replace(&mut self.instance, Instance::Moving) {
-            Instance::Idle(state) => state,
+        let (state, timers) = match std::mem::replace(&mut self.instance, Instance::Moving) {
+            Instance::Idle(state, timers) => (state, timers),
             live => {
                 self.instance = live;
                 return Ok(());
@@ -234,18 +326,18 @@ impl Operator {
         };
         let mut store = Box::new(Store::new(
             self.component.pre.engine(),
-            HostState::new(self.name.clone(), self.limits.memory_bytes, state),
+            HostState::new(self.name.clone(), self.limits.memory_bytes, state, timers),
         ));
         store.limiter(|host| &mut host.limiter);
         arm(&mut store, &self.limits);
         let started = (|| {
-            let bindings = self.component.pre.instantiate(&mut *store).map_err(|e| (Call::Init, Err(e)))?;
-            match bindings.call_init(&mut *store, &self.config) {
+            let bindings = self.component.pre.instantiate(&mut store).map_err(|e| (Call::Init, Err(e)))?;
+            match bindings.call_init(&mut store, &self.config) {
                 Ok(Ok(())) => {}
                 Ok(Err(message)) => return Err((Call::Init, Ok(message))),
                 Err(trap) => return Err((Call::Init, Err(trap))),
             }
-            match bindings.call_restore(&mut *store, &self.snapshot) {
+            match bindings.call_restore(&mut store, &self.snapshot) {
                 Ok(Ok(())) => Ok(bindings),
                 Ok(Err(message)) => Err((Call::Restore, Ok(message))),
                 Err(trap) => Err((Call::Restore, Err(trap))),
@@ -255,7 +347,7 @@ impl Operator {
         match started {
             Ok(bindings) => {
                 // Writes made by init/restore are part of setting up, not of an epoch's input.
-                store.data_mut().writes.clear();
+                store.data_mut().clear_writes();
                 self.memory_at_start = store.data().limiter.peak;
                 self.instance = Instance::Live { store, bindings };
                 Ok(())
@@ -265,7 +357,8 @@ impl Operator {
                     Ok(message) => ErrorKind::Guest { message, offset: None },
                     Err(trap) => classify(&trap, &mut store, &self.limits),
                 };
-                self.instance = Instance::Idle(store.into_data().state);
+                let host = store.into_data();
+                self.instance = Instance::Idle(host.state, host.timers);
                 Err(self.error(call, None, kind))
             }
         }
@@ -315,7 +408,7 @@ fn arm(store: &mut Store<HostState>, limits: &OperatorLimits) {
     store.set_epoch_deadline(ticks.max(1));
     store.data_mut().deadline = Some(Instant::now() + limits.deadline);
     store.data_mut().limiter.refused = false;
-    store.data_mut().writes.clear();
+    store.data_mut().clear_writes();
     if let Ok(mut log) = store.data().log.lock() {
         log.clear_stderr_tail();
     }
@@ -356,4 +449,12 @@ fn batch_offsets(batch: &[InputRecord]) -> Option<BatchOffsets> {
         first: first.offset,
         last: last.offset,
     })
+}
+
+/// The contract's name of a clock.
+fn domain(clock: Clock) -> TimeDomain {
+    match clock {
+        Clock::EventTime => TimeDomain::EventTime,
+        Clock::ProcessingTime => TimeDomain::ProcessingTime,
+    }
 }

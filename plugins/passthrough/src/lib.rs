@@ -31,11 +31,16 @@ mod tests {
     #[test]
     fn forwards_unchanged() {
         let mut h = Harness::<Passthrough>::new(&[]).unwrap();
-        let r = Record::new(Some("k"), Some("v")).with_header("h", "1").with_timestamp_ms(5);
+        let r = Record::new(Some("k"), Some("v"))
+            .with_header("h", "1")
+            .with_null_header("n")
+            .with_header("e", "")
+            .with_timestamp_ms(5);
         let out = h.process(vec![r, Record::new(None::<&str>, None::<&str>)]).unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!((out[0].key(), out[0].value()), (Some(&b"k"[..]), Some(&b"v"[..])));
-        assert_eq!(out[0].headers()[0].key, "h");
+        let headers: Vec<_> = out[0].headers().iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+        assert_eq!(headers, vec![("h", Some(&b"1"[..])), ("n", None), ("e", Some(&b""[..]))]);
         assert_eq!((out[0].timestamp(), out[0].output_name()), (Some(5), None));
         assert_eq!((out[1].key(), out[1].value()), (None, None));
         assert!(Harness::<Passthrough>::new(&[("x", "1")]).unwrap_err().contains("`x`"));

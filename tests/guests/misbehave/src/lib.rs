@@ -17,7 +17,12 @@
 //! | `open-file` | tries `std::fs::read("/etc/passwd")`, emits value `open-file: ok` or `open-file: err: <error>` |
 //! | `connect` | tries a TCP connection to `127.0.0.1:9092` through `wasi:sockets`, emits `connect: ok` or `connect: err: <error>` |
 //! | `env` | emits `env: <number of environment variables>` |
+//! | `timer:<event\|processing>:<ms>` | registers a timer for the record's key on that clock at `<ms>`, emits `watermark: <the timers.watermark import's answer>` |
+//! | `cancel:<event\|processing>:<ms>` | cancels that timer of the record's key, emits nothing |
 //! | anything else | forwards the record unchanged |
+//!
+//! `on_timer` emits `fired <event|processing> <time> <key>` (key `fired`), and fails with a
+//! transform error for a timer of key `fail`.
 //!
 //! Emitted replies keep the input key. Configuration: none (ignored).
 //!
@@ -29,6 +34,7 @@
 
 use std::hint::black_box;
 
+use weir_guest::timers::{self, TimeDomain, Timer};
 use weir_guest::{Config, Emitter, Output, Record, Transform, TransformError, state};
 
 /// The transform; it keeps nothing in memory.
@@ -134,8 +140,35 @@ impl Transform for Misbehave {
                 },
             )),
             "env" => out.emit(reply(record, format!("env: {}", std::env::vars().count()))),
+            word if word.starts_with("timer:") || word.starts_with("cancel:") => {
+                let mut parts = word.split(':');
+                let (verb, clock, ms) = (parts.next(), parts.next(), parts.next().and_then(|m| m.parse::<i64>().ok()));
+                let domain = match clock {
+                    Some("event") => TimeDomain::EventTime,
+                    Some("processing") => TimeDomain::ProcessingTime,
+                    _ => return Err(TransformError::new(format!("misbehave: bad timer word {word}"))),
+                };
+                let ms = ms.ok_or_else(|| TransformError::new(format!("misbehave: bad timer word {word}")))?;
+                let key = record.key().unwrap_or_default();
+                if verb == Some("timer") {
+                    timers::register(key, ms, domain);
+                    out.emit(reply(record, format!("watermark: {:?}", timers::watermark())));
+                } else {
+                    timers::cancel(key, ms, domain);
+                }
+            }
             _ => out.forward(record),
         }
+        Ok(())
+    }
+
+    fn on_timer(&mut self, timer: &Timer, out: &mut Emitter) -> Result<(), TransformError> {
+        if timer.key == b"fail" {
+            return Err(TransformError::new("misbehave: timer of key fail"));
+        }
+        let clock = if timer.domain == TimeDomain::EventTime { "event" } else { "processing" };
+        let key = String::from_utf8_lossy(&timer.key);
+        out.emit(Output::new(Some("fired"), Some(format!("fired {clock} {} {key}", timer.time))));
         Ok(())
     }
 }

@@ -1,11 +1,11 @@
-//! `wrong-version`: a component built against `weir:transform@0.2.0` — the same world shape as
+//! `wrong-version`: a component built against `weir:transform@1.0.0` — the same world shape as
 //! the real contract, another version. The host must refuse to load it. It imports `state` and
-//! `log` at 0.2.0 (its `init` logs and its `process` reads state), so the wrong version shows in
+//! `log` at 1.0.0 (its `init` logs and its `process` reads state), so the wrong version shows in
 //! its imports as well as in its type names.
 
 wit_bindgen::generate!({
     inline: r#"
-        package weir:transform@0.2.0;
+        package weir:transform@1.0.0;
 
         interface types {
             record header { key: string, value: list<u8> }
