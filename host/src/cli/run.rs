@@ -1,5 +1,6 @@
 //! `weir run <pipeline.toml>`: runs a pipeline until SIGINT or SIGTERM.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Args;
 use weir::checkpoint::protocol::PendingOverride;
 use weir::config::PipelineConfig;
+use weir::metrics::{Metrics, start_sampler};
 use weir::pipeline::{RunOptions, run};
 use weir::types::CheckpointId;
 use weir::wasm::{EngineConfig, WasmEngine};
@@ -26,6 +28,11 @@ pub struct RunArgs {
     /// there. The ID is the one the refusal names; another pending checkpoint is not decided.
     #[arg(long, value_name = "ID=OUTCOME", value_parser = parse_pending)]
     pending_checkpoint: Option<PendingOverride>,
+    /// Serve Prometheus metrics (`/metrics`), the dashboard (`/`) and its JSON
+    /// (`/api/pipelines`) at ADDRESS, e.g. `127.0.0.1:9464` (port 0 picks a free port; the log
+    /// says which). See docs/observability.md.
+    #[arg(long, value_name = "ADDRESS")]
+    metrics: Option<SocketAddr>,
 }
 
 /// Parses `--pending-checkpoint <id>=committed|aborted`.
@@ -47,7 +54,18 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone())?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
-    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets, pending: args.pending_checkpoint };
+    let metrics = Arc::new(Metrics::default());
+    if let Some(address) = args.metrics {
+        start_sampler(&metrics)?;
+        let bound = weir::http::serve(address, metrics.clone())
+            .map_err(|error| anyhow::anyhow!("cannot serve metrics at {address} (--metrics): {error}"))?;
+        tracing::info!(pipeline = %config.name, "serving metrics at http://{bound}/metrics and the dashboard at http://{bound}/");
+    }
+    let options = RunOptions {
+        ignore_group_offsets: args.ignore_group_offsets,
+        pending: args.pending_checkpoint,
+        metrics,
+    };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -17,6 +17,7 @@ use crate::kafka::{
     Admin, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source, TopicCheck, classify, record_headers,
     sink_record_limit,
 };
+use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::state::{Committed, StateDb, StateError, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, RecordLimit, TransformComponent, WasmEngine};
@@ -40,6 +41,8 @@ pub struct RunOptions {
     /// How to decide a pending checkpoint that the consumer group cannot decide; `None`
     /// refuses such a start.
     pub pending: Option<PendingOverride>,
+    /// Where the pipeline reports its metrics and state (see [`crate::metrics`]).
+    pub metrics: Arc<Metrics>,
 }
 
 /// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
@@ -56,18 +59,28 @@ pub fn run(
     options: &RunOptions,
     shutdown: &AtomicBool,
 ) -> Result<(), PipelineError> {
+    let metrics = options.metrics.pipeline(config);
     let chain: Vec<(Arc<TransformComponent>, TransformConfig)> = config
         .transforms
         .iter()
         .map(|t| Ok((Arc::new(engine.load(&t.wasm)?), t.clone())))
-        .collect::<Result<_, PipelineError>>()?;
+        .collect::<Result<_, PipelineError>>()
+        .inspect_err(|error| metrics.failed(error, false))?;
     let mut backoff = Duration::from_secs(1);
     loop {
         let attempt = Instant::now();
-        let result = Runner::start(config, &chain, options, shutdown).and_then(|mut runner| runner.run(shutdown));
+        metrics.set_state(PipelineState::Starting);
+        let result = Runner::start(config, &chain, options, shutdown, &metrics).and_then(|mut runner| {
+            metrics.set_state(PipelineState::Running);
+            runner.run(shutdown)
+        });
         match result {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                metrics.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
             Err(error) if error.is_retriable() && !shutdown.load(Ordering::Relaxed) => {
+                metrics.failed(&error, true);
                 if attempt.elapsed() > MAX_BACKOFF {
                     backoff = Duration::from_secs(1);
                 }
@@ -75,7 +88,10 @@ pub fn run(
                 sleep_unless(shutdown, backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
-            Err(error) => return Err(error),
+            Err(error) => {
+                metrics.failed(&error, false);
+                return Err(error);
+            }
         }
     }
 }
@@ -118,6 +134,7 @@ struct Runner<'a> {
     recorded: BTreeMap<TaskId, i64>,
     last_commit: Instant,
     last_discovery: Instant,
+    metrics: Arc<PipelineMetrics>,
 }
 
 impl<'a> Runner<'a> {
@@ -129,6 +146,7 @@ impl<'a> Runner<'a> {
         chain: &'a Chain,
         options: &RunOptions,
         shutdown: &AtomicBool,
+        metrics: &Arc<PipelineMetrics>,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
         let max_record = block_on(sink_record_limit(&config.sink))
@@ -160,6 +178,7 @@ impl<'a> Runner<'a> {
         drop(earlier);
         db.set_transactional_ids(&current)?;
         tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
+        metrics.restored(committed.id);
 
         let positions = start_positions(config, &source, &task_ids, &committed, &group)?;
         let outputs: Vec<String> = config.sink.outputs.keys().cloned().collect();
@@ -174,6 +193,7 @@ impl<'a> Runner<'a> {
                 db.clone(),
                 snapshot,
                 positions.get(id).copied(),
+                metrics,
             )?);
         }
         source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
@@ -199,6 +219,7 @@ impl<'a> Runner<'a> {
             recorded: committed.offsets,
             last_commit: Instant::now(),
             last_discovery: Instant::now(),
+            metrics: metrics.clone(),
         };
         runner.begin_epoch(next)?;
         // Commit at once positions that are new or moved, and offsets the group lost (deleted,
@@ -270,6 +291,7 @@ impl<'a> Runner<'a> {
         for task in &mut self.tasks {
             if let Some(position) = positions.get(task.id()) {
                 task.advance_to(*position);
+                task.metrics().position(task.next_offset());
             }
         }
         Ok(self.epoch.records > 0
@@ -313,6 +335,7 @@ impl<'a> Runner<'a> {
                 self.db.clone(),
                 |_| None,
                 Some(offset),
+                &self.metrics,
             )?;
             self.task_index.insert((id.topic.clone(), id.partition), self.tasks.len());
             self.overlays.push(task.overlays().clone());
@@ -334,7 +357,9 @@ impl<'a> Runner<'a> {
 
     /// Runs one batch through its task and sends the output to the epoch's slot.
     fn process(&mut self, index: usize, batch: Vec<InputRecord>) -> Result<(), PipelineError> {
+        let started = Instant::now();
         let count = batch.len() as u64;
+        let bytes_in = batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum();
         let last_timestamp = batch.last().map(|r| r.timestamp);
         let (outputs, dead_letters) = self.tasks[index].process(batch)?;
         let slot = self.slot();
@@ -346,8 +371,7 @@ impl<'a> Runner<'a> {
                 None => &sink.topic,
             };
             slot.send(topic, output, last_timestamp).map_err(PipelineError::kafka(format!("producing to {topic}")))?;
-            output_bytes +=
-                (output.key.as_ref().map_or(0, Vec::len) + output.value.as_ref().map_or(0, Vec::len)) as u64;
+            output_bytes += record_bytes(&output.key, &output.value);
         }
         if let Some(topic) = &sink.dead_letter_topic {
             for dead_letter in &dead_letters {
@@ -357,6 +381,19 @@ impl<'a> Runner<'a> {
         }
         self.epoch.records += count;
         self.epoch.output_bytes += output_bytes;
+        for dead_letter in &dead_letters {
+            self.metrics.guest_error(&dead_letter.error);
+        }
+        let task = &self.tasks[index];
+        task.metrics().batch(&BatchFigures {
+            records_in: count,
+            bytes_in,
+            records_out: outputs.len() as u64,
+            bytes_out: output_bytes,
+            dead_letters: dead_letters.len() as u64,
+            duration: started.elapsed(),
+        });
+        task.metrics().position(task.next_offset());
         Ok(())
     }
 
@@ -432,6 +469,18 @@ impl<'a> Runner<'a> {
             commit_us,
             "checkpoint committed"
         );
+        let us = Duration::from_micros;
+        self.metrics.checkpoint(&CheckpointFigures {
+            id,
+            total: barrier_at.elapsed(),
+            barrier: us(barrier_us),
+            pre_commit: us(pre_commit_us),
+            durable: us(durable_us),
+            commit: us(commit_us),
+            records: self.epoch.records,
+            output_bytes: self.epoch.output_bytes,
+            state_bytes: state_bytes as u64,
+        });
         self.recorded = pending.offsets;
         self.last_commit = Instant::now();
         self.begin_epoch(id.next())
@@ -694,6 +743,11 @@ fn in_range(
             Ok(low)
         }
     }
+}
+
+/// Key and value bytes of a record: what `weir_bytes_in_total` and `weir_bytes_out_total` count.
+fn record_bytes(key: &Option<Vec<u8>>, value: &Option<Vec<u8>>) -> u64 {
+    (key.as_ref().map_or(0, Vec::len) + value.as_ref().map_or(0, Vec::len)) as u64
 }
 
 fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {

@@ -1,9 +1,11 @@
 //! A task: one source partition and one instance of every operator of the chain.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::checkpoint::protocol::TaskBarrier;
 use crate::config::{OnError, TransformConfig};
+use crate::metrics::{OperatorMetrics, PipelineMetrics, TaskMetrics};
 use crate::state::{OperatorState, StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
@@ -79,6 +81,7 @@ impl DeadLetter {
 struct Step {
     operator: Operator,
     on_error: OnError,
+    metrics: OperatorMetrics,
 }
 
 /// One parallel unit of a pipeline (v1: one source partition).
@@ -88,6 +91,7 @@ pub struct Task {
     overlays: Arc<Mutex<TaskOverlays>>,
     next_offset: Option<i64>,
     max_record: RecordLimit,
+    metrics: TaskMetrics,
 }
 
 impl Task {
@@ -95,7 +99,7 @@ impl Task {
     ///
     /// `next_offset` is where the task's partition is read from (its committed offset, or where
     /// a partition without one starts); `max_record` is the largest output record the sink can
-    /// write.
+    /// write. The task's counters are `metrics`' handles for its partition.
     ///
     /// # Errors
     /// When an operator cannot start (instantiation, `init` or `restore` failed).
@@ -107,6 +111,7 @@ impl Task {
         db: Arc<StateDb>,
         snapshot: impl Fn(&str) -> Option<Vec<u8>>,
         next_offset: Option<i64>,
+        metrics: &PipelineMetrics,
     ) -> Result<Self, OperatorError> {
         let overlays = TaskOverlays::new(db);
         let mut steps = Vec::with_capacity(chain.len());
@@ -128,14 +133,20 @@ impl Task {
             if let Some(snapshot) = snapshot(&config.name) {
                 operator.set_snapshot(snapshot);
             }
-            steps.push(Step { operator, on_error: config.on_error });
+            steps.push(Step { operator, on_error: config.on_error, metrics: metrics.operator(&config.name, &id) });
         }
-        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone() })
+        let metrics = metrics.task(&id, next_offset);
+        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), metrics })
     }
 
     /// The task's id.
     pub fn id(&self) -> &TaskId {
         &self.id
+    }
+
+    /// The task's metric handles.
+    pub fn metrics(&self) -> &TaskMetrics {
+        &self.metrics
     }
 
     /// The largest output record the sink can write.
@@ -184,6 +195,7 @@ impl Task {
         let mut records = batch;
         let steps = self.steps.len();
         for (index, step) in self.steps.iter_mut().enumerate() {
+            let started = Instant::now();
             let outputs = match step.on_error {
                 OnError::Fail => match step.operator.process(&records) {
                     Ok(outputs) => outputs,
@@ -200,6 +212,7 @@ impl Task {
                     Err(error) => return Err(error),
                 },
             };
+            step.metrics.call(started.elapsed());
             if index + 1 == steps {
                 return Ok((outputs, dead_letters));
             }
@@ -215,6 +228,7 @@ impl Task {
     pub fn barrier(&mut self, id: CheckpointId) -> Result<TaskBarrier, OperatorError> {
         let mut snapshots = Vec::new();
         for step in &mut self.steps {
+            step.metrics.memory(step.operator.peak_memory());
             // Empty snapshots are recorded too: an empty one replaces the operator's older
             // snapshot, which a restart would otherwise restore.
             snapshots.push((step.operator.name().to_owned(), step.operator.snapshot()?));
