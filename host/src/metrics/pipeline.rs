@@ -243,7 +243,10 @@ impl PipelineMetrics {
             id: figures.id.0,
             at_ms: now_ms(),
             duration_seconds: figures.total.as_secs_f64(),
-            phases_seconds: PHASES[1..].iter().zip(&phases[1..]).map(|(p, d)| ((*p).to_owned(), d.as_secs_f64())).collect(),
+            barrier_seconds: figures.barrier.as_secs_f64(),
+            pre_commit_seconds: figures.pre_commit.as_secs_f64(),
+            durable_seconds: figures.durable.as_secs_f64(),
+            commit_seconds: figures.commit.as_secs_f64(),
             records: figures.records,
             output_bytes: figures.output_bytes,
         });

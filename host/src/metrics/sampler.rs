@@ -14,8 +14,6 @@ use crate::types::TaskId;
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How long one end-offset request may take.
 const END_OFFSETS_TIMEOUT: Duration = Duration::from_secs(5);
-/// `ListOffsets` timestamp for the end of the log (the last stable offset under read_committed).
-const LATEST: i64 = -1;
 
 /// Starts the sampler thread; it ends when `metrics` is dropped.
 ///
@@ -60,7 +58,7 @@ fn end_offsets(source: &Source, partitions: &[TaskId], pipeline: &str) -> Option
     if partitions.is_empty() {
         return Some(BTreeMap::new());
     }
-    match source.offsets_for_timestamp(partitions, LATEST, END_OFFSETS_TIMEOUT) {
+    match source.end_offsets(partitions, END_OFFSETS_TIMEOUT) {
         Ok(ends) => Some(ends),
         Err(error) => {
             tracing::debug!(pipeline, %error, "metrics: cannot read the source's end offsets; lag is left as it was");

@@ -72,8 +72,14 @@ pub struct CheckpointView {
     pub at_ms: u64,
     /// Barrier to commit, in seconds.
     pub duration_seconds: f64,
-    /// Seconds per phase: `barrier`, `pre_commit`, `durable`, `commit`.
-    pub phases_seconds: Vec<(String, f64)>,
+    /// Seconds in the barrier phase (operator snapshots, sealing the state overlays).
+    pub barrier_seconds: f64,
+    /// Seconds in pre-commit (flush, and the offsets sent to the transaction).
+    pub pre_commit_seconds: f64,
+    /// Seconds making the pending checkpoint durable in the state directory.
+    pub durable_seconds: f64,
+    /// Seconds in `commit_transaction` (0 when not exactly-once).
+    pub commit_seconds: f64,
     /// Source records of its epoch.
     pub records: u64,
     /// Output key and value bytes of its epoch.
