@@ -2,6 +2,7 @@
 //! serves Prometheus metrics and a dashboard that a real headless Chromium shows live, and
 //! `weir status --json` carries the text form's facts.
 
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -15,13 +16,22 @@ use weir_tests::{Isolation, create_topic};
 /// Generous: the machine may be busy with builds; conditions are waited for, never slept on.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The address `weir run --metrics 127.0.0.1:0` bound, read from its log.
-fn metrics_address(pipeline: &TestPipeline) -> String {
+/// The address `weir run --metrics 127.0.0.1:0` (process `run`) bound, read from its log.
+fn metrics_address(pipeline: &TestPipeline, run: &mut Child) -> String {
     let marker = "serving metrics at http://";
-    pipeline.wait_for_log(marker, PAGE_TIMEOUT);
-    let log = pipeline.log_text();
-    let rest = &log[log.find(marker).expect("marker") + marker.len()..];
-    rest[..rest.find('/').expect("address ends with /metrics")].to_owned()
+    let started = Instant::now();
+    loop {
+        let log = pipeline.log_text();
+        if let Some(at) = log.find(marker) {
+            let rest = &log[at + marker.len()..];
+            return rest[..rest.find('/').expect("address ends with /metrics")].to_owned();
+        }
+        if let Some(status) = run.try_wait().expect("try_wait") {
+            panic!("weir run exited with {status} before serving metrics; log:\n{log}");
+        }
+        assert!(started.elapsed() < PAGE_TIMEOUT, "weir run did not serve metrics within {PAGE_TIMEOUT:?}; log:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// GET `url`'s body as text.
@@ -109,9 +119,10 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
     create_topic(&live.source, 1).await;
     produce(&failing.source, 1, &[(None, "fine".into()), (None, "error".into()), (None, "after".into())]).await;
     let metrics_args = ["--metrics", "127.0.0.1:0"];
-    let _live_run = live.spawn_with(&metrics_args, &[]);
-    let _failing_run = failing.spawn_with(&metrics_args, &[]);
-    let (live_address, failing_address) = (metrics_address(&live), metrics_address(&failing));
+    let mut live_run = live.spawn_with(&metrics_args, &[]);
+    let mut failing_run = failing.spawn_with(&metrics_args, &[]);
+    let live_address = metrics_address(&live, &mut live_run);
+    let failing_address = metrics_address(&failing, &mut failing_run);
 
     let browser = Browser::start();
     browser.open(&format!("http://{live_address}/"));
@@ -162,8 +173,8 @@ async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
     let good = TestPipeline::new("weir-metrics-good", &Spec::new("passthrough"));
     let values: Vec<(Option<String>, String)> = (0..500).map(|i| (Some(format!("k{}", i % 7)), format!("v{i}"))).collect();
     produce(&good.source, 2, &values).await;
-    let _run = good.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
-    let address = metrics_address(&good);
+    let mut run = good.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = metrics_address(&good, &mut run);
     let name = &good.name;
     let partition = |p: i32| format!("partition=\"{}[{p}]\",pipeline=\"{name}\"", good.source);
     let metrics = wait_for_metrics(&address, "500 records in, lag 0", |m| {
@@ -188,8 +199,8 @@ async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
 
     let failing = TestPipeline::new("weir-metrics-failing", &Spec::new("misbehave"));
     produce(&failing.source, 1, &[(None, "panic".into()), (None, "after".into())]).await;
-    let _run = failing.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
-    let address = metrics_address(&failing);
+    let mut run = failing.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = metrics_address(&failing, &mut run);
     let labels = format!("kind=\"panic\",operator=\"misbehave\",pipeline=\"{}\"", failing.name);
     let pipeline = format!("pipeline=\"{}\"", failing.name);
     let lag = format!("partition=\"{}[0]\",{pipeline}", failing.source);
@@ -199,6 +210,30 @@ async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
             && series(m, "weir_source_lag_records", &lag) == Some(2.0)
     });
     assert_eq!(series(&metrics, "weir_records_in_total", &lag), Some(0.0), "the failing batch is not counted");
+
+    // Every metric the docs and the Grafana dashboard name is one Weir exports.
+    let exported: Vec<&str> = metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    for file in ["docs/observability.md", "examples/observability/grafana-dashboard.json"] {
+        let text = std::fs::read_to_string(weir_tests::repo_root().join(file)).expect(file);
+        let named = metric_names(&text);
+        assert!(named.len() >= 10, "{file} names only {named:?}");
+        for name in named {
+            assert!(exported.contains(&name.as_str()), "{file} names {name}, which Weir does not export: {exported:?}");
+        }
+    }
+}
+
+/// The metric names (`weir_…`, without a histogram's `_bucket`, `_sum`, `_count`) in `text`.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (start, _) in text.match_indices("weir_") {
+        let rest = &text[start..];
+        let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(rest.len());
+        let name = &rest[..end];
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+        names.insert(base.to_owned());
+    }
+    names
 }
 
 /// `weir status --json` has the text form's facts under the documented field names.
