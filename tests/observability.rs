@@ -29,7 +29,10 @@ fn metrics_address(pipeline: &TestPipeline, run: &mut Child) -> String {
         if let Some(status) = run.try_wait().expect("try_wait") {
             panic!("weir run exited with {status} before serving metrics; log:\n{log}");
         }
-        assert!(started.elapsed() < PAGE_TIMEOUT, "weir run did not serve metrics within {PAGE_TIMEOUT:?}; log:\n{log}");
+        assert!(
+            started.elapsed() < PAGE_TIMEOUT,
+            "weir run did not serve metrics within {PAGE_TIMEOUT:?}; log:\n{log}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -113,7 +116,11 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
     // the records produced meanwhile provably wait; `error` fails the batch (on_error = fail).
     let live = TestPipeline::new(
         "weir-dash-live",
-        &Spec { transform: "deadline_ms = 45000".into(), checkpoint: "interval_ms = 200\ntimeout_ms = 10000".into(), ..Spec::new("misbehave") },
+        &Spec {
+            transform: "deadline_ms = 45000".into(),
+            checkpoint: "interval_ms = 200\ntimeout_ms = 10000".into(),
+            ..Spec::new("misbehave")
+        },
     );
     let failing = TestPipeline::new("weir-dash-failing", &Spec::new("misbehave"));
     create_topic(&live.source, 1).await;
@@ -171,7 +178,8 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
     let good = TestPipeline::new("weir-metrics-good", &Spec::new("passthrough"));
-    let values: Vec<(Option<String>, String)> = (0..500).map(|i| (Some(format!("k{}", i % 7)), format!("v{i}"))).collect();
+    let values: Vec<(Option<String>, String)> =
+        (0..500).map(|i| (Some(format!("k{}", i % 7)), format!("v{i}"))).collect();
     produce(&good.source, 2, &values).await;
     let mut run = good.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
     let address = metrics_address(&good, &mut run);
@@ -179,7 +187,9 @@ async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
     let partition = |p: i32| format!("partition=\"{}[{p}]\",pipeline=\"{name}\"", good.source);
     let metrics = wait_for_metrics(&address, "500 records in, lag 0", |m| {
         let sum = |metric: &str| (0..2).map(|p| series(m, metric, &partition(p)).unwrap_or(0.0)).sum::<f64>();
-        sum("weir_records_in_total") == 500.0 && sum("weir_source_lag_records") == 0.0 && sum("weir_source_position") == 500.0
+        sum("weir_records_in_total") == 500.0
+            && sum("weir_source_lag_records") == 0.0
+            && sum("weir_source_position") == 500.0
     });
     let sum = |metric: &str| (0..2).map(|p| series(&metrics, metric, &partition(p)).expect(metric)).sum::<f64>();
     assert_eq!(sum("weir_records_out_total"), 500.0);
@@ -240,7 +250,8 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn status_json_has_the_facts_of_the_text_form() {
     let pipeline = TestPipeline::new("weir-status-json", &Spec::new("passthrough"));
-    let values: Vec<(Option<String>, String)> = (0..300).map(|i| (Some(format!("k{}", i % 5)), format!("v{i}"))).collect();
+    let values: Vec<(Option<String>, String)> =
+        (0..300).map(|i| (Some(format!("k{}", i % 5)), format!("v{i}"))).collect();
     produce(&pipeline.source, 2, &values).await;
     let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, values.len(), &[]);
@@ -269,7 +280,8 @@ async fn status_json_has_the_facts_of_the_text_form() {
         assert_eq!(p["topic"], pipeline.source.as_str());
         assert_eq!(p["partition"], index as i64);
         let (checkpoint, end, lag) = (p["checkpoint_offset"].as_i64(), p["end_offset"].as_i64(), p["lag"].as_i64());
-        let (checkpoint, end, lag) = (checkpoint.expect("checkpoint_offset"), end.expect("end_offset"), lag.expect("lag"));
+        let (checkpoint, end, lag) =
+            (checkpoint.expect("checkpoint_offset"), end.expect("end_offset"), lag.expect("lag"));
         assert_eq!(p["group_offset"].as_i64(), Some(checkpoint), "Weir commits the group's offsets with checkpoints");
         assert_eq!(lag, end - checkpoint);
         let row = format!("{}[{index}]", pipeline.source);

@@ -34,13 +34,19 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromedriver.display()));
-        let http: ureq::Agent =
-            ureq::Agent::config_builder().timeout_global(Some(START_TIMEOUT)).http_status_as_error(false).build().into();
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(START_TIMEOUT))
+            .http_status_as_error(false)
+            .build()
+            .into();
         let mut browser = Self { driver, http, session: String::new() };
         let base = format!("http://127.0.0.1:{port}");
         let started = Instant::now();
         while browser.http.get(format!("{base}/status")).call().is_err() {
-            assert!(started.elapsed() < START_TIMEOUT, "chromedriver did not answer on port {port} within {START_TIMEOUT:?}");
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "chromedriver did not answer on port {port} within {START_TIMEOUT:?}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         let capabilities = json!({"capabilities": {"alwaysMatch": {

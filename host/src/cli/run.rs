@@ -61,11 +61,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
             .map_err(|error| anyhow::anyhow!("cannot serve metrics at {address} (--metrics): {error}"))?;
         tracing::info!(pipeline = %config.name, "serving metrics at http://{bound}/metrics and the dashboard at http://{bound}/");
     }
-    let options = RunOptions {
-        ignore_group_offsets: args.ignore_group_offsets,
-        pending: args.pending_checkpoint,
-        metrics,
-    };
+    let options =
+        RunOptions { ignore_group_offsets: args.ignore_group_offsets, pending: args.pending_checkpoint, metrics };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }

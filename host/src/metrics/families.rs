@@ -52,16 +52,24 @@ impl Families {
             family
         };
         let histogram = |name: &str, help: &str, labels: &[&str], buckets: &[f64]| {
-            let family =
-                HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels).expect("valid histogram");
+            let family = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)
+                .expect("valid histogram");
             registry.register(Box::new(family.clone())).expect("this is a bug in Weir: a metric is registered twice");
             family
         };
         Self {
             records_in: counter("weir_records_in_total", "Source records processed.", PARTITION),
-            records_out: counter("weir_records_out_total", "Records sent to the sink topics (dead letters apart).", PARTITION),
+            records_out: counter(
+                "weir_records_out_total",
+                "Records sent to the sink topics (dead letters apart).",
+                PARTITION,
+            ),
             bytes_in: counter("weir_bytes_in_total", "Key and value bytes of the source records processed.", PARTITION),
-            bytes_out: counter("weir_bytes_out_total", "Key and value bytes of the records sent to the sink topics.", PARTITION),
+            bytes_out: counter(
+                "weir_bytes_out_total",
+                "Key and value bytes of the records sent to the sink topics.",
+                PARTITION,
+            ),
             dead_letters: counter("weir_dead_letters_total", "Records sent to the dead-letter topic.", PARTITION),
             position: gauge("weir_source_position", "Next source offset the pipeline processes.", PARTITION),
             lag: gauge(
@@ -97,8 +105,18 @@ impl Families {
                 &["pipeline", "phase"],
                 &seconds,
             ),
-            epoch_records: histogram("weir_epoch_records", "Source records of each committed epoch.", PIPELINE, &records),
-            epoch_bytes: histogram("weir_epoch_output_bytes", "Output bytes of each committed epoch.", PIPELINE, &bytes),
+            epoch_records: histogram(
+                "weir_epoch_records",
+                "Source records of each committed epoch.",
+                PIPELINE,
+                &records,
+            ),
+            epoch_bytes: histogram(
+                "weir_epoch_output_bytes",
+                "Output bytes of each committed epoch.",
+                PIPELINE,
+                &bytes,
+            ),
             checkpoint_id: gauge("weir_committed_checkpoint_id", "Id of the last committed checkpoint.", PIPELINE),
             state_written: counter(
                 "weir_state_written_bytes_total",

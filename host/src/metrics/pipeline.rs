@@ -181,7 +181,11 @@ impl PipelineMetrics {
     pub fn operator(&self, operator: &str, partition: &TaskId) -> OperatorMetrics {
         OperatorMetrics {
             call: self.families.guest_call_seconds.with_label_values(&[self.name.as_str(), operator]),
-            memory: self.families.guest_memory.with_label_values(&[self.name.as_str(), operator, &partition.to_string()]),
+            memory: self.families.guest_memory.with_label_values(&[
+                self.name.as_str(),
+                operator,
+                &partition.to_string(),
+            ]),
         }
     }
 

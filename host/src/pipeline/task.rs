@@ -103,6 +103,7 @@ impl Task {
     ///
     /// # Errors
     /// When an operator cannot start (instantiation, `init` or `restore` failed).
+    #[allow(clippy::too_many_arguments)] // each is a distinct input of the task's start
     pub fn new(
         id: TaskId,
         chain: &[(Arc<TransformComponent>, TransformConfig)],
