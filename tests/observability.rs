@@ -246,6 +246,24 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
     names
 }
 
+/// `--metrics` at an address already in use stops `weir run` at once, naming the flag and the
+/// address; a malformed address is refused by the argument parser.
+#[test]
+fn a_metrics_address_in_use_or_malformed_is_refused() {
+    let pipeline = TestPipeline::new("weir-metrics-in-use", &Spec::new("passthrough"));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = taken.local_addr().expect("address").to_string();
+    for (value, expected) in [
+        (address.as_str(), format!("cannot serve metrics at {address} (--metrics)")),
+        ("127.0.0.1", "expected HOST:PORT, e.g. 127.0.0.1:9464".to_owned()),
+    ] {
+        let (ok, _, stderr) =
+            weir_tests::run_weir(&["run".as_ref(), pipeline.file.as_os_str(), "--metrics".as_ref(), value.as_ref()]);
+        assert!(!ok, "weir run --metrics {value} started");
+        assert!(stderr.contains(&expected), "--metrics {value}: {stderr}");
+    }
+}
+
 /// `weir status --json` has the text form's facts under the documented field names.
 #[tokio::test(flavor = "multi_thread")]
 async fn status_json_has_the_facts_of_the_text_form() {

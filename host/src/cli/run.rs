@@ -1,6 +1,6 @@
 //! `weir run <pipeline.toml>`: runs a pipeline until SIGINT or SIGTERM.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub struct RunArgs {
     /// Serve Prometheus metrics (`/metrics`), the dashboard (`/`) and its JSON
     /// (`/api/pipelines`) at ADDRESS, e.g. `127.0.0.1:9464` (port 0 picks a free port; the log
     /// says which). See docs/observability.md.
-    #[arg(long, value_name = "ADDRESS")]
+    #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
     metrics: Option<SocketAddr>,
 }
 
@@ -46,6 +46,15 @@ fn parse_pending(text: &str) -> Result<PendingOverride, String> {
         _ => return Err(usage()),
     };
     Ok(PendingOverride { checkpoint, committed })
+}
+
+/// Parses `--metrics <host>:<port>`, resolving a host name to its first address.
+fn parse_address(text: &str) -> Result<SocketAddr, String> {
+    let usage = |why: String| format!("expected HOST:PORT, e.g. 127.0.0.1:9464, got {text:?}: {why}");
+    text.to_socket_addrs()
+        .map_err(|error| usage(error.to_string()))?
+        .next()
+        .ok_or_else(|| usage("the host name has no address".into()))
 }
 
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {

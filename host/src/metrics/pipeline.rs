@@ -331,6 +331,9 @@ fn kind_label(kind: &ErrorKind) -> &'static str {
     }
 }
 
+#[cfg(test)]
+mod tests;
+
 /// Milliseconds since the Unix epoch.
 pub(super) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
