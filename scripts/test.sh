@@ -21,3 +21,4 @@ scripts/build-polyglot.sh --test
 "${WEIR_HOST_BUILD[@]}"
 # Pipeline tests each run `weir` processes against one broker; two at a time suit 2 cores.
 cargo test --release --workspace -- --test-threads=2 "$@"
+echo "test artifacts (the dashboard test's screenshots): $CARGO_TARGET_DIR/release/test-artifacts"

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::Value;
 use weir_tests::pipeline::{Reader, Spec, TestPipeline, produce, run_to_completion};
-use weir_tests::webdriver::Browser;
+use weir_tests::webdriver::{Browser, artifact};
 use weir_tests::{Isolation, create_topic};
 
 /// Generous: the machine may be busy with builds; conditions are waited for, never slept on.
@@ -84,13 +84,6 @@ fn field<'a>(card: &'a Value, name: &str) -> &'a Value {
     &card[name]
 }
 
-/// Where the test's screenshots go: under the target directory, beside the test executables.
-fn screenshot_path(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let target = exe.parent().and_then(|deps| deps.parent()).expect("target directory");
-    target.join("test-artifacts").join(name)
-}
-
 /// Produces plain values to partition 0 of `topic` every few milliseconds until `stop`; counts
 /// them in `sent` once flushed.
 fn keep_producing(topic: String, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
@@ -154,7 +147,7 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
     });
     assert_eq!(field(&caught_up, "state"), "running");
     assert_eq!(field(&caught_up, "error"), &Value::Null, "no failure: {caught_up}");
-    let shot = screenshot_path("dashboard-live.png");
+    let shot = artifact("dashboard-live.png");
     browser.screenshot(&shot);
     println!("screenshot of the live pipeline's dashboard: {}", shot.display());
 
@@ -167,7 +160,7 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
         matches!(field(&shown, "state").as_str(), Some("recovering" | "starting")),
         "a pipeline failing on a record keeps recovering: {shown}"
     );
-    let shot = screenshot_path("dashboard-failing.png");
+    let shot = artifact("dashboard-failing.png");
     browser.screenshot(&shot);
     println!("screenshot of the failing pipeline's dashboard: {}", shot.display());
 }

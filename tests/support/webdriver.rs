@@ -78,7 +78,8 @@ impl Browser {
     /// Evaluates `script` until `done` accepts its result, at most `timeout`; returns that result.
     ///
     /// # Panics
-    /// After `timeout`, with the last result and what was waited for.
+    /// After `timeout`, with the last result and what was waited for, and a screenshot of the
+    /// page then saved as [`artifact`]`("timeout.png")`.
     pub fn wait_for(&self, what: &str, script: &str, timeout: Duration, done: impl Fn(&Value) -> bool) -> Value {
         let started = Instant::now();
         loop {
@@ -86,7 +87,14 @@ impl Browser {
             if done(&value) {
                 return value;
             }
-            assert!(started.elapsed() < timeout, "the page never showed {what} within {timeout:?}; last seen: {value}");
+            if started.elapsed() >= timeout {
+                let shot = artifact("timeout.png");
+                self.screenshot(&shot);
+                panic!(
+                    "the page never showed {what} within {timeout:?}; last seen: {value}; screenshot: {}",
+                    shot.display()
+                );
+            }
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -124,6 +132,14 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// Where test artifacts such as screenshots go: `test-artifacts/<name>` in the target directory,
+/// beside the test executables (scripts/test.sh prints it).
+pub fn artifact(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe.parent().and_then(|deps| deps.parent()).expect("target directory");
+    target.join("test-artifacts").join(name)
 }
 
 /// The first of `candidates` that exists, else `name` found on PATH.
