@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{Value, json};
 
-/// How long chromedriver may take to answer its first request, and one command to run.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long chromedriver may take to answer its first request, and one command to run
+/// (generous: Chromium starts slowly on a busy machine).
+const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A chromedriver process and one browser session of it; both end when dropped.
 pub struct Browser {
