@@ -239,6 +239,43 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
     names
 }
 
+/// On a source written in transactions the end sits after a commit marker (and aborted records
+/// end in an abort marker): the lag still reaches 0, because the position steps over markers.
+#[tokio::test(flavor = "multi_thread")]
+async fn lag_reaches_zero_after_transaction_markers_and_aborted_records() {
+    let pipeline = TestPipeline::new("weir-lag-txn", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 1).await;
+    let values = |prefix: &str, n: usize| (0..n).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>();
+    // Offsets 0-49, commit marker 50, aborted 51-60, abort marker 61: the end is 62.
+    weir_tests::admin::produce_in_transaction(&pipeline.source, 0, &values("kept", 50), true);
+    weir_tests::admin::produce_in_transaction(&pipeline.source, 0, &values("aborted", 10), false);
+    let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = metrics_address(&pipeline, &mut run);
+    let started = Instant::now();
+    // When the position was first seen at the end: a sample taken after it must show lag 0.
+    let mut at_end: Option<u64> = None;
+    loop {
+        let view: Value = serde_json::from_str(&get(&format!("http://{address}/api/pipelines"))).expect("JSON");
+        let shown = &view["pipelines"][0];
+        if at_end.is_none() && shown["records_in"] == 50 && shown["partitions"][0]["position"] == 62 {
+            at_end = Some(now_ms());
+        }
+        let sampled_after = |s: &Value| at_end.is_some_and(|at| s["at_ms"].as_u64().is_some_and(|t| t > at));
+        let samples = shown["history"].as_array().cloned().unwrap_or_default();
+        if let Some(sample) = samples.iter().find(|s| sampled_after(s)) {
+            assert_eq!(sample["lag_records"], 0, "lag past the markers: {shown}");
+            break;
+        }
+        assert!(started.elapsed() < PAGE_TIMEOUT, "the lag never reached 0 past the markers: {shown}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Milliseconds since the Unix epoch, as the samples' `at_ms`.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_millis() as u64
+}
+
 /// `--metrics` at an address already in use stops `weir run` at once, naming the flag and the
 /// address; a malformed address is refused by the argument parser.
 #[test]
