@@ -18,7 +18,8 @@ pub struct Sample {
     /// Records sent to the sink topics per second since the previous sample.
     pub records_out_per_second: f64,
     /// Lag summed over the source partitions ([`super::PartitionView::lag_records`]); `None`
-    /// when the end offsets could not be read.
+    /// when the end offsets could not be read, before the tasks started, or while a partition's
+    /// lag was never measured.
     pub lag_records: Option<i64>,
     /// Duration of the last committed checkpoint at that time, in seconds.
     pub checkpoint_seconds: Option<f64>,

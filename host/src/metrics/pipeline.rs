@@ -74,7 +74,8 @@ pub struct CheckpointFigures {
 /// One partition's handles, kept for the sampler.
 struct Partition {
     position: IntGauge,
-    lag: IntGauge,
+    /// Created at the first measurement: until then the lag is unknown, not 0.
+    lag: Option<IntGauge>,
     records_in: IntCounter,
     records_out: IntCounter,
 }
@@ -169,7 +170,7 @@ impl PipelineMetrics {
         task.position(next_offset);
         let partition_handles = Partition {
             position: task.position.clone(),
-            lag: f.lag.with_label_values(&labels),
+            lag: None,
             records_in: task.records_in.clone(),
             records_out: task.records_out.clone(),
         };
@@ -262,18 +263,22 @@ impl PipelineMetrics {
     }
 
     /// Sets each partition's lag from its last stable offset (`ends`; partitions left out keep
-    /// their lag) and adds a history sample. `ends` is `None` when they could not be read.
+    /// their lag) and adds a history sample. `ends` is `None` when they could not be read; the
+    /// sample's lag is then unknown, as it is while a partition's lag was never measured.
     pub(super) fn sample(&self, ends: Option<&BTreeMap<TaskId, i64>>) {
-        let partitions = lock(&self.partitions);
-        let (mut records_in, mut records_out, mut lag) = (0, 0, 0);
-        for (id, partition) in partitions.iter() {
+        let mut partitions = lock(&self.partitions);
+        let (mut records_in, mut records_out) = (0, 0);
+        for (id, partition) in partitions.iter_mut() {
             if let Some(end) = ends.and_then(|ends| ends.get(id)) {
-                partition.lag.set((end - partition.position.get()).max(0));
+                let lag = partition
+                    .lag
+                    .get_or_insert_with(|| self.families.lag.with_label_values(&[self.name.as_str(), &id.to_string()]));
+                lag.set((end - partition.position.get()).max(0));
             }
             records_in += partition.records_in.get();
             records_out += partition.records_out.get();
-            lag += partition.lag.get();
         }
+        let lag = ends.and(total_lag(partitions.values().map(|p| p.lag.as_ref().map(IntGauge::get))));
         drop(partitions);
         let mut live = lock(&self.live);
         let checkpoint_seconds = live.last_checkpoint.as_ref().map(|c| c.duration_seconds);
@@ -282,7 +287,7 @@ impl PipelineMetrics {
             at_ms: now_ms(),
             records_in,
             records_out,
-            lag_records: ends.map(|_| lag),
+            lag_records: lag,
             checkpoint_seconds,
         });
     }
@@ -294,7 +299,7 @@ impl PipelineMetrics {
             .map(|(id, p)| PartitionView {
                 partition: id.to_string(),
                 position: p.position.get(),
-                lag_records: p.lag.get(),
+                lag_records: p.lag.as_ref().map(IntGauge::get),
                 records_in: p.records_in.get(),
                 records_out: p.records_out.get(),
             })
@@ -305,13 +310,21 @@ impl PipelineMetrics {
             state: live.state,
             records_in: partitions.iter().map(|p| p.records_in).sum(),
             records_out: partitions.iter().map(|p| p.records_out).sum(),
-            lag_records: partitions.iter().map(|p| p.lag_records).sum(),
+            lag_records: total_lag(partitions.iter().map(|p| p.lag_records)),
             last_error: live.last_error.clone(),
             last_checkpoint: live.last_checkpoint.clone(),
             partitions,
             history: live.history.samples(),
         }
     }
+}
+
+/// The sum of the partitions' lags; unknown when there is no partition yet or one was never
+/// measured.
+fn total_lag(lags: impl Iterator<Item = Option<i64>>) -> Option<i64> {
+    let mut lags = lags.peekable();
+    lags.peek()?;
+    lags.sum()
 }
 
 /// The `kind` label of a failed call.

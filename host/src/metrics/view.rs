@@ -26,8 +26,9 @@ pub struct PipelineView {
     pub records_in: u64,
     /// Records sent to the sink topics since the process started.
     pub records_out: u64,
-    /// Lag summed over the partitions, in records.
-    pub lag_records: i64,
+    /// Lag summed over the partitions, in records; `None` until every partition's lag was
+    /// measured.
+    pub lag_records: Option<i64>,
     /// The last failure, also after recovery healed it.
     pub last_error: Option<ErrorView>,
     /// The last committed checkpoint of this process.
@@ -46,8 +47,8 @@ pub struct PartitionView {
     /// Next offset the pipeline processes.
     pub position: i64,
     /// Last stable offset (the end a read_committed reader sees) minus `position`, at the last
-    /// sample; never negative.
-    pub lag_records: i64,
+    /// sample that measured it; never negative. `None` before the first measurement.
+    pub lag_records: Option<i64>,
     /// Source records processed.
     pub records_in: u64,
     /// Records sent to the sink topics.

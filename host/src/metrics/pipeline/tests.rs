@@ -19,19 +19,23 @@ fn partition(p: i32) -> TaskId {
 fn lag_is_the_end_minus_the_position_never_negative_and_kept_when_ends_are_unknown() {
     let metrics = Metrics::default();
     let pipeline = metrics.pipeline(&config("p"));
+    pipeline.sample(Some(&BTreeMap::new()));
+    assert_eq!(pipeline.view().history[0].lag_records, None, "no lag before the tasks start");
     let (first, second) = (pipeline.task(&partition(0), Some(10)), pipeline.task(&partition(1), Some(5)));
     first.batch(&BatchFigures { records_in: 4, records_out: 3, ..Default::default() });
     first.position(Some(14));
     second.position(Some(7));
+    assert_eq!(pipeline.view().lag_records, None, "unknown before the first measurement, not 0");
+    assert!(!metrics.encode().contains("weir_source_lag_records"), "{}", metrics.encode());
     // A partition's end below the position (a stale answer) is no negative lag.
     pipeline.sample(Some(&BTreeMap::from([(partition(0), 20), (partition(1), 6)])));
     let view = pipeline.view();
-    assert_eq!(view.partitions.iter().map(|p| p.lag_records).collect::<Vec<_>>(), [6, 0]);
-    assert_eq!((view.lag_records, view.records_in, view.records_out), (6, 4, 3));
+    assert_eq!(view.partitions.iter().map(|p| p.lag_records).collect::<Vec<_>>(), [Some(6), Some(0)]);
+    assert_eq!((view.lag_records, view.records_in, view.records_out), (Some(6), 4, 3));
     pipeline.sample(None);
     let view = pipeline.view();
-    assert_eq!(view.lag_records, 6, "unknown ends keep the last lag");
-    assert_eq!(view.history.iter().map(|s| s.lag_records).collect::<Vec<_>>(), [Some(6), None]);
+    assert_eq!(view.lag_records, Some(6), "unknown ends keep the last lag");
+    assert_eq!(view.history.iter().map(|s| s.lag_records).collect::<Vec<_>>(), [None, Some(6), None]);
 }
 
 #[test]
