@@ -28,6 +28,11 @@
 #   BENCH_PROFILE        1 to run every system under `perf record` (cpu-clock, call graphs; Weir
 #                        with WEIR_WASM_PROFILER=perfmap) and write <run>/profile.txt, the top
 #                        symbols by self time; the figures of such runs are perturbed
+#   BENCH_METRICS_PORT   port of the `*-metrics` systems' `weir run --metrics 127.0.0.1:PORT`,
+#                        default 9464; while one is selected, curl scrapes /metrics and
+#                        /api/pipelines there every 100 ms (needs curl)
+#   BENCH_BASELINE_WEIR  another build of the weir binary, run as `weir-passthrough-baseline`
+#                        (e.g. the commit before a change, to compare the two back to back)
 #   WEIR_KAFKA_PORT      broker port, default 9092; a broker this script starts is stopped at exit
 #
 # Raw results: target/bench/<timestamp>/results.jsonl; each run's log, pipeline file and final
@@ -44,6 +49,8 @@ expect=$((336776 * copies))
 stamp=$(date +%Y%m%d-%H%M%S)
 out=$root/target/bench/$stamp
 bin=$CARGO_TARGET_DIR/release
+metrics_port=${BENCH_METRICS_PORT:-9464}
+baseline=${BENCH_BASELINE_WEIR:-BENCH_BASELINE_WEIR-is-not-set}
 plugins=$root/target/plugins
 say() { printf 'bench: %s\n' "$*" >&2; }
 die() { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
@@ -58,6 +65,9 @@ systems=(
     "rdkafka-loop-txn | $bin/rdkafka-loop | - | - | $bin/rdkafka-loop --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --group @ID@ --transactional-id @ID@ --commit-interval-ms 1000"
     "weir-passthrough | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@"
     "weir-flight-delays | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | ref | $bin/weir run @PIPELINE@"
+    "weir-passthrough-metrics | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@ --metrics 127.0.0.1:$metrics_port"
+    "weir-flight-delays-metrics | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@ --metrics 127.0.0.1:$metrics_port"
+    "weir-passthrough-baseline | $baseline | bench/weir-passthrough.toml | - | $baseline run @PIPELINE@"
     "kstreams-flight-delays | bench/kstreams/target/weir-kstreams-flight-delays.jar | - | check | java -Xmx1g -jar bench/kstreams/target/weir-kstreams-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
     "flink-flight-delays | bench/flink/target/weir-flink-flight-delays.jar | - | check | java -Xmx1g -jar bench/flink/target/weir-flink-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
 )
@@ -76,10 +86,17 @@ for name in $requested; do
     printf '%s\n' "${systems[@]}" | grep -q "^$name |" || die "unknown system $name in BENCH_SYSTEMS"
 done
 
+# At exit: stop the scraper and a broker this script started.
+cleanup() {
+    if [[ -n ${scraper:-} ]]; then kill "$scraper" 2> /dev/null || true; fi
+    if [[ -n ${stop_broker:-} ]]; then scripts/kafka.sh stop; fi
+}
+trap cleanup EXIT
+
 # Broker: use a running one; start (and at exit stop) one otherwise.
 if ! scripts/kafka.sh status > /dev/null 2>&1; then
     scripts/kafka.sh start
-    trap 'scripts/kafka.sh stop' EXIT
+    stop_broker=1
 fi
 
 if [[ ${BENCH_BUILD:-1} != 0 ]]; then
@@ -105,6 +122,16 @@ for line in "${systems[@]}"; do
     selected+=("$line")
 done
 ((${#selected[@]})) || die "no system to run"
+
+# The metrics systems are scraped ten times as often as Prometheus' usual 1 s minimum.
+if printf '%s\n' "${selected[@]}" | grep -q -- '-metrics |'; then
+    (while :; do
+        curl -s -o /dev/null "http://127.0.0.1:$metrics_port/metrics" || true
+        curl -s -o /dev/null "http://127.0.0.1:$metrics_port/api/pipelines" || true
+        sleep 0.1
+    done) &
+    scraper=$!
+fi
 
 mkdir -p "$out"
 results=$out/results.jsonl

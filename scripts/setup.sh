@@ -14,6 +14,8 @@
 #   python    Python 3 with venv    pytest  pytest    node  Node.js 20+ with npm    go  Go 1.24+
 #   polyglot  python pytest node go (the SDKs' tests and builds)
 #   kafka     Java 17+ and Maven (scripts/kafka.sh fetches the broker from Maven Central)
+#   browser   Debian's chromium and chromium-driver (the dashboard's browser test drives them
+#             headless through WebDriver; test frameworks' own browser downloads are not used)
 #
 # Missing Debian packages are installed with apt-get (as root, or through sudo otherwise); a tool
 # apt cannot provide in a usable version stops the set-up with a message saying what to install.
@@ -69,8 +71,11 @@ weir_setup() {
                 command -v "${JAVA_HOME:+$JAVA_HOME/bin/}java" >/dev/null || packages+=(openjdk-17-jre-headless)
                 command -v mvn >/dev/null || packages+=(maven)
                 ;;
+            browser)
+                packages+=(chromium chromium-driver)
+                ;;
             *)
-                echo "setup: unknown part $part (host, guests, python, pytest, node, go, polyglot, kafka)" >&2
+                echo "setup: unknown part $part (host, guests, python, pytest, node, go, polyglot, kafka, browser)" >&2
                 return 2
                 ;;
         esac

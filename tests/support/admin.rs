@@ -22,7 +22,7 @@ fn options() -> AdminOptions {
 }
 
 /// An idempotent producer of the test broker with `extra` properties.
-pub(crate) fn producer(extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProducerContext> {
+pub fn producer(extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProducerContext> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap()).set("enable.idempotence", "true");
     for (key, value) in extra {
@@ -32,7 +32,7 @@ pub(crate) fn producer(extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProduc
 }
 
 /// Queues `record`, waiting while librdkafka's queue is full.
-pub(crate) fn send_waiting(producer: &ThreadedProducer<DefaultProducerContext>, mut record: BaseRecord<'_, str, str>) {
+pub fn send_waiting(producer: &ThreadedProducer<DefaultProducerContext>, mut record: BaseRecord<'_, str, str>) {
     while let Err((_, returned)) = producer.send(record) {
         record = returned;
         std::thread::sleep(Duration::from_millis(5));

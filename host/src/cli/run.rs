@@ -1,5 +1,6 @@
 //! `weir run <pipeline.toml>`: runs a pipeline until SIGINT or SIGTERM.
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Args;
 use weir::checkpoint::savepoint;
 use weir::config::PipelineConfig;
+use weir::metrics::{Metrics, start_sampler};
 use weir::pipeline::{RunOptions, run};
 use weir::wasm::{EngineConfig, WasmEngine};
 
@@ -24,6 +26,20 @@ pub struct RunArgs {
     /// consumer group. Works under the savepoint's pipeline name or another one.
     #[arg(long, value_name = "DIR")]
     from_savepoint: Option<PathBuf>,
+    /// Serve Prometheus metrics (`/metrics`), the dashboard (`/`) and its JSON
+    /// (`/api/pipelines`) at ADDRESS, e.g. `127.0.0.1:9464` (port 0 picks a free port; the log
+    /// says which). See docs/observability.md.
+    #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
+    metrics: Option<SocketAddr>,
+}
+
+/// Parses `--metrics <host>:<port>`, resolving a host name to its first address.
+fn parse_address(text: &str) -> Result<SocketAddr, String> {
+    let usage = |why: String| format!("expected HOST:PORT, e.g. 127.0.0.1:9464, got {text:?}: {why}");
+    text.to_socket_addrs()
+        .map_err(|error| usage(error.to_string()))?
+        .next()
+        .ok_or_else(|| usage("the host name has no address".into()))
 }
 
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -33,7 +49,14 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     watch_signals(shutdown.clone())?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
     let from_savepoint = args.from_savepoint.as_deref().map(savepoint::read).transpose()?;
-    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets, from_savepoint };
+    let metrics = Arc::new(Metrics::default());
+    if let Some(address) = args.metrics {
+        start_sampler(&metrics)?;
+        let bound = weir::http::serve(address, metrics.clone())
+            .map_err(|error| anyhow::anyhow!("cannot serve metrics at {address} (--metrics): {error}"))?;
+        tracing::info!(pipeline = %config.name, "serving metrics at http://{bound}/metrics and the dashboard at http://{bound}/");
+    }
+    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets, from_savepoint, metrics };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }

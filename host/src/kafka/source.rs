@@ -106,6 +106,30 @@ impl Source {
         Ok(offsets)
     }
 
+    /// The end offset of each of `tasks`, read in one `ListOffsets` request per leader: the
+    /// last stable offset, the consumer being read_committed (KIP-98). Partitions whose leader
+    /// did not answer are left out.
+    ///
+    /// # Errors
+    /// When the brokers cannot be reached within `timeout`.
+    pub fn end_offsets(&self, tasks: &[TaskId], timeout: Duration) -> Result<BTreeMap<TaskId, i64>, KafkaError> {
+        let mut list = TopicPartitionList::new();
+        for task in tasks {
+            list.add_partition_offset(&task.topic, task.partition, Offset::End)?;
+        }
+        let found = self.consumer.offsets_for_times(list, timeout)?;
+        Ok(found
+            .elements()
+            .iter()
+            .filter_map(|element| match (element.error(), element.offset()) {
+                (Ok(()), Offset::Offset(offset)) => {
+                    Some((TaskId { topic: element.topic().to_owned(), partition: element.partition() }, offset))
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Assigns every partition of `positions`, starting at the given offsets (replacing any
     /// earlier assignment).
     ///

@@ -18,6 +18,7 @@ use crate::kafka::{
     Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source,
     TopicCheck, classify, record_headers, sink_record_limit,
 };
+use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays, Writes, state_prefix};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, OutputRecord, RecordLimit, TransformComponent, WasmEngine};
@@ -42,6 +43,8 @@ pub struct RunOptions {
     /// the pipeline's, and its first checkpoint rewrites the changelog and the group's offsets. A
     /// pipeline whose lineage is already the savepoint's id started from it before and ignores it.
     pub from_savepoint: Option<Savepoint>,
+    /// Where the pipeline reports its metrics and state (see [`crate::metrics`]).
+    pub metrics: Arc<Metrics>,
 }
 
 /// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
@@ -58,24 +61,32 @@ pub fn run(
     options: &RunOptions,
     shutdown: &AtomicBool,
 ) -> Result<(), PipelineError> {
+    let metrics = options.metrics.pipeline(config);
     let chain: Vec<(Arc<TransformComponent>, TransformConfig)> = config
         .transforms
         .iter()
         .map(|t| Ok((Arc::new(engine.load(&t.wasm)?), t.clone())))
-        .collect::<Result<_, PipelineError>>()?;
+        .collect::<Result<_, PipelineError>>()
+        .inspect_err(|error| metrics.failed(error, false))?;
     let mut backoff = Duration::from_secs(1);
     // The savepoint applies until a start commits its first checkpoint; a recovery after that
     // resumes from the changelog.
     let mut savepoint = options.from_savepoint.as_ref();
     loop {
         let attempt = Instant::now();
-        let result = Runner::start(config, &chain, options, savepoint, shutdown).and_then(|mut runner| {
+        metrics.set_state(PipelineState::Starting);
+        let result = Runner::start(config, &chain, options, savepoint, shutdown, &metrics).and_then(|mut runner| {
             savepoint = None;
+            metrics.set_state(PipelineState::Running);
             runner.run(shutdown)
         });
         match result {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                metrics.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
             Err(error) if error.is_retriable() && !shutdown.load(Ordering::Relaxed) => {
+                metrics.failed(&error, true);
                 if attempt.elapsed() > MAX_BACKOFF {
                     backoff = Duration::from_secs(1);
                 }
@@ -83,7 +94,10 @@ pub fn run(
                 sleep_unless(shutdown, backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
-            Err(error) => return Err(error),
+            Err(error) => {
+                metrics.failed(&error, false);
+                return Err(error);
+            }
         }
     }
 }
@@ -131,6 +145,7 @@ struct Runner<'a> {
     last_discovery: Instant,
     /// When tasks were last checked for idleness (it asks the broker for end offsets).
     last_idle_check: Instant,
+    metrics: Arc<PipelineMetrics>,
 }
 
 impl<'a> Runner<'a> {
@@ -143,6 +158,7 @@ impl<'a> Runner<'a> {
         options: &RunOptions,
         savepoint: Option<&Savepoint>,
         shutdown: &AtomicBool,
+        metrics: &Arc<PipelineMetrics>,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
         let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
@@ -194,6 +210,7 @@ impl<'a> Runner<'a> {
             tracing::info!(savepoint = %savepoint.manifest.id, of = %savepoint.manifest.pipeline, checkpoint = %savepoint::checkpoint(savepoint), tasks = savepoint.tasks.len(), "starting from a savepoint; the first checkpoint writes it to the changelog and the group");
         }
         tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
+        metrics.restored(committed.id);
 
         let positions = start_positions(config, &source, &task_ids, &committed, &group)?;
         let outputs: Vec<String> = config.sink.outputs.keys().cloned().collect();
@@ -209,6 +226,7 @@ impl<'a> Runner<'a> {
                 snapshot,
                 positions.get(id).copied(),
                 config.source.watermark.as_ref(),
+                metrics,
             )?;
             if let Some(writes) = seeds.remove(id) {
                 task.seed_changelog(writes);
@@ -243,6 +261,7 @@ impl<'a> Runner<'a> {
             last_commit: Instant::now(),
             last_discovery: Instant::now(),
             last_idle_check: Instant::now(),
+            metrics: metrics.clone(),
         };
         runner.begin_epoch(next)?;
         // Commit at once positions that are new or moved, and offsets the group lost (deleted,
@@ -319,6 +338,7 @@ impl<'a> Runner<'a> {
         for task in &mut self.tasks {
             if let Some(position) = positions.get(task.id()) {
                 task.advance_to(*position);
+                task.metrics().position(task.next_offset());
             }
         }
         Ok(self.epoch.records > 0
@@ -367,6 +387,7 @@ impl<'a> Runner<'a> {
                 |_| None,
                 Some(offset),
                 self.config.source.watermark.as_ref(),
+                &self.metrics,
             )?;
             self.task_index.insert((id.topic.clone(), id.partition), self.tasks.len());
             self.overlays.push(task.overlays().clone());
@@ -388,10 +409,12 @@ impl<'a> Runner<'a> {
 
     /// Runs one batch through its task and sends the output to the epoch's slot.
     fn process(&mut self, index: usize, batch: Vec<InputRecord>) -> Result<(), PipelineError> {
+        let started = Instant::now();
         let count = batch.len() as u64;
+        let bytes_in = batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum();
         let last_timestamp = batch.last().map(|r| r.timestamp);
         let (outputs, dead_letters) = self.tasks[index].process(batch)?;
-        self.send(index, &outputs, &dead_letters, last_timestamp)?;
+        self.send(index, &outputs, &dead_letters, last_timestamp, (count, bytes_in, started))?;
         self.epoch.records += count;
         Ok(())
     }
@@ -423,26 +446,26 @@ impl<'a> Runner<'a> {
             }
         }
         for index in 0..self.tasks.len() {
+            let started = Instant::now();
             if let Some((outputs, dead_letters)) = self.tasks[index].fire_timers(now_ms)? {
-                self.send(index, &outputs, &dead_letters, None)?;
+                self.send(index, &outputs, &dead_letters, None, (0, 0, started))?;
                 self.epoch.timer_rounds += 1;
             }
         }
         Ok(())
     }
 
-    /// Sends a task's output and dead letters to the epoch's slot; `default_timestamp` applies
-    /// to outputs without one.
+    /// Sends a task's output and dead letters to the epoch's slot; `last_timestamp` applies to
+    /// outputs without one. `input` is the records and bytes that made them (none for timers)
+    /// and when their work started, for the task's metrics.
     fn send(
         &mut self,
         index: usize,
         outputs: &[OutputRecord],
         dead_letters: &[DeadLetter],
         last_timestamp: Option<i64>,
+        (records_in, bytes_in, started): (u64, u64, Instant),
     ) -> Result<(), PipelineError> {
-        if outputs.is_empty() && dead_letters.is_empty() {
-            return Ok(());
-        }
         let slot = self.slot();
         let sink = &self.config.sink;
         let mut output_bytes = 0;
@@ -452,8 +475,7 @@ impl<'a> Runner<'a> {
                 None => &sink.topic,
             };
             slot.send(topic, output, last_timestamp).map_err(PipelineError::kafka(format!("producing to {topic}")))?;
-            output_bytes +=
-                (output.key.as_ref().map_or(0, Vec::len) + output.value.as_ref().map_or(0, Vec::len)) as u64;
+            output_bytes += record_bytes(&output.key, &output.value);
         }
         if let Some(topic) = &sink.dead_letter_topic {
             for dead_letter in dead_letters {
@@ -462,6 +484,19 @@ impl<'a> Runner<'a> {
             }
         }
         self.epoch.output_bytes += output_bytes;
+        for dead_letter in dead_letters {
+            self.metrics.guest_error(&dead_letter.error);
+        }
+        let task = &self.tasks[index];
+        task.metrics().batch(&BatchFigures {
+            records_in,
+            bytes_in,
+            records_out: outputs.len() as u64,
+            bytes_out: output_bytes,
+            dead_letters: dead_letters.len() as u64,
+            duration: started.elapsed(),
+        });
+        task.metrics().position(task.next_offset());
         Ok(())
     }
 
@@ -539,6 +574,18 @@ impl<'a> Runner<'a> {
             apply_us,
             "checkpoint committed"
         );
+        let us = Duration::from_micros;
+        self.metrics.checkpoint(&CheckpointFigures {
+            id,
+            total: barrier_at.elapsed(),
+            barrier: us(barrier_us),
+            pre_commit: us(pre_commit_us),
+            commit: us(commit_us),
+            apply: us(apply_us),
+            records: self.epoch.records,
+            output_bytes: self.epoch.output_bytes,
+            state_bytes: state_bytes as u64,
+        });
         self.recorded = sealed.checkpoint.offsets;
         self.last_commit = Instant::now();
         self.begin_epoch(id.next())
@@ -861,6 +908,11 @@ fn in_range(
             Ok(low)
         }
     }
+}
+
+/// Key and value bytes of a record: what `weir_bytes_in_total` and `weir_bytes_out_total` count.
+fn record_bytes(key: &Option<Vec<u8>>, value: &Option<Vec<u8>>) -> u64 {
+    (key.as_ref().map_or(0, Vec::len) + value.as_ref().map_or(0, Vec::len)) as u64
 }
 
 fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {

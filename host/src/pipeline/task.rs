@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::checkpoint::protocol::TaskBarrier;
 use crate::config::{OnError, TransformConfig, WatermarkConfig};
 use crate::error::PipelineError;
+use crate::metrics::{OperatorMetrics, PipelineMetrics, TaskMetrics};
 use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
 use crate::time::{TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
@@ -104,6 +106,7 @@ pub type Emitted = (Vec<OutputRecord>, Vec<DeadLetter>);
 struct Step {
     operator: Operator,
     on_error: OnError,
+    metrics: OperatorMetrics,
 }
 
 /// One parallel unit of a pipeline (v1: one source partition).
@@ -122,6 +125,7 @@ pub struct Task {
     seed: Option<Writes>,
     /// Event time, when the source has a watermark strategy.
     time: Option<TaskTime>,
+    metrics: TaskMetrics,
 }
 
 impl Task {
@@ -129,14 +133,13 @@ impl Task {
     ///
     /// `next_offset` is where the task's partition is read from (its committed offset, or where
     /// a partition without one starts); `max_record` is the largest output record the sink can
-    /// write; `watermark` is the source's watermark strategy, if any.
+    /// write; `watermark` is the source's watermark strategy, if any. The task's counters are
+    /// `metrics`' handles for its partition.
     ///
     /// # Errors
     /// When an operator cannot start (instantiation, `init` or `restore` failed), or the task's
     /// committed clock cannot be read.
-    // Each part comes from another place (recovery, the sink, the pipeline file); a struct of
-    // them would only move the list.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // each is a distinct input of the task's start
     pub fn new(
         id: TaskId,
         chain: &[(Arc<TransformComponent>, TransformConfig)],
@@ -146,6 +149,7 @@ impl Task {
         snapshot: impl Fn(&str) -> Option<Vec<u8>>,
         next_offset: Option<i64>,
         watermark: Option<&WatermarkConfig>,
+        metrics: &PipelineMetrics,
     ) -> Result<Self, OperatorError> {
         let overlays = TaskOverlays::new(db);
         let time = watermark
@@ -181,14 +185,20 @@ impl Task {
                 snapshots.insert(config.name.clone(), snapshot.clone());
                 operator.set_snapshot(snapshot);
             }
-            steps.push(Step { operator, on_error: config.on_error });
+            steps.push(Step { operator, on_error: config.on_error, metrics: metrics.operator(&config.name, &id) });
         }
-        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: None, time })
+        let metrics = metrics.task(&id, next_offset);
+        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: None, time, metrics })
     }
 
     /// The task's id.
     pub fn id(&self) -> &TaskId {
         &self.id
+    }
+
+    /// The task's metric handles.
+    pub fn metrics(&self) -> &TaskMetrics {
+        &self.metrics
     }
 
     /// The largest output record the sink can write.
@@ -303,6 +313,7 @@ impl Task {
     ) -> Result<Vec<OutputRecord>, OperatorError> {
         let steps = self.steps.len();
         for (index, step) in self.steps.iter_mut().enumerate().skip(from) {
+            let started = Instant::now();
             let outputs = match step.on_error {
                 OnError::Fail => match step.operator.process(&records) {
                     Ok(outputs) => outputs,
@@ -319,6 +330,7 @@ impl Task {
                     Err(error) => return Err(error),
                 },
             };
+            step.metrics.call(started.elapsed());
             if index + 1 == steps {
                 return Ok(outputs);
             }
@@ -398,6 +410,7 @@ impl Task {
         let seed = self.seed.take();
         let mut snapshots = Vec::new();
         for step in &mut self.steps {
+            step.metrics.memory(step.operator.peak_memory());
             let name = step.operator.name().to_owned();
             let snapshot = step.operator.snapshot()?;
             // An empty snapshot that replaces an older one is recorded too: a restart would

@@ -240,7 +240,7 @@ impl Operator {
     }
 
     /// Largest linear memory of the live instance so far, in bytes; 0 when there is none.
-    fn peak_memory(&self) -> usize {
+    pub fn peak_memory(&self) -> usize {
         match &self.instance {
             Instance::Live { store, .. } => store.data().limiter.peak,
             _ => 0,

@@ -1,0 +1,39 @@
+//! Metrics and live status of running pipelines: Prometheus metrics, the dashboard's JSON, and
+//! the process's recent log lines.
+//!
+//! - [`Metrics`]: the registry of a process and its pipelines, shared with the HTTP server
+//!   ([`crate::http`]).
+//! - [`PipelineMetrics`]: one pipeline; its runner reports state changes, failures and
+//!   checkpoints to it.
+//! - [`TaskMetrics`], [`OperatorMetrics`]: handles looked up once per task, so that the record
+//!   path only adds to atomic counters (no label lookup per record or batch).
+//! - The sampler ([`start_sampler`]): once a second, lag per partition and a history sample.
+//! - [`RecentLog`]: a `tracing` layer keeping the last log lines.
+//!
+//! # Names
+//! Prometheus conventions: `weir_<what>_<unit>`, `_total` for counters, seconds and bytes.
+//! Labels are bounded: `pipeline`, `operator`, `partition` (`topic[partition]`), and the fixed
+//! sets `phase`, `kind` and `state`; never record keys. docs/observability.md lists them all.
+//!
+//! # Lag
+//! Lag per partition is the partition's last stable offset (the end a read_committed reader
+//! sees, read by the sampler with its own client) minus the pipeline's position (the next
+//! offset it processes). A caught-up pipeline shows 0, also on a transactional source, whose
+//! end sits after a commit marker: the position steps over markers at each checkpoint.
+
+mod families;
+mod history;
+mod log;
+mod pipeline;
+mod registry;
+mod sampler;
+mod task;
+mod view;
+
+pub use history::{HISTORY_SAMPLES, Sample};
+pub use log::{RECENT_LINES, RecentLog};
+pub use pipeline::{CheckpointFigures, PipelineMetrics, PipelineState};
+pub use registry::Metrics;
+pub use sampler::{SAMPLE_INTERVAL, start_sampler};
+pub use task::{BatchFigures, OperatorMetrics, TaskMetrics};
+pub use view::{CheckpointView, DashboardView, ErrorView, PartitionView, PipelineView};

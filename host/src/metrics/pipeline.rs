@@ -1,0 +1,360 @@
+//! The metrics and live status of one pipeline: what its runner reports, and what the sampler
+//! adds (lag, history).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prometheus::{Histogram, IntCounter, IntGauge};
+use serde::Serialize;
+
+use super::families::Families;
+use super::history::{History, Totals};
+use super::task::{OperatorMetrics, TaskMetrics};
+use super::view::{CheckpointView, ErrorView, PartitionView, PipelineView};
+use crate::config::PipelineConfig;
+use crate::error::PipelineError;
+use crate::types::{CheckpointId, TaskId};
+use crate::wasm::{ErrorKind, OperatorError};
+
+/// Where a pipeline stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipelineState {
+    /// Loading transforms, checking the cluster, recovering.
+    Starting,
+    /// Processing records.
+    Running,
+    /// Failed with a retriable error; recovery runs again after a back-off.
+    Recovering,
+    /// Stopped by an error that needs a human.
+    Failed,
+    /// Stopped on request, after committing the open epoch.
+    Stopped,
+}
+
+impl PipelineState {
+    const ALL: [PipelineState; 5] = [Self::Starting, Self::Running, Self::Recovering, Self::Failed, Self::Stopped];
+
+    /// The state's name, as in the JSON and the `state` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Recovering => "recovering",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// The durations and sizes of one committed checkpoint, for [`PipelineMetrics::checkpoint`].
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointFigures {
+    /// The checkpoint.
+    pub id: CheckpointId,
+    /// Barrier to apply.
+    pub total: Duration,
+    /// Snapshots and sealed overlays of every task.
+    pub barrier: Duration,
+    /// Flush and offsets into the transaction (or the flush alone when not exactly-once).
+    pub pre_commit: Duration,
+    /// `commit_transaction` (zero when not exactly-once).
+    pub commit: Duration,
+    /// Applying the epoch's state writes to the RocksDB cache, after the commit.
+    pub apply: Duration,
+    /// Source records of the epoch.
+    pub records: u64,
+    /// Output key and value bytes of the epoch.
+    pub output_bytes: u64,
+    /// Key and value bytes of the epoch's state writes.
+    pub state_bytes: u64,
+}
+
+/// One partition's handles, kept for the sampler.
+struct Partition {
+    position: IntGauge,
+    /// Created at the first measurement: until then the lag is unknown, not 0.
+    lag: Option<IntGauge>,
+    records_in: IntCounter,
+    records_out: IntCounter,
+}
+
+/// What changes at a lower rate than records: state, errors, checkpoints, history.
+struct Live {
+    state: PipelineState,
+    last_error: Option<ErrorView>,
+    last_checkpoint: Option<CheckpointView>,
+    history: History,
+}
+
+/// The source the sampler reads end offsets from.
+#[derive(Debug, Clone)]
+pub(super) struct SourceAddress {
+    pub brokers: String,
+    pub consumer: BTreeMap<String, String>,
+    pub group_id: String,
+}
+
+/// The metrics of one pipeline. Handles that the record path uses are looked up once per task
+/// ([`PipelineMetrics::task`], [`PipelineMetrics::operator`]); everything else here runs once
+/// per checkpoint, failure or state change.
+pub struct PipelineMetrics {
+    name: String,
+    pub(super) source: SourceAddress,
+    families: Arc<Families>,
+    batch: Histogram,
+    checkpoint_phases: [Histogram; 5],
+    epoch_records: Histogram,
+    epoch_bytes: Histogram,
+    checkpoint_id: IntGauge,
+    state_written: IntCounter,
+    recoveries: IntCounter,
+    restores: IntCounter,
+    partitions: Mutex<BTreeMap<TaskId, Partition>>,
+    live: Mutex<Live>,
+}
+
+/// The `phase` label values of `weir_checkpoint_duration_seconds`, in [`CheckpointFigures`] order.
+const PHASES: [&str; 5] = ["total", "barrier", "pre_commit", "commit", "apply"];
+
+impl PipelineMetrics {
+    pub(super) fn new(config: &PipelineConfig, families: Arc<Families>) -> Self {
+        let name = config.name.as_str();
+        let metrics = Self {
+            name: name.to_owned(),
+            source: SourceAddress {
+                brokers: config.source.brokers.clone(),
+                consumer: config.source.consumer.clone(),
+                group_id: config.group_id(),
+            },
+            batch: families.batch_seconds.with_label_values(&[name]),
+            checkpoint_phases: PHASES.map(|phase| families.checkpoint_seconds.with_label_values(&[name, phase])),
+            epoch_records: families.epoch_records.with_label_values(&[name]),
+            epoch_bytes: families.epoch_bytes.with_label_values(&[name]),
+            checkpoint_id: families.checkpoint_id.with_label_values(&[name]),
+            state_written: families.state_written.with_label_values(&[name]),
+            recoveries: families.recoveries.with_label_values(&[name]),
+            restores: families.restores.with_label_values(&[name]),
+            partitions: Mutex::default(),
+            live: Mutex::new(Live {
+                state: PipelineState::Starting,
+                last_error: None,
+                last_checkpoint: None,
+                history: History::default(),
+            }),
+            families,
+        };
+        metrics.publish_state(PipelineState::Starting);
+        metrics
+    }
+
+    /// The pipeline's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The handles of the task of `partition`, which starts at `next_offset`.
+    pub fn task(&self, partition: &TaskId, next_offset: Option<i64>) -> TaskMetrics {
+        let labels = [self.name.as_str(), &partition.to_string()];
+        let f = &self.families;
+        let task = TaskMetrics {
+            records_in: f.records_in.with_label_values(&labels),
+            records_out: f.records_out.with_label_values(&labels),
+            bytes_in: f.bytes_in.with_label_values(&labels),
+            bytes_out: f.bytes_out.with_label_values(&labels),
+            dead_letters: f.dead_letters.with_label_values(&labels),
+            position: f.position.with_label_values(&labels),
+            batch: self.batch.clone(),
+        };
+        task.position(next_offset);
+        let partition_handles = Partition {
+            position: task.position.clone(),
+            lag: None,
+            records_in: task.records_in.clone(),
+            records_out: task.records_out.clone(),
+        };
+        lock(&self.partitions).insert(partition.clone(), partition_handles);
+        task
+    }
+
+    /// The handles of operator `operator` in the task of `partition`.
+    pub fn operator(&self, operator: &str, partition: &TaskId) -> OperatorMetrics {
+        OperatorMetrics {
+            call: self.families.guest_call_seconds.with_label_values(&[self.name.as_str(), operator]),
+            memory: self.families.guest_memory.with_label_values(&[
+                self.name.as_str(),
+                operator,
+                &partition.to_string(),
+            ]),
+        }
+    }
+
+    /// Sets the pipeline's state.
+    pub fn set_state(&self, state: PipelineState) {
+        lock(&self.live).state = state;
+        self.publish_state(state);
+    }
+
+    fn publish_state(&self, state: PipelineState) {
+        for other in PipelineState::ALL {
+            self.families.state.with_label_values(&[self.name.as_str(), other.name()]).set(i64::from(other == state));
+        }
+    }
+
+    /// Recovery restored checkpoint `id` (0: the pipeline's first start, nothing to restore).
+    pub fn restored(&self, id: CheckpointId) {
+        self.checkpoint_id.set(id.0 as i64);
+        if id.0 > 0 {
+            self.restores.inc();
+        }
+    }
+
+    /// The pipeline failed with `error`; `retrying` when recovery runs again after a back-off.
+    pub fn failed(&self, error: &PipelineError, retrying: bool) {
+        if let PipelineError::Operator(error) = error {
+            self.guest_error(error);
+        }
+        if retrying {
+            self.recoveries.inc();
+        }
+        let state = if retrying { PipelineState::Recovering } else { PipelineState::Failed };
+        let mut live = lock(&self.live);
+        live.state = state;
+        live.last_error = Some(ErrorView { message: error.to_string(), at_ms: now_ms() });
+        drop(live);
+        self.publish_state(state);
+    }
+
+    /// Counts a failed operator call (one that stopped the epoch, or one dead-lettered).
+    pub fn guest_error(&self, error: &OperatorError) {
+        self.families
+            .guest_errors
+            .with_label_values(&[self.name.as_str(), &error.operator, kind_label(&error.kind)])
+            .inc();
+    }
+
+    /// Records a committed checkpoint.
+    pub fn checkpoint(&self, figures: &CheckpointFigures) {
+        let phases = [figures.total, figures.barrier, figures.pre_commit, figures.commit, figures.apply];
+        for (histogram, duration) in self.checkpoint_phases.iter().zip(phases) {
+            histogram.observe(duration.as_secs_f64());
+        }
+        self.epoch_records.observe(figures.records as f64);
+        self.epoch_bytes.observe(figures.output_bytes as f64);
+        self.checkpoint_id.set(figures.id.0 as i64);
+        self.state_written.inc_by(figures.state_bytes);
+        lock(&self.live).last_checkpoint = Some(CheckpointView {
+            id: figures.id.0,
+            at_ms: now_ms(),
+            duration_seconds: figures.total.as_secs_f64(),
+            barrier_seconds: figures.barrier.as_secs_f64(),
+            pre_commit_seconds: figures.pre_commit.as_secs_f64(),
+            commit_seconds: figures.commit.as_secs_f64(),
+            apply_seconds: figures.apply.as_secs_f64(),
+            records: figures.records,
+            output_bytes: figures.output_bytes,
+        });
+    }
+
+    /// The partitions (task ids) the pipeline has tasks for.
+    pub(super) fn partition_ids(&self) -> Vec<TaskId> {
+        lock(&self.partitions).keys().cloned().collect()
+    }
+
+    /// Sets each partition's lag from its last stable offset (`ends`; partitions left out keep
+    /// their lag) and adds a history sample. `ends` is `None` when they could not be read; the
+    /// sample's lag is then unknown, as it is while a partition's lag was never measured.
+    pub(super) fn sample(&self, ends: Option<&BTreeMap<TaskId, i64>>) {
+        let mut partitions = lock(&self.partitions);
+        let (mut records_in, mut records_out) = (0, 0);
+        for (id, partition) in partitions.iter_mut() {
+            if let Some(end) = ends.and_then(|ends| ends.get(id)) {
+                let lag = partition
+                    .lag
+                    .get_or_insert_with(|| self.families.lag.with_label_values(&[self.name.as_str(), &id.to_string()]));
+                lag.set((end - partition.position.get()).max(0));
+            }
+            records_in += partition.records_in.get();
+            records_out += partition.records_out.get();
+        }
+        let lag = ends.and(total_lag(partitions.values().map(|p| p.lag.as_ref().map(IntGauge::get))));
+        drop(partitions);
+        let mut live = lock(&self.live);
+        let checkpoint_seconds = live.last_checkpoint.as_ref().map(|c| c.duration_seconds);
+        live.history.push(Totals {
+            at: Instant::now(),
+            at_ms: now_ms(),
+            records_in,
+            records_out,
+            lag_records: lag,
+            checkpoint_seconds,
+        });
+    }
+
+    /// The pipeline as the dashboard's JSON shows it.
+    pub fn view(&self) -> PipelineView {
+        let partitions: Vec<PartitionView> = lock(&self.partitions)
+            .iter()
+            .map(|(id, p)| PartitionView {
+                partition: id.to_string(),
+                position: p.position.get(),
+                lag_records: p.lag.as_ref().map(IntGauge::get),
+                records_in: p.records_in.get(),
+                records_out: p.records_out.get(),
+            })
+            .collect();
+        let live = lock(&self.live);
+        PipelineView {
+            name: self.name.clone(),
+            state: live.state,
+            records_in: partitions.iter().map(|p| p.records_in).sum(),
+            records_out: partitions.iter().map(|p| p.records_out).sum(),
+            lag_records: total_lag(partitions.iter().map(|p| p.lag_records)),
+            last_error: live.last_error.clone(),
+            last_checkpoint: live.last_checkpoint.clone(),
+            partitions,
+            history: live.history.samples(),
+        }
+    }
+}
+
+/// The sum of the partitions' lags; unknown when there is no partition yet or one was never
+/// measured.
+fn total_lag(lags: impl Iterator<Item = Option<i64>>) -> Option<i64> {
+    let mut lags = lags.peekable();
+    lags.peek()?;
+    lags.sum()
+}
+
+/// The `kind` label of a failed call.
+fn kind_label(kind: &ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::DeadlineExceeded { .. } => "deadline",
+        ErrorKind::MemoryLimit { .. } => "memory_limit",
+        ErrorKind::GuestPanic { .. } => "panic",
+        ErrorKind::Exit { .. } => "exit",
+        ErrorKind::StackOverflow => "stack_overflow",
+        ErrorKind::Trap { .. } => "trap",
+        ErrorKind::InvalidOutput { .. } => "invalid_output",
+        ErrorKind::OutputTooLarge { .. } => "output_too_large",
+        ErrorKind::Guest { .. } => "guest_error",
+        ErrorKind::State(_) => "state",
+        ErrorKind::Host { .. } => "host",
+        ErrorKind::EventTime { .. } => "event_time",
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Milliseconds since the Unix epoch.
+pub(super) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Locks `mutex`, also when a panicking thread poisoned it: metrics are plain values that stay
+/// consistent whatever the panic interrupted.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

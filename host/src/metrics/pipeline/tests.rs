@@ -1,0 +1,70 @@
+use std::path::Path;
+
+use super::*;
+use crate::metrics::{BatchFigures, Metrics};
+
+fn config(name: &str) -> PipelineConfig {
+    let text = format!(
+        "name = \"{name}\"\n[source]\nbrokers = \"localhost:9092\"\ntopics = [\"flights\"]\n\
+         [[transforms]]\nname = \"delays\"\nwasm = \"delays.wasm\"\n[sink]\ntopic = \"out\"\n"
+    );
+    PipelineConfig::from_toml_str(&text, Path::new("/srv")).expect("valid pipeline file")
+}
+
+fn partition(p: i32) -> TaskId {
+    TaskId { topic: "flights".into(), partition: p }
+}
+
+#[test]
+fn lag_is_the_end_minus_the_position_never_negative_and_kept_when_ends_are_unknown() {
+    let metrics = Metrics::default();
+    let pipeline = metrics.pipeline(&config("p"));
+    pipeline.sample(Some(&BTreeMap::new()));
+    assert_eq!(pipeline.view().history[0].lag_records, None, "no lag before the tasks start");
+    let (first, second) = (pipeline.task(&partition(0), Some(10)), pipeline.task(&partition(1), Some(5)));
+    first.batch(&BatchFigures { records_in: 4, records_out: 3, ..Default::default() });
+    first.position(Some(14));
+    second.position(Some(7));
+    assert_eq!(pipeline.view().lag_records, None, "unknown before the first measurement, not 0");
+    assert!(!metrics.encode().contains("weir_source_lag_records"), "{}", metrics.encode());
+    // A partition's end below the position (a stale answer) is no negative lag.
+    pipeline.sample(Some(&BTreeMap::from([(partition(0), 20), (partition(1), 6)])));
+    let view = pipeline.view();
+    assert_eq!(view.partitions.iter().map(|p| p.lag_records).collect::<Vec<_>>(), [Some(6), Some(0)]);
+    assert_eq!((view.lag_records, view.records_in, view.records_out), (Some(6), 4, 3));
+    pipeline.sample(None);
+    let view = pipeline.view();
+    assert_eq!(view.lag_records, Some(6), "unknown ends keep the last lag");
+    assert_eq!(view.history.iter().map(|s| s.lag_records).collect::<Vec<_>>(), [None, Some(6), None]);
+}
+
+#[test]
+fn one_state_at_a_time_and_failures_keep_their_message() {
+    let metrics = Metrics::default();
+    let pipeline = metrics.pipeline(&config("p"));
+    pipeline.set_state(PipelineState::Running);
+    let error = PipelineError::Refused("source topic `flights` does not exist".into());
+    pipeline.failed(&error, true);
+    let text = metrics.encode();
+    assert!(text.contains("weir_pipeline_state{pipeline=\"p\",state=\"recovering\"} 1"), "{text}");
+    assert!(text.contains("weir_pipeline_state{pipeline=\"p\",state=\"running\"} 0"), "{text}");
+    assert!(text.contains("weir_recoveries_total{pipeline=\"p\"} 1"), "{text}");
+    let view = pipeline.view();
+    assert_eq!(view.state, PipelineState::Recovering);
+    assert!(view.last_error.expect("last error").message.contains("does not exist"));
+    pipeline.set_state(PipelineState::Running);
+    assert!(pipeline.view().last_error.is_some(), "the last error stays after recovery healed it");
+}
+
+#[test]
+fn a_pipeline_that_starts_again_keeps_its_counters() {
+    let metrics = Metrics::default();
+    let first = metrics.pipeline(&config("p"));
+    first.task(&partition(0), Some(0)).batch(&BatchFigures { records_in: 2, ..Default::default() });
+    let again = metrics.pipeline(&config("p"));
+    again.task(&partition(0), Some(2)).batch(&BatchFigures { records_in: 3, ..Default::default() });
+    assert_eq!(metrics.pipelines().len(), 1);
+    assert_eq!(again.view().records_in, 5);
+    metrics.pipeline(&config("q"));
+    assert_eq!(metrics.view().pipelines.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["p", "q"]);
+}

@@ -1,0 +1,69 @@
+//! [`Metrics`]: the registry of one process and the pipelines it runs.
+
+use std::sync::{Arc, Mutex};
+
+use prometheus::{Encoder, Registry, TextEncoder};
+
+use super::families::Families;
+use super::log::RecentLog;
+use super::pipeline::{PipelineMetrics, lock};
+use super::view::DashboardView;
+use crate::config::PipelineConfig;
+
+/// The metrics of every pipeline of a process: what `/metrics` and the dashboard show. Shared
+/// (`Arc`) between the pipelines' runners, the sampler and the HTTP server.
+pub struct Metrics {
+    registry: Registry,
+    families: Arc<Families>,
+    pipelines: Mutex<Vec<Arc<PipelineMetrics>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let registry = Registry::new();
+        let families = Arc::new(Families::register(&registry));
+        Self { registry, families, pipelines: Mutex::default() }
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").field("pipelines", &lock(&self.pipelines).len()).finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// The metrics of the pipeline of `config`, created at its first start (a pipeline that
+    /// recovers keeps its counters).
+    pub fn pipeline(&self, config: &PipelineConfig) -> Arc<PipelineMetrics> {
+        let mut pipelines = lock(&self.pipelines);
+        if let Some(found) = pipelines.iter().find(|p| p.name() == config.name) {
+            return found.clone();
+        }
+        let pipeline = Arc::new(PipelineMetrics::new(config, self.families.clone()));
+        pipelines.push(pipeline.clone());
+        pipeline
+    }
+
+    /// The pipelines, in the order they started.
+    pub fn pipelines(&self) -> Vec<Arc<PipelineMetrics>> {
+        lock(&self.pipelines).clone()
+    }
+
+    /// Every metric in Prometheus' text exposition format (version 0.0.4).
+    pub fn encode(&self) -> String {
+        let mut text = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut text)
+            .expect("this is a bug in Weir: the text encoder failed on valid metrics");
+        String::from_utf8(text).expect("this is a bug in Weir: the text encoder wrote invalid UTF-8")
+    }
+
+    /// The pipelines and recent log lines, as the dashboard's JSON.
+    pub fn view(&self) -> DashboardView {
+        DashboardView {
+            pipelines: self.pipelines().iter().map(|p| p.view()).collect(),
+            log: RecentLog::global().lines(),
+        }
+    }
+}

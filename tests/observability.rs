@@ -1,0 +1,343 @@
+//! Observability (issue 16) on the real broker with real components: `weir run --metrics`
+//! serves Prometheus metrics and a dashboard that a real headless Chromium shows live, and
+//! `weir status --json` carries the text form's facts.
+
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{BaseRecord, Producer};
+use serde_json::Value;
+use weir_tests::pipeline::{Reader, Spec, TestPipeline, produce, run_to_completion};
+use weir_tests::webdriver::{Browser, artifact};
+use weir_tests::{Isolation, create_topic};
+
+/// Generous: the machine may be busy with builds; conditions are waited for, never slept on.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The address `weir run --metrics 127.0.0.1:0` (process `run`) bound, read from its log.
+fn metrics_address(pipeline: &TestPipeline, run: &mut Child) -> String {
+    let marker = "serving metrics at http://";
+    let started = Instant::now();
+    loop {
+        let log = pipeline.log_text();
+        if let Some(at) = log.find(marker) {
+            let rest = &log[at + marker.len()..];
+            return rest[..rest.find('/').expect("address ends with /metrics")].to_owned();
+        }
+        if let Some(status) = run.try_wait().expect("try_wait") {
+            panic!("weir run exited with {status} before serving metrics; log:\n{log}");
+        }
+        assert!(
+            started.elapsed() < PAGE_TIMEOUT,
+            "weir run did not serve metrics within {PAGE_TIMEOUT:?}; log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// GET `url`'s body as text.
+fn get(url: &str) -> String {
+    ureq::get(url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .body_mut()
+        .read_to_string()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
+/// The value of the series `name{labels}` (labels as Prometheus prints them, sorted), if any.
+fn series(metrics: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    metrics.lines().find_map(|line| line.strip_prefix(&prefix)).map(|v| v.parse().expect("a number"))
+}
+
+/// Waits until `/metrics` at `address` satisfies `done`; returns that scrape.
+fn wait_for_metrics(address: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let started = Instant::now();
+    loop {
+        let metrics = get(&format!("http://{address}/metrics"));
+        if done(&metrics) {
+            return metrics;
+        }
+        assert!(started.elapsed() < PAGE_TIMEOUT, "/metrics never showed {what}; last scrape:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// What the dashboard shows of pipeline `name`, read from the rendered page (not the JSON):
+/// `{state, throughput, lag, records_in, error}`, or null before its card appears.
+fn card_script(name: &str) -> String {
+    format!(
+        r#"const card = [...document.querySelectorAll("article.pipeline")].find((c) => c.dataset.pipeline === {name:?});
+           if (!card) return null;
+           const text = (field) => card.querySelector(`[data-field="${{field}}"]`).textContent;
+           const number = (field) => Number(text(field).replaceAll(",", ""));
+           const error = card.querySelector('[data-field="error"]');
+           return {{ state: text("state"), throughput: number("throughput"), lag: number("lag"),
+                    records_in: number("records-in"), error: error.hidden ? null : error.textContent }};"#
+    )
+}
+
+fn field<'a>(card: &'a Value, name: &str) -> &'a Value {
+    &card[name]
+}
+
+/// Produces plain values to partition 0 of `topic` every few milliseconds until `stop`; counts
+/// them in `sent` once flushed.
+fn keep_producing(topic: String, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let producer = weir_tests::admin::producer(&[("linger.ms", "5")]);
+        let mut queued = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let value = format!("record {queued}");
+            weir_tests::admin::send_waiting(&producer, BaseRecord::<str, str>::to(&topic).partition(0).payload(&value));
+            queued += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        producer.flush(Duration::from_secs(60)).expect("flush");
+        sent.store(queued, Ordering::Relaxed);
+    })
+}
+
+/// The dashboard in a real browser: a pipeline shown running with a throughput above zero, its
+/// lag rising while its guest is stuck and going back to zero, and a failing pipeline's error.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing_pipelines_error() {
+    // misbehave forwards plain values; `sleep` holds the runner 30 s (within the deadline), so
+    // the records produced meanwhile provably wait; `error` fails the batch (on_error = fail).
+    let live = TestPipeline::new(
+        "weir-dash-live",
+        &Spec {
+            transform: "deadline_ms = 45000".into(),
+            checkpoint: "interval_ms = 200\ntimeout_ms = 10000".into(),
+            ..Spec::new("misbehave")
+        },
+    );
+    let failing = TestPipeline::new("weir-dash-failing", &Spec::new("misbehave"));
+    create_topic(&live.source, 1).await;
+    produce(&failing.source, 1, &[(None, "fine".into()), (None, "error".into()), (None, "after".into())]).await;
+    let metrics_args = ["--metrics", "127.0.0.1:0"];
+    let mut live_run = live.spawn_with(&metrics_args, &[]);
+    let mut failing_run = failing.spawn_with(&metrics_args, &[]);
+    let live_address = metrics_address(&live, &mut live_run);
+    let failing_address = metrics_address(&failing, &mut failing_run);
+
+    let browser = Browser::start();
+    browser.open(&format!("http://{live_address}/"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let producing = keep_producing(live.source.clone(), stop.clone(), sent.clone());
+    let card = card_script(&live.name);
+    browser.wait_for("the pipeline running with a throughput above 0", &card, PAGE_TIMEOUT, |c| {
+        field(c, "state") == "running" && field(c, "throughput").as_f64().is_some_and(|t| t > 0.0)
+    });
+
+    // Stall the guest: what is produced from now on waits, and the page shows the lag.
+    weir_tests::admin::produce_to(&live.source, 0, &["sleep".to_owned()]);
+    browser.wait_for("a lag above 0 while the guest sleeps", &card, PAGE_TIMEOUT, |c| {
+        field(c, "lag").as_f64().is_some_and(|lag| lag > 0.0)
+    });
+    stop.store(true, Ordering::Relaxed);
+    producing.join().expect("producer thread");
+    let produced = sent.load(Ordering::Relaxed) + 1;
+    let caught_up = browser.wait_for("the lag back at 0 with every record processed", &card, PAGE_TIMEOUT, |c| {
+        field(c, "lag").as_f64() == Some(0.0) && field(c, "records_in").as_u64().is_some_and(|n| n >= produced)
+    });
+    assert_eq!(field(&caught_up, "state"), "running");
+    assert_eq!(field(&caught_up, "error"), &Value::Null, "no failure: {caught_up}");
+    let shot = artifact("dashboard-live.png");
+    browser.screenshot(&shot);
+    println!("screenshot of the live pipeline's dashboard: {}", shot.display());
+
+    browser.open(&format!("http://{failing_address}/"));
+    let card = card_script(&failing.name);
+    let shown = browser.wait_for("the failing pipeline's error", &card, PAGE_TIMEOUT, |c| {
+        field(c, "error").as_str().is_some_and(|e| e.contains("misbehave: error at offset 1"))
+    });
+    assert!(
+        matches!(field(&shown, "state").as_str(), Some("recovering" | "starting")),
+        "a pipeline failing on a record keeps recovering: {shown}"
+    );
+    let shot = artifact("dashboard-failing.png");
+    browser.screenshot(&shot);
+    println!("screenshot of the failing pipeline's dashboard: {}", shot.display());
+}
+
+/// `/metrics` counts what the pipeline did, in Prometheus' text format: records and bytes in
+/// and out per partition, checkpoints, lag 0 once caught up, and a failing guest's errors by
+/// kind, its recoveries and its lag.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
+    let good = TestPipeline::new("weir-metrics-good", &Spec::new("passthrough"));
+    let values: Vec<(Option<String>, String)> =
+        (0..500).map(|i| (Some(format!("k{}", i % 7)), format!("v{i}"))).collect();
+    produce(&good.source, 2, &values).await;
+    let mut run = good.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = metrics_address(&good, &mut run);
+    let name = &good.name;
+    let partition = |p: i32| format!("partition=\"{}[{p}]\",pipeline=\"{name}\"", good.source);
+    let metrics = wait_for_metrics(&address, "500 records in, lag measured 0", |m| {
+        let sum = |metric: &str| (0..2).map(|p| series(m, metric, &partition(p)).unwrap_or(0.0)).sum::<f64>();
+        let lags: Option<Vec<f64>> = (0..2).map(|p| series(m, "weir_source_lag_records", &partition(p))).collect();
+        sum("weir_records_in_total") == 500.0 && sum("weir_source_position") == 500.0 && lags == Some(vec![0.0, 0.0])
+    });
+    let sum = |metric: &str| (0..2).map(|p| series(&metrics, metric, &partition(p)).expect(metric)).sum::<f64>();
+    assert_eq!(sum("weir_records_out_total"), 500.0);
+    let bytes: usize = values.iter().map(|(k, v)| k.as_ref().map_or(0, String::len) + v.len()).sum();
+    assert_eq!(sum("weir_bytes_in_total"), bytes as f64);
+    assert_eq!(sum("weir_bytes_out_total"), bytes as f64);
+    let pipeline = format!("pipeline=\"{name}\"");
+    assert!(series(&metrics, "weir_committed_checkpoint_id", &pipeline).expect("checkpoint id") >= 1.0);
+    let epochs = series(&metrics, "weir_checkpoint_duration_seconds_count", &format!("phase=\"commit\",{pipeline}"));
+    assert!(epochs.expect("commit phase histogram") >= 1.0, "{metrics}");
+    assert_eq!(series(&metrics, "weir_pipeline_state", &format!("{pipeline},state=\"running\"")), Some(1.0));
+    assert!(
+        series(&metrics, "weir_guest_call_duration_seconds_count", &format!("operator=\"passthrough\",{pipeline}"))
+            .is_some_and(|n| n >= 1.0)
+    );
+    assert!(metrics.contains("# TYPE weir_batch_duration_seconds histogram"), "{metrics}");
+
+    let failing = TestPipeline::new("weir-metrics-failing", &Spec::new("misbehave"));
+    produce(&failing.source, 1, &[(None, "panic".into()), (None, "after".into())]).await;
+    let mut run = failing.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = metrics_address(&failing, &mut run);
+    let labels = format!("kind=\"panic\",operator=\"misbehave\",pipeline=\"{}\"", failing.name);
+    let pipeline = format!("pipeline=\"{}\"", failing.name);
+    let lag = format!("partition=\"{}[0]\",{pipeline}", failing.source);
+    let metrics = wait_for_metrics(&address, "a panic counted, a recovery, and the lag", |m| {
+        series(m, "weir_guest_errors_total", &labels).is_some_and(|n| n >= 1.0)
+            && series(m, "weir_recoveries_total", &pipeline).is_some_and(|n| n >= 1.0)
+            && series(m, "weir_source_lag_records", &lag) == Some(2.0)
+    });
+    assert_eq!(series(&metrics, "weir_records_in_total", &lag), Some(0.0), "the failing batch is not counted");
+
+    // Every metric the docs and the Grafana dashboard name is one Weir exports.
+    let exported: Vec<&str> = metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    for file in ["docs/observability.md", "examples/observability/grafana-dashboard.json"] {
+        let text = std::fs::read_to_string(weir_tests::repo_root().join(file)).expect(file);
+        let named = metric_names(&text);
+        assert!(named.len() >= 10, "{file} names only {named:?}");
+        for name in named {
+            assert!(exported.contains(&name.as_str()), "{file} names {name}, which Weir does not export: {exported:?}");
+        }
+    }
+}
+
+/// The metric names (`weir_…`, without a histogram's `_bucket`, `_sum`, `_count`) in `text`.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (start, _) in text.match_indices("weir_") {
+        let rest = &text[start..];
+        let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(rest.len());
+        let name = &rest[..end];
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+        names.insert(base.to_owned());
+    }
+    names
+}
+
+/// On a source written in transactions the end sits after a commit marker (and aborted records
+/// end in an abort marker): the lag still reaches 0, because the position steps over markers.
+#[tokio::test(flavor = "multi_thread")]
+async fn lag_reaches_zero_after_transaction_markers_and_aborted_records() {
+    let pipeline = TestPipeline::new("weir-lag-txn", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 1).await;
+    let values = |prefix: &str, n: usize| (0..n).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>();
+    // Offsets 0-49, commit marker 50, aborted 51-60, abort marker 61: the end is 62.
+    weir_tests::admin::produce_in_transaction(&pipeline.source, 0, &values("kept", 50), true);
+    weir_tests::admin::produce_in_transaction(&pipeline.source, 0, &values("aborted", 10), false);
+    let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = metrics_address(&pipeline, &mut run);
+    let started = Instant::now();
+    // When the position was first seen at the end: a sample taken after it must show lag 0.
+    let mut at_end: Option<u64> = None;
+    loop {
+        let view: Value = serde_json::from_str(&get(&format!("http://{address}/api/pipelines"))).expect("JSON");
+        let shown = &view["pipelines"][0];
+        if at_end.is_none() && shown["records_in"] == 50 && shown["partitions"][0]["position"] == 62 {
+            at_end = Some(now_ms());
+        }
+        let sampled_after = |s: &Value| at_end.is_some_and(|at| s["at_ms"].as_u64().is_some_and(|t| t > at));
+        let samples = shown["history"].as_array().cloned().unwrap_or_default();
+        if let Some(sample) = samples.iter().find(|s| sampled_after(s)) {
+            assert_eq!(sample["lag_records"], 0, "lag past the markers: {shown}");
+            break;
+        }
+        assert!(started.elapsed() < PAGE_TIMEOUT, "the lag never reached 0 past the markers: {shown}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Milliseconds since the Unix epoch, as the samples' `at_ms`.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_millis() as u64
+}
+
+/// `--metrics` at an address already in use stops `weir run` at once, naming the flag and the
+/// address; a malformed address is refused by the argument parser.
+#[test]
+fn a_metrics_address_in_use_or_malformed_is_refused() {
+    let pipeline = TestPipeline::new("weir-metrics-in-use", &Spec::new("passthrough"));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = taken.local_addr().expect("address").to_string();
+    for (value, expected) in [
+        (address.as_str(), format!("cannot serve metrics at {address} (--metrics)")),
+        ("127.0.0.1", "expected HOST:PORT, e.g. 127.0.0.1:9464".to_owned()),
+    ] {
+        let (ok, _, stderr) =
+            weir_tests::run_weir(&["run".as_ref(), pipeline.file.as_os_str(), "--metrics".as_ref(), value.as_ref()]);
+        assert!(!ok, "weir run --metrics {value} started");
+        assert!(stderr.contains(&expected), "--metrics {value}: {stderr}");
+    }
+}
+
+/// `weir status --json` has the text form's facts under the documented field names.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_json_has_the_facts_of_the_text_form() {
+    let pipeline = TestPipeline::new("weir-status-json", &Spec::new("passthrough"));
+    let values: Vec<(Option<String>, String)> =
+        (0..300).map(|i| (Some(format!("k{}", i % 5)), format!("v{i}"))).collect();
+    produce(&pipeline.source, 2, &values).await;
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, values.len(), &[]);
+    // Records the pipeline has not read: lag the status must show.
+    weir_tests::admin::produce_to(&pipeline.source, 1, &["late-1".to_owned(), "late-2".to_owned()]);
+
+    let output = std::process::Command::new(weir_tests::weir_binary())
+        .args(["status", "--json"])
+        .arg(&pipeline.file)
+        .output()
+        .expect("weir status --json");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: Value = serde_json::from_slice(&output.stdout).expect("weir status --json prints JSON");
+    let text = pipeline.status();
+
+    assert_eq!(json["pipeline"], pipeline.name.as_str());
+    assert!(json["state_dir"].as_str().expect("state_dir").ends_with("state"), "{json}");
+    let committed = json["committed_checkpoint"].as_u64().expect("committed_checkpoint");
+    assert!(committed >= 1);
+    assert!(text.contains(&format!("last committed checkpoint: {committed}\n")), "{text}");
+    assert_eq!(json["changelog_topic"], format!("{}-changelog", pipeline.name));
+    let partitions = json["partitions"].as_array().expect("partitions");
+    assert_eq!(partitions.len(), 2);
+    let mut total = 0;
+    for (index, p) in partitions.iter().enumerate() {
+        assert_eq!(p["topic"], pipeline.source.as_str());
+        assert_eq!(p["partition"], index as i64);
+        let (checkpoint, end, lag) = (p["checkpoint_offset"].as_i64(), p["end_offset"].as_i64(), p["lag"].as_i64());
+        let (checkpoint, end, lag) =
+            (checkpoint.expect("checkpoint_offset"), end.expect("end_offset"), lag.expect("lag"));
+        assert_eq!(p["group_offset"].as_i64(), Some(checkpoint), "Weir commits the group's offsets with checkpoints");
+        assert_eq!(lag, end - checkpoint);
+        let row = format!("{}[{index}]", pipeline.source);
+        let line = text.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no row {row} in:\n{text}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[1..], [checkpoint.to_string(), checkpoint.to_string(), end.to_string(), lag.to_string()]);
+        total += lag;
+    }
+    assert_eq!(partitions[1]["lag"], 2, "the two records produced after the run");
+    assert_eq!(json["total_lag"], total);
+    assert!(text.contains(&format!("total lag: {total} ")), "{text}");
+}
