@@ -10,6 +10,7 @@
 // (Math.random, crypto) and clocks (Date, performance) stay on; http and fetch-event are
 // disabled, since the Weir host grants no wasi:http.
 import { componentize } from '@bytecodealliance/componentize-js';
+import { existsSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { dirname, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -38,9 +39,11 @@ for (let i = 0; i < args.length; i++) {
 if (!entry || !out) usage(2);
 
 // componentize-js can only read modules below its working directory: run it from the deepest
-// folder that holds both the entry module and this SDK.
+// folder that holds both the entry module and the SDK it imports: the project's own copy of the
+// SDK (weir-sdk/js, as `weir transform init` writes it) when there is one, else this SDK.
 const sourcePath = resolve(entry);
-const sdkDir = resolve(here, '..');
+const vendored = resolve(dirname(sourcePath), 'weir-sdk/js');
+const sdkDir = existsSync(vendored) ? vendored : resolve(here, '..');
 let root = dirname(sourcePath);
 while (relative(root, sdkDir).startsWith('..')) root = dirname(root);
 if (root === dirname(root)) {

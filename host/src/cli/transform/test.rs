@@ -109,7 +109,7 @@ fn run_case(project: &Project, component: &Path, case: &Case, update: bool) -> a
     let outputs = match run_records(project, component, &case.input, records) {
         Ok(outputs) => outputs,
         Err(error) => {
-            eprintln!("test: FAILED {label}: the transform failed: {error}");
+            eprintln!("test: FAILED {label}: the transform failed: {error:#}");
             return Ok(false);
         }
     };
