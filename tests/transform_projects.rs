@@ -42,7 +42,13 @@ fn init_build_test(lang: &str, template: &str) -> (tempfile::TempDir, PathBuf) {
     let name = format!("my-{lang}-{template}");
     let project = temp.path().join(&name);
     weir(&["transform", "init", &name, "--lang", lang, "--template", template], temp.path()).expect(0, "init");
-    for file in ["weir-transform.toml", "README.md", ".gitignore", "samples/example.input.jsonl", "samples/example.expected.jsonl"] {
+    for file in [
+        "weir-transform.toml",
+        "README.md",
+        ".gitignore",
+        "samples/example.input.jsonl",
+        "samples/example.expected.jsonl",
+    ] {
         assert!(project.join(file).is_file(), "init wrote no {file}");
     }
     assert!(project.join("weir-sdk/wit").is_dir(), "init copied no SDK");
@@ -50,7 +56,8 @@ fn init_build_test(lang: &str, template: &str) -> (tempfile::TempDir, PathBuf) {
     let build = weir(&["transform", "build"], &project).expect(0, "build");
     let component = project.join(format!("target/{name}.wasm"));
     assert!(
-        build.stdout.contains(&format!("{}: weir:transform@", component.display())) && build.stdout.contains("process (func)"),
+        build.stdout.contains(&format!("{}: weir:transform@", component.display()))
+            && build.stdout.contains("process (func)"),
         "build printed no check of {}:\n{}",
         component.display(),
         build.stdout
@@ -73,7 +80,13 @@ fn broken_expected_output_fails_with_a_diff(project: &Path, line: usize, from: &
     std::fs::write(&expected, &broken).unwrap();
 
     let test = weir(&["transform", "test"], project).expect(1, "test with a broken expected output");
-    for part in ["FAILED samples/example", "--- expected", "+++ actual", &format!("-{broken_line}"), &format!("+{}", lines[line])] {
+    for part in [
+        "FAILED samples/example",
+        "--- expected",
+        "+++ actual",
+        &format!("-{broken_line}"),
+        &format!("+{}", lines[line]),
+    ] {
         assert!(test.stderr.contains(part), "no `{part}` in:\n{}", test.stderr);
     }
     assert!(!test.stderr.contains("test: building"), "a changed sample rebuilt the component:\n{}", test.stderr);
@@ -134,7 +147,11 @@ fn go_project_builds_passes_its_test_and_fails_it_for_each_kind_of_problem() {
     // A sample without its expected file says how to write one.
     std::fs::copy(&input, project.join("samples/second.input.jsonl")).unwrap();
     let test = weir(&["transform", "test"], &project).expect(1, "test with a sample without expected outputs");
-    assert!(test.stderr.contains("second.expected.jsonl is missing: run `weir transform test --update`"), "{}", test.stderr);
+    assert!(
+        test.stderr.contains("second.expected.jsonl is missing: run `weir transform test --update`"),
+        "{}",
+        test.stderr
+    );
 
     // A changed source file is rebuilt before the samples run.
     let source = project.join("main.go");
@@ -144,7 +161,11 @@ fn go_project_builds_passes_its_test_and_fails_it_for_each_kind_of_problem() {
     std::fs::write(&input, "{\"key\": \"u1\", \"value\": {\"name\": \"Ada\"}}\n").unwrap();
     let test = weir(&["transform", "test"], &project).expect(1, "test after changing the source");
     assert!(test.stderr.contains("test: building"), "the changed source was not rebuilt:\n{}", test.stderr);
-    assert!(test.stderr.contains("+{\"headers\":{},\"key\":\"u1\",\"value\":{\"greeting\":\"Hi, Ada!\""), "{}", test.stderr);
+    assert!(
+        test.stderr.contains("+{\"headers\":{},\"key\":\"u1\",\"value\":{\"greeting\":\"Hi, Ada!\""),
+        "{}",
+        test.stderr
+    );
 }
 
 #[test]
@@ -163,15 +184,33 @@ fn a_folder_that_is_no_project_in_a_known_language_is_a_usage_error() {
     for command in ["build", "test"] {
         let run = weir(&["transform", command, "plain"], temp.path()).expect(2, "a folder without manifest");
         assert!(run.stderr.contains("is not a transform project: it has no weir-transform.toml"), "{}", run.stderr);
-        assert!(run.stderr.contains("language = \\\"rust\\\"") || run.stderr.contains("language = \"rust\""), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("language = \\\"rust\\\"") || run.stderr.contains("language = \"rust\""),
+            "{}",
+            run.stderr
+        );
         let run = weir(&["transform", command, "cobol"], temp.path()).expect(2, "an unknown language");
-        assert!(run.stderr.contains("unknown language `cobol`: Weir transforms are written in rust, python, js or go"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("unknown language `cobol`: Weir transforms are written in rust, python, js or go"),
+            "{}",
+            run.stderr
+        );
         let run = weir(&["transform", command, "typo"], temp.path()).expect(2, "a misspelt key");
-        assert!(run.stderr.contains("weir-transform.toml is not valid") && run.stderr.contains("langauge"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("weir-transform.toml is not valid") && run.stderr.contains("langauge"),
+            "{}",
+            run.stderr
+        );
     }
-    let run = weir(&["transform", "init", "x", "--lang", "cobol"], temp.path()).expect(2, "init in an unknown language");
-    assert!(run.stderr.contains("invalid value 'cobol'") && run.stderr.contains("rust, python, js, go"), "{}", run.stderr);
-    let run = weir(&["transform", "init", "plain", "--lang", "go"], temp.path()).expect(2, "init into a non-empty folder");
+    let run =
+        weir(&["transform", "init", "x", "--lang", "cobol"], temp.path()).expect(2, "init in an unknown language");
+    assert!(
+        run.stderr.contains("invalid value 'cobol'") && run.stderr.contains("rust, python, js, go"),
+        "{}",
+        run.stderr
+    );
+    let run =
+        weir(&["transform", "init", "plain", "--lang", "go"], temp.path()).expect(2, "init into a non-empty folder");
     assert!(run.stderr.contains("already exists and is not empty"), "{}", run.stderr);
     let run = weir(&["transform", "init", "9 lives", "--lang", "go"], temp.path()).expect(2, "init with a bad name");
     assert!(run.stderr.contains("`9 lives` cannot name a transform"), "{}", run.stderr);

@@ -16,7 +16,6 @@ import { dirname, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const witPath = resolve(here, '../../wit');
 
 function usage(code) {
   console.error('usage: weir-build-js.js <entry.js> -o <out.wasm> [--aot]');
@@ -44,6 +43,8 @@ if (!entry || !out) usage(2);
 const sourcePath = resolve(entry);
 const vendored = resolve(dirname(sourcePath), 'weir-sdk/js');
 const sdkDir = existsSync(vendored) ? vendored : resolve(here, '..');
+// The WIT world of that SDK.
+const witPath = resolve(sdkDir, '../wit');
 let root = dirname(sourcePath);
 while (relative(root, sdkDir).startsWith('..')) root = dirname(root);
 if (root === dirname(root)) {

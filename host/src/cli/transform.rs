@@ -138,7 +138,11 @@ impl BatchRunner {
     }
 
     /// Adds `record` to the batch; a full batch is processed and its outputs go to `sink`.
-    fn push(&mut self, record: InputRecord, sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>) -> Result<(), String> {
+    fn push(
+        &mut self,
+        record: InputRecord,
+        sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>,
+    ) -> Result<(), String> {
         self.batch.push(record);
         if self.batch.len() == self.batch_size { self.flush(sink) } else { Ok(()) }
     }

@@ -48,7 +48,8 @@ impl Template {
 
 /// Files and folders of an SDK that a project's copy leaves out: build scripts and tools (they
 /// run from the installed SDK) and caches.
-const NOT_VENDORED: &[&str] = &["build.sh", "install.sh", "bin", "cmd", "node_modules", "__pycache__", ".pytest_cache", "target"];
+const NOT_VENDORED: &[&str] =
+    &["build.sh", "install.sh", "bin", "cmd", "node_modules", "__pycache__", ".pytest_cache", "target"];
 
 pub fn execute(args: InitArgs) -> anyhow::Result<ExitCode> {
     let dir = std::path::absolute(&args.dir)?;
@@ -102,8 +103,13 @@ pub fn execute(args: InitArgs) -> anyhow::Result<ExitCode> {
         std::fs::copy(sdk.join("rust/Cargo.lock"), dir.join("Cargo.lock")).context("copying the SDK's Cargo.lock")?;
     }
 
-    println!("created {} ({lang}, {} template): build with `weir transform build {}`, test with `weir transform test {}`",
-        dir.display(), template.name(), args.dir.display(), args.dir.display());
+    println!(
+        "created {} ({lang}, {} template): build with `weir transform build {}`, test with `weir transform test {}`",
+        dir.display(),
+        template.name(),
+        args.dir.display(),
+        args.dir.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -129,7 +129,9 @@ impl Project {
                 toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
                     Ok((key, value.to_string()))
                 }
-                other => bail!("{}: [test.config] `{key}` must be a string, number or boolean, not {other}", path.display()),
+                other => {
+                    bail!("{}: [test.config] `{key}` must be a string, number or boolean, not {other}", path.display())
+                }
             })
             .collect::<anyhow::Result<_>>()?;
         Ok(Self {

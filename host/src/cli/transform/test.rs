@@ -289,6 +289,10 @@ fn contains(dir: &Path, needle: &str) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else { return false };
     entries.flatten().any(|entry| {
         let path = entry.path();
-        if path.is_dir() { contains(&path, needle) } else { std::fs::read_to_string(&path).is_ok_and(|t| t.contains(needle)) }
+        if path.is_dir() {
+            contains(&path, needle)
+        } else {
+            std::fs::read_to_string(&path).is_ok_and(|t| t.contains(needle))
+        }
     })
 }
