@@ -132,23 +132,26 @@ fn go_project_builds_passes_its_test_and_fails_it_for_each_kind_of_problem() {
     assert!(test.stdout.contains("deliberately broken"), "go test's output is missing:\n{}", test.stdout);
     std::fs::remove_file(&unit_test).unwrap();
 
-    // A record the transform refuses fails the sample, naming the error and the record.
+    // A sample without its expected file says how to write one.
     let input = project.join("samples/example.input.jsonl");
+    let second = project.join("samples/second.input.jsonl");
+    std::fs::copy(&input, &second).unwrap();
+    let test = weir(&["transform", "test"], &project).expect(1, "test with a sample without expected outputs");
+    assert!(
+        test.stderr.contains("second.expected.jsonl is missing: run `weir transform test --update`"),
+        "{}",
+        test.stderr
+    );
+    std::fs::remove_file(&second).unwrap();
+
+    // A record the transform refuses fails the sample, naming the error and the record.
     let mut text = std::fs::read_to_string(&input).unwrap();
     text.push_str("{\"key\": \"u4\", \"value\": {\"nickname\": \"Bo\"}}\n");
     std::fs::write(&input, text).unwrap();
     let test = weir(&["transform", "test"], &project).expect(1, "test with a record the transform refuses");
     assert!(
-        test.stderr.contains("the transform failed") && test.stderr.contains("value has no string field `name`"),
-        "{}",
-        test.stderr
-    );
-
-    // A sample without its expected file says how to write one.
-    std::fs::copy(&input, project.join("samples/second.input.jsonl")).unwrap();
-    let test = weir(&["transform", "test"], &project).expect(1, "test with a sample without expected outputs");
-    assert!(
-        test.stderr.contains("second.expected.jsonl is missing: run `weir transform test --update`"),
+        test.stderr.contains("the transform failed")
+            && test.stderr.contains("value has no string field `name` (at offset 3)"),
         "{}",
         test.stderr
     );
@@ -157,7 +160,6 @@ fn go_project_builds_passes_its_test_and_fails_it_for_each_kind_of_problem() {
     let source = project.join("main.go");
     let code = std::fs::read_to_string(&source).unwrap().replace("\"Hello, \"", "\"Hi, \"");
     std::fs::write(&source, code).unwrap();
-    std::fs::remove_file(project.join("samples/second.input.jsonl")).unwrap();
     std::fs::write(&input, "{\"key\": \"u1\", \"value\": {\"name\": \"Ada\"}}\n").unwrap();
     let test = weir(&["transform", "test"], &project).expect(1, "test after changing the source");
     assert!(test.stderr.contains("test: building"), "the changed source was not rebuilt:\n{}", test.stderr);
