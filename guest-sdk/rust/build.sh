@@ -17,7 +17,7 @@ usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 profile=release
 if [[ ${1:-} == --debug ]]; then profile=debug; shift; fi
 if (($# != 2)) || [[ ! -f $1/Cargo.toml ]]; then usage >&2; exit 2; fi
-manifest=$(cd "$1" && pwd)/Cargo.toml
+manifest=$(cd "$1" && pwd -P)/Cargo.toml # as cargo reports it: symbolic links resolved
 out=$2
 [[ $out = /* ]] || out=$PWD/$out
 
