@@ -19,7 +19,7 @@ use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
 use similar::TextDiff;
-use weir::wasm::{Header, InputRecord, OperatorLimits};
+use weir::wasm::{Header, InputRecord, OperatorLimits, OutputRecord};
 
 use super::project::{Language, Project, sdk_dir};
 use super::{BatchRunner, output_json};
@@ -106,7 +106,7 @@ fn sample_cases(dir: &Path) -> anyhow::Result<Vec<Case>> {
 fn run_case(project: &Project, component: &Path, case: &Case, update: bool) -> anyhow::Result<bool> {
     let records = read_input(&case.input)?;
     let label = format!("samples/{}", case.name);
-    let outputs = match run_records(project, component, &case.input, records) {
+    let outputs = match run_records(project, component, records) {
         Ok(outputs) => outputs,
         Err(error) => {
             eprintln!("test: FAILED {label}: the transform failed: {error:#}");
@@ -208,24 +208,17 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
 }
 
 /// The output records of `records` as JSON lines, through the `weir transform run` machinery.
-fn run_records(
-    project: &Project,
-    component: &Path,
-    input: &Path,
-    records: Vec<InputRecord>,
-) -> anyhow::Result<Vec<String>> {
+fn run_records(project: &Project, component: &Path, records: Vec<InputRecord>) -> anyhow::Result<Vec<String>> {
     let limits = OperatorLimits::default();
     let mut runner =
         BatchRunner::new(component, project.test_config.clone(), limits, project.test_outputs.clone(), BATCH_SIZE)?;
     let mut lines = Vec::new();
-    let mut sink = |output: &weir::wasm::OutputRecord| {
+    let mut sink = |output: &OutputRecord| {
         lines.push(output_json(output).to_string());
         Ok(())
     };
-    for record in records {
-        runner.push(record, &mut sink).map_err(anyhow::Error::msg)?;
-    }
-    runner.flush(&mut sink).map_err(anyhow::Error::msg).with_context(|| format!("over {}", input.display()))?;
+    let processed = records.into_iter().try_for_each(|record| runner.push(record, &mut sink));
+    processed.and_then(|()| runner.flush(&mut sink)).map_err(anyhow::Error::msg)?;
     Ok(lines)
 }
 
