@@ -20,7 +20,18 @@ struct Run {
 }
 
 fn weir(args: &[&str], dir: &Path) -> Run {
-    let output = Command::new(weir_binary()).args(args).current_dir(dir).output().expect("run weir");
+    // The generated projects' Rust builds get a cargo target dir of their own, beside this build's:
+    // sharing `$CARGO_TARGET_DIR/guests` with the repository's guests, whose dependencies they
+    // share in other build graphs, made cargo rebuild the plugins after them (and so
+    // examples/flights/run.sh compile after scripts/test.sh, which .ci/run refuses).
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe.ancestors().nth(3).expect("cargo target directory of this test");
+    let output = Command::new(weir_binary())
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", target.join("transform-projects"))
+        .output()
+        .expect("run weir");
     Run {
         code: output.status.code().expect("weir exited by a signal"),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
