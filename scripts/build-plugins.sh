@@ -1,94 +1,69 @@
 #!/usr/bin/env bash
-# Builds every crate of Weir's wasm workspaces into WebAssembly components (wasm32-wasip2) and
-# copies them, as <crate-name>.wasm, into one folder.
+# Builds Weir's Rust transforms and Rust test guests into WebAssembly components (wasm32-wasip2),
+# each as <name>.wasm in one folder:
 #
-#   scripts/build-plugins.sh [--release|--debug] [workspace-dir ...]
+#   scripts/build-plugins.sh [--test] [dir ...]
 #
-# Workspaces default to plugins/ and tests/guests/. Output folder: $WEIR_PLUGIN_DIR, default
-# <repo>/target/plugins. Cargo target dir: $CARGO_TARGET_DIR/guests (scripts/setup.sh's default
-# ~/.cache/weir/target), apart from the host build because another rustc may build it.
+# A dir that is a transform project (it holds a weir-transform.toml) is built and checked by
+# `weir transform build`; a Rust crate without one (the test guests in tests/guests, some of
+# which break the contract on purpose) by guest-sdk/rust/build.sh alone. A dir that is neither
+# stands for its subfolders holding a Cargo.toml. Dirs default to plugins/ and tests/guests/.
+# Output folder: $WEIR_PLUGIN_DIR, default <repo>/target/plugins. `weir` comes from the one host
+# build (scripts/setup.sh's WEIR_HOST_BUILD), which runs first and has nothing to do when built.
 #
-# Toolchain: rustup's wasm32-wasip2 target when it is installed; otherwise Debian's rustc-web
-# with -Zbuild-std (scripts/setup.sh installs rustc-web cargo-web rust-web-src lld-22 wasi-libc).
+#   --test   then run `weir transform test` on each transform project: its unit tests (cargo
+#            test, natively) and its samples
 set -euo pipefail
 
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-profile=release
-workspaces=()
+dirs=()
+run_tests=false
 for arg in "$@"; do
     case $arg in
-        --release) profile=release ;;
-        --debug) profile=debug ;;
+        --test) run_tests=true ;;
         -h | --help) usage; exit 0 ;;
         -*) echo "build-plugins: unknown option $arg" >&2; usage >&2; exit 2 ;;
         *)
-            if [[ -f $arg/Cargo.toml ]]; then workspaces+=("$(cd "$arg" && pwd)")
-            elif [[ -f $repo/$arg/Cargo.toml ]]; then workspaces+=("$repo/$arg")
-            else echo "build-plugins: no Cargo.toml in $arg" >&2; exit 2
+            if [[ -d $arg ]]; then dirs+=("$(cd "$arg" && pwd)")
+            elif [[ -d $repo/$arg ]]; then dirs+=("$repo/$arg")
+            else echo "build-plugins: no folder $arg" >&2; exit 2
             fi ;;
     esac
 done
-((${#workspaces[@]})) || workspaces=("$repo/plugins" "$repo/tests/guests")
+((${#dirs[@]})) || dirs=("$repo/plugins" "$repo/tests/guests")
 
-# The toolchain, and the one cargo target directory (CARGO_TARGET_DIR) every script shares.
 # shellcheck source=setup.sh
-source "$repo/scripts/setup.sh" guests
+source "$repo/scripts/setup.sh" host guests
 out_dir=${WEIR_PLUGIN_DIR:-$repo/target/plugins}
-target_dir=$CARGO_TARGET_DIR/guests
-[[ $target_dir = /* ]] || target_dir=$PWD/$target_dir
 [[ $out_dir = /* ]] || out_dir=$PWD/$out_dir
-target=wasm32-wasip2
+weir_cli
 
-# --- toolchain -------------------------------------------------------------------------------
-cargo_cmd=()
-build_args=(--target "$target")
-[[ $profile == release ]] && build_args+=(--release)
+# build DIR: one crate.
+build() {
+    local dir=$1 name
+    name=$(basename "$1")
+    if [[ -f $dir/weir-transform.toml ]]; then
+        "$WEIR_CLI" transform build "$dir" --out-dir "$out_dir" >/dev/null
+        projects+=("$dir")
+    else
+        "$repo/guest-sdk/rust/build.sh" "$dir" "$out_dir/$name.wasm"
+    fi
+    printf '%-28s %9d bytes  %s\n' "$name.wasm" "$(stat -c %s "$out_dir/$name.wasm")" "$out_dir/$name.wasm"
+}
 
-if weir_rustup_wasm; then
-    route="rustup ($(rustc --version))"
-    cargo_cmd=(cargo)
-else
-    route="debian ($(/usr/bin/rustc --version), -Zbuild-std)"
-    cargo_cmd=(env RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 "RUSTFLAGS=-L /usr/lib/wasm32-wasi" /usr/bin/cargo)
-    build_args+=(-Zbuild-std=std,panic_abort)
-fi
-echo "build-plugins: $profile build with $route, target dir $target_dir" >&2
-
-# --- build -----------------------------------------------------------------------------------
 mkdir -p "$out_dir"
-declare -A built=() # crate name -> workspace that built it
-status=0
-for ws in "${workspaces[@]}"; do
-    echo "build-plugins: building $ws" >&2
-    messages=$(CARGO_TARGET_DIR=$target_dir "${cargo_cmd[@]}" build \
-        --manifest-path "$ws/Cargo.toml" --workspace "${build_args[@]}" \
-        --message-format=json-render-diagnostics)
-    while IFS= read -r line; do
-        [[ $line == *'"reason":"compiler-artifact"'* ]] || continue
-        [[ $line =~ \"([^\"]+\.wasm)\" ]] || continue
-        wasm=${BASH_REMATCH[1]}
-        [[ $line =~ \"manifest_path\":\"([^\"]+)\" ]] || continue
-        name=$(sed -n 's/^name[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' "${BASH_REMATCH[1]}" | head -n1)
-        if [[ -n ${built[$name]:-} ]]; then
-            echo "build-plugins: crate $name is in both ${built[$name]} and $ws" >&2
-            exit 1
-        fi
-        built[$name]=$ws
-        # A component starts with \0asm, version 0x0d 0x00, layer 0x01 0x00; a core module has
-        # version 0x01 0x00 0x00 0x00.
-        header=$(head -c 8 "$wasm" | od -An -tx1 | tr -d ' \n')
-        if [[ $header != 0061736d0d000100 ]]; then
-            echo "build-plugins: $wasm is not a component (header $header)" >&2
-            status=1
-            continue
-        fi
-        dest=$out_dir/$name.wasm
-        cp "$wasm" "$dest.tmp.$$"
-        mv -f "$dest.tmp.$$" "$dest"
-        printf '%-28s %9d bytes  %s\n' "$name.wasm" "$(stat -c %s "$dest")" "$dest"
-    done <<<"$messages"
+projects=()
+for dir in "${dirs[@]}"; do
+    if [[ -f $dir/weir-transform.toml ]] || grep -qs '^\[package\]' "$dir/Cargo.toml"; then
+        build "$dir"
+        continue
+    fi
+    crates=("$dir"/*/Cargo.toml)
+    [[ -f ${crates[0]} ]] || { echo "build-plugins: no crate in $dir" >&2; exit 2; }
+    for crate in "${crates[@]}"; do build "$(dirname "$crate")"; done
 done
-((${#built[@]})) || { echo "build-plugins: no cdylib crates found" >&2; exit 1; }
-exit $status
+if $run_tests; then
+    for dir in "${projects[@]}"; do "$WEIR_CLI" transform test "$dir" --out-dir "$out_dir"; done
+fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Python, JavaScript and Go transforms into weir:transform@0.1.0 components,
-# installing the pinned build tools that are missing:
+# Builds the Python, JavaScript and Go transforms into weir:transform components with
+# `weir transform build`, which installs the pinned build tools that are missing:
 #
 #   scripts/build-polyglot.sh [--test] [py] [js] [go]
 #
@@ -11,12 +11,13 @@
 # ${WEIR_CACHE:-~/.cache/weir}/polyglot (a venv with componentize-py) and
 # guest-sdk/js/node_modules (`npm ci`: componentize-js, jco); Go needs no extra tool.
 #
-#   --test   first run the SDKs' and ports' native unit tests (pytest, node --test, go test)
+#   --test   first run the SDKs' own unit tests (pytest, node --test, go test), then
+#            `weir transform test` on each port: its unit tests and its samples
 #
 # tests/polyglot.rs then runs the components through the host (`cargo test --test polyglot`).
 set -euo pipefail
 
-usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,17s/^# \{0,1\}//p' "$0"; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_dir=${WEIR_PLUGIN_DIR:-$repo/target/plugins}
@@ -34,51 +35,42 @@ done
 ((${#langs[@]})) || langs=(py js go)
 has() { [[ " ${langs[*]} " == *" $1 "* ]]; }
 
+# shellcheck source=setup.sh
+source "$repo/scripts/setup.sh" host
+weir_cli
+
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 if $run_tests; then
     if has py; then
-        echo "build-polyglot: python tests" >&2
-        python3 -m pytest -q "$repo/guest-sdk/python/tests" "$repo/plugins-polyglot/flight-delays-py/tests"
+        echo "build-polyglot: python SDK tests" >&2
+        python3 -m pytest -q -p no:cacheprovider "$repo/guest-sdk/python/tests"
     fi
-    if has js || has go; then "$repo/guest-sdk/js/install.sh"; fi
     if has js; then
-        echo "build-polyglot: javascript tests" >&2
+        echo "build-polyglot: javascript SDK tests" >&2
         (cd "$repo/guest-sdk/js" && node --import ./testing/register.js --test test/)
-        (cd "$repo/plugins-polyglot/flight-delays-js" &&
-            node --import ../../guest-sdk/js/testing/register.js --test test/)
     fi
     if has go; then
-        echo "build-polyglot: go tests" >&2
+        echo "build-polyglot: go SDK tests" >&2
         (cd "$repo/guest-sdk/go" && go test ./...)
-        (cd "$repo/plugins-polyglot/flight-delays-go" && go test ./...)
     fi
 fi
 
-# build LANG SOURCE-DIR NAME: one component, $out_dir/NAME.wasm.
+# build DIR: one project, $out_dir/<folder name>.wasm.
 build() {
-    local lang=$1 dir=$2 dest=$out_dir/$3.wasm
-    local started
+    local name started
+    name=$(basename "$1")
     started=$(now)
-    echo "build-polyglot: building $3" >&2
-    case $lang in
-        py) "$repo/guest-sdk/python/build.sh" "$dir" "$(basename "$dir"/*.py .py)" "$dest" ;;
-        js) "$repo/guest-sdk/js/build.sh" "$dir/index.js" "$dest" ;;
-        go) "$repo/guest-sdk/go/build.sh" "$dir" "$dest" ;;
-    esac
-    # A component starts with \0asm, version 0x0d 0x00, layer 0x01 0x00.
-    local header
-    header=$(head -c 8 "$dest" | od -An -tx1 | tr -d ' \n')
-    if [[ $header != 0061736d0d000100 ]]; then
-        echo "build-polyglot: $dest is not a component (header $header)" >&2
-        return 1
-    fi
-    printf '%-24s %10d bytes  %6ss\n' "$3.wasm" "$(stat -c %s "$dest")" "$(elapsed "$started")"
+    echo "build-polyglot: building $name" >&2
+    "$WEIR_CLI" transform build "$1" --out-dir "$out_dir" >/dev/null
+    printf '%-24s %10d bytes  %6ss\n' "$name.wasm" "$(stat -c %s "$out_dir/$name.wasm")" "$(elapsed "$started")"
 }
 
-mkdir -p "$out_dir"
 for lang in "${langs[@]}"; do
-    build "$lang" "$repo/plugins-polyglot/flight-delays-$lang" "flight-delays-$lang"
-    build "$lang" "$repo/tests/guests/sandbox-$lang" "sandbox-$lang"
+    build "$repo/plugins-polyglot/flight-delays-$lang"
+    build "$repo/tests/guests/sandbox-$lang"
+    if $run_tests; then
+        "$WEIR_CLI" transform test "$repo/plugins-polyglot/flight-delays-$lang" --out-dir "$out_dir"
+    fi
 done

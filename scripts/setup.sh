@@ -93,6 +93,13 @@ weir_setup() {
     mkdir -p "$CARGO_TARGET_DIR"
 }
 
+# weir_cli: runs the host build (WEIR_HOST_BUILD: nothing to do when it is built) and sets WEIR_CLI
+# to its `weir`, for the scripts that build transforms with `weir transform build`.
+weir_cli() {
+    "${WEIR_HOST_BUILD[@]}" >&2
+    WEIR_CLI=$CARGO_TARGET_DIR/release/weir
+}
+
 # Whether rustup's wasm32-wasip2 target is installed (then no Debian wasm toolchain is needed).
 weir_rustup_wasm() {
     command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2

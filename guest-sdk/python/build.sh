@@ -33,10 +33,15 @@ if [[ $("$venv/bin/componentize-py" --version 2>/dev/null) != "componentize-py $
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$sdk/requirements-build.txt" >&2
 fi
 
+# The app's own copy of the SDK and its WIT (weir-sdk/, as `weir transform init` writes it)
+# when it has one, else this SDK.
+bundled=$sdk
+[[ -d $app_dir/weir-sdk/python/weir_guest ]] && bundled=$app_dir/weir-sdk/python
+
 mkdir -p "$(dirname "$out")"
 # Run from the app folder, with no virtualenv in the environment, so that componentize-py
 # bundles the app, the SDK and the standard library only.
 cd "$app_dir"
-env -u VIRTUAL_ENV "$venv/bin/componentize-py" -d "$sdk/../wit-0.1" -w transform \
-    componentize -p "$app_dir" -p "$sdk" "$module" -o "$out.tmp" >&2
+env -u VIRTUAL_ENV "$venv/bin/componentize-py" -d "$bundled/../wit-0.1" -w transform \
+    componentize -p "$app_dir" -p "$bundled" "$module" -o "$out.tmp" >&2
 mv -f "$out.tmp" "$out"

@@ -10,12 +10,12 @@
 // (Math.random, crypto) and clocks (Date, performance) stay on; http and fetch-event are
 // disabled, since the Weir host grants no wasi:http.
 import { componentize } from '@bytecodealliance/componentize-js';
+import { existsSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { dirname, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const witPath = resolve(here, '../../wit-0.1');
 
 function usage(code) {
   console.error('usage: weir-build-js.js <entry.js> -o <out.wasm> [--aot]');
@@ -38,9 +38,13 @@ for (let i = 0; i < args.length; i++) {
 if (!entry || !out) usage(2);
 
 // componentize-js can only read modules below its working directory: run it from the deepest
-// folder that holds both the entry module and this SDK.
+// folder that holds both the entry module and the SDK it imports: the project's own copy of the
+// SDK (weir-sdk/js, as `weir transform init` writes it) when there is one, else this SDK.
 const sourcePath = resolve(entry);
-const sdkDir = resolve(here, '..');
+const vendored = resolve(dirname(sourcePath), 'weir-sdk/js');
+const sdkDir = existsSync(vendored) ? vendored : resolve(here, '..');
+// The WIT world of that SDK (the JavaScript SDK is on contract 0.1).
+const witPath = resolve(sdkDir, '../wit-0.1');
 let root = dirname(sourcePath);
 while (relative(root, sdkDir).startsWith('..')) root = dirname(root);
 if (root === dirname(root)) {

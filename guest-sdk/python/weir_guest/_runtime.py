@@ -6,7 +6,7 @@ import sys
 import traceback
 from typing import Any, Iterable, List, Optional, Tuple, Type
 
-from ._types import Config, Emitter, Output, Record, Transform, TransformError
+from ._types import Config, Emitter, Header, Output, Record, Transform, TransformError
 
 
 def run_batch(transform: Transform, records: Iterable[Record]) -> List[Output]:
@@ -85,7 +85,8 @@ def export(cls: Type[Transform]) -> type:
         rec = Record.__new__(Record)
         rec.key = r.key
         rec.value = r.value
-        rec.headers = r.headers  # wit Header has the same fields (key: str, value: bytes)
+        # The SDK's own Header, as outside a component: Output() and emit.forward() take those.
+        rec.headers = [Header(h.key, h.value) for h in r.headers]
         rec.timestamp = r.timestamp
         rec.topic = r.topic
         rec.partition = r.partition

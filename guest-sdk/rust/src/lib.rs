@@ -75,7 +75,7 @@
 //! weir-guest = { path = "../../guest-sdk/rust" }
 //! ```
 //!
-//! Build it with `scripts/build-plugins.sh` (or `cargo build --release --target wasm32-wasip2`);
+//! Build it with `weir transform build` (or `cargo build --release --target wasm32-wasip2`);
 //! the `.wasm` file cargo writes is the component the host loads.
 //!
 //! ## Testing natively

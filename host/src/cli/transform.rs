@@ -1,4 +1,8 @@
-//! `weir transform check|run`.
+//! `weir transform check|run|init|build|test`.
+
+mod init;
+mod project;
+mod test;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +27,12 @@ pub enum TransformCommand {
     },
     /// Run a transform over a local file with in-memory state; print output records as JSON lines.
     Run(RunArgs),
+    /// Create a transform project: source, weir-transform.toml, a copy of the SDK, samples.
+    Init(init::InitArgs),
+    /// Build a transform project into a component (exit 2 on a build error) and check it.
+    Build(project::BuildArgs),
+    /// Build if needed, run the project's unit tests and its samples; exit 0 pass, 1 fail, 2 error.
+    Test(test::TestArgs),
 }
 
 #[derive(Debug, Args)]
@@ -66,7 +76,22 @@ pub fn run(command: TransformCommand) -> anyhow::Result<ExitCode> {
     match command {
         TransformCommand::Check { file } => check(&file),
         TransformCommand::Run(args) => run_file(args),
+        TransformCommand::Init(args) => Ok(usage_error_exits_2(init::execute(args))),
+        TransformCommand::Build(args) => Ok(usage_error_exits_2(project::build_command(args))),
+        TransformCommand::Test(args) => Ok(usage_error_exits_2(test::execute(args))),
     }
+}
+
+/// Exit status of `weir transform init|build|test` for a usage, project or build error; 1 is
+/// left to a failing test, as CI scripts expect.
+const EXIT_ERROR: u8 = 2;
+
+/// Reports an error of `init`, `build` or `test` the way `main` does, with exit status 2.
+fn usage_error_exits_2(result: anyhow::Result<ExitCode>) -> ExitCode {
+    result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::from(EXIT_ERROR)
+    })
 }
 
 fn check(file: &Path) -> anyhow::Result<ExitCode> {
@@ -85,48 +110,99 @@ fn check(file: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Batches between two snapshots in `weir transform run`.
+/// Batches between two snapshots in `weir transform run` and `test`.
 const SNAPSHOT_EVERY_BATCHES: u64 = 16;
 
+/// Runs input records through an operator in batches, as `weir transform run` and `test` do.
+struct BatchRunner {
+    operator: Operator,
+    batch: Vec<InputRecord>,
+    batch_size: usize,
+    batches: u64,
+}
+
+impl BatchRunner {
+    /// Loads `file` and starts an operator named after it, with in-memory state.
+    fn new(
+        file: &Path,
+        config: Vec<(String, String)>,
+        limits: OperatorLimits,
+        outputs: Vec<String>,
+        batch_size: usize,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(batch_size > 0, "--batch-size must be at least 1");
+        let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
+        let component = Arc::new(engine.load(file)?);
+        let name = file.file_stem().map_or_else(|| "transform".into(), |s| s.to_string_lossy().into_owned());
+        let (state, timers) = (Box::new(MemoryState::new()), Box::new(MemoryState::new()));
+        let operator = Operator::new(component, &name, config, limits, outputs, state, timers)?;
+        Ok(Self { operator, batch: Vec::with_capacity(batch_size), batch_size, batches: 0 })
+    }
+
+    /// Adds `record` to the batch; a full batch is processed and its outputs go to `sink`.
+    fn push(
+        &mut self,
+        record: InputRecord,
+        sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.batch.push(record);
+        if self.batch.len() == self.batch_size { self.flush(sink) } else { Ok(()) }
+    }
+
+    /// Processes the records pushed since the last batch, handing the outputs to `sink`.
+    fn flush(&mut self, sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>) -> Result<(), String> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let outputs = self.operator.process(&self.batch).map_err(|e| e.to_string())?;
+        self.batch.clear();
+        self.batches += 1;
+        // As a pipeline's checkpoints do: a snapshot lets the operator recycle an instance whose
+        // memory grew past half its limit (some guest runtimes never free memory).
+        if self.batches.is_multiple_of(SNAPSHOT_EVERY_BATCHES) {
+            self.operator.snapshot().map_err(|e| e.to_string())?;
+        }
+        outputs.iter().try_for_each(sink)
+    }
+
+    /// Ends the input: processes the last batch, then moves the watermark to the end of time so
+    /// that every event-time timer fires (windows close), as a bounded input does in Flink.
+    /// Processing-time timers do not fire.
+    fn finish(&mut self, sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>) -> Result<(), String> {
+        self.flush(sink)?;
+        self.operator.set_watermark(Some(i64::MAX));
+        // Timers may register timers; a transform that keeps registering due ones stops here.
+        for _ in 0..FINAL_TIMER_ROUNDS {
+            let due = self.operator.due_timers(i64::MIN).map_err(|e| e.to_string())?;
+            if due.is_empty() {
+                return Ok(());
+            }
+            let outputs = self.operator.on_timer(&due).map_err(|e| e.to_string())?;
+            outputs.iter().try_for_each(&mut *sink)?;
+        }
+        Err(format!("timers still due after {FINAL_TIMER_ROUNDS} rounds of on-timer at the end of the input"))
+    }
+}
+
+/// Most `on-timer` rounds at the end of `weir transform run` and `test`'s input.
+const FINAL_TIMER_ROUNDS: usize = 10_000;
+
 fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(args.batch_size > 0, "--batch-size must be at least 1");
-    let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
-    let component = Arc::new(engine.load(&args.file)?);
-    let name = args.file.file_stem().map_or_else(|| "transform".into(), |s| s.to_string_lossy().into_owned());
     let limits = OperatorLimits {
         memory_bytes: args.memory_limit_mb << 20,
         deadline: Duration::from_millis(args.deadline_ms),
         ..OperatorLimits::default()
     };
-    let mut operator = Operator::new(
-        component,
-        &name,
-        args.config,
-        limits,
-        args.outputs,
-        Box::new(MemoryState::new()),
-        Box::new(MemoryState::new()),
-    )?;
+    let mut runner = BatchRunner::new(&args.file, args.config, limits, args.outputs, args.batch_size)?;
 
     let topic = args.input.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut batch = Vec::with_capacity(args.batch_size);
-    let mut batches = 0u64;
     let mut write_error = None;
-    let mut flush = |batch: &mut Vec<InputRecord>, out: &mut dyn Write| -> Result<(), String> {
-        let outputs = operator.process(batch).map_err(|e| e.to_string())?;
-        batch.clear();
-        batches += 1;
-        // As a pipeline's checkpoints do: a snapshot lets the operator recycle an instance whose
-        // memory grew past half its limit (some guest runtimes never free memory).
-        if batches.is_multiple_of(SNAPSHOT_EVERY_BATCHES) {
-            operator.snapshot().map_err(|e| e.to_string())?;
-        }
-        // Keep the I/O error itself, so that a closed stdout (`| head`) ends the run quietly.
-        let written = outputs.iter().try_for_each(|output| writeln!(out, "{}", output_json(output)));
-        written.map_err(|error| {
+    // Keep the I/O error itself, so that a closed stdout (`| head`) ends the run quietly.
+    let mut sink = |output: &OutputRecord| {
+        writeln!(out, "{}", output_json(output)).map_err(|error| {
             let message = error.to_string();
             write_error = Some(error);
             message
@@ -137,7 +213,7 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         if row.line > limit {
             return Ok(());
         }
-        batch.push(InputRecord {
+        let record = InputRecord {
             value: Some(row.value_bytes()),
             key: row.key.map(String::into_bytes),
             headers: Vec::new(),
@@ -147,12 +223,12 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
             offset: row.line as i64 - 1,
             event_time: timestamp,
             watermark: None,
-        });
-        if batch.len() == args.batch_size { flush(&mut batch, &mut out) } else { Ok(()) }
+        };
+        runner.push(record, &mut sink)
     });
     let result = read
         .with_context(|| format!("running {} over {}", args.file.display(), args.input.display()))
-        .and_then(|_| flush(&mut batch, &mut out).map_err(anyhow::Error::msg));
+        .and_then(|_| runner.finish(&mut sink).map_err(anyhow::Error::msg));
     if let Some(error) = write_error {
         return Err(error).context("writing the output records to stdout");
     }

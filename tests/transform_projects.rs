@@ -1,0 +1,230 @@
+//! `weir transform init`, `build` and `test`, as an author runs them: a project generated in a
+//! fresh temporary folder (outside the repository) builds with the real toolchain of its
+//! language and passes its own test; a broken expected output, a failing unit test and a
+//! transform error fail `test` with exit status 1 and say why; a project in an unknown language,
+//! or no project at all, is a usage error (exit status 2).
+//!
+//! One template per language keeps the builds few (Python and JavaScript components take 20-30 s
+//! each); the Go project, the quickest to build, carries the failure cases.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use weir_tests::weir_binary;
+
+/// The outcome of one `weir` run.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn weir(args: &[&str], dir: &Path) -> Run {
+    // The generated projects' Rust builds get a cargo target dir of their own, beside this build's:
+    // sharing `$CARGO_TARGET_DIR/guests` with the repository's guests, whose dependencies they
+    // share in other build graphs, made cargo rebuild the plugins after them (and so
+    // examples/flights/run.sh compile after scripts/test.sh, which .ci/run refuses).
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe.ancestors().nth(3).expect("cargo target directory of this test");
+    let output = Command::new(weir_binary())
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", target.join("transform-projects"))
+        .output()
+        .expect("run weir");
+    Run {
+        code: output.status.code().expect("weir exited by a signal"),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+impl Run {
+    fn expect(self, code: i32, what: &str) -> Self {
+        assert_eq!(self.code, code, "{what}: exit status\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        self
+    }
+}
+
+/// `init` → `build` → `test` in a fresh temporary folder; returns the folder (kept alive) and the
+/// project path.
+fn init_build_test(lang: &str, template: &str) -> (tempfile::TempDir, PathBuf) {
+    let temp = tempfile::tempdir().unwrap();
+    let name = format!("my-{lang}-{template}");
+    let project = temp.path().join(&name);
+    weir(&["transform", "init", &name, "--lang", lang, "--template", template], temp.path()).expect(0, "init");
+    for file in [
+        "weir-transform.toml",
+        "README.md",
+        ".gitignore",
+        "samples/example.input.jsonl",
+        "samples/example.expected.jsonl",
+    ] {
+        assert!(project.join(file).is_file(), "init wrote no {file}");
+    }
+    assert!(project.join("weir-sdk/wit").is_dir(), "init copied no SDK");
+
+    let build = weir(&["transform", "build"], &project).expect(0, "build");
+    let component = project.join(format!("target/{name}.wasm"));
+    assert!(
+        build.stdout.contains(&format!("{}: weir:transform@", component.display()))
+            && build.stdout.contains("process (func)"),
+        "build printed no check of {}:\n{}",
+        component.display(),
+        build.stdout
+    );
+    let test = weir(&["transform", "test"], &project).expect(0, "test of the generated project");
+    assert!(test.stdout.contains(&format!("{name} passed (1 sample(s))")), "{}", test.stdout);
+    assert!(!test.stderr.contains("test: building"), "test rebuilt a fresh component:\n{}", test.stderr);
+    (temp, project)
+}
+
+/// Changes the expected outputs so that `test` fails with a diff naming the line, then accepts
+/// the actual outputs with `--update`, which restores the generated file.
+fn broken_expected_output_fails_with_a_diff(project: &Path, line: usize, from: &str, to: &str) {
+    let expected = project.join("samples/example.expected.jsonl");
+    let original = std::fs::read_to_string(&expected).unwrap();
+    let lines: Vec<&str> = original.lines().collect();
+    assert!(lines[line].contains(from), "{} has no `{from}` in line {line}", expected.display());
+    let broken_line = lines[line].replacen(from, to, 1);
+    let broken = original.replacen(lines[line], &broken_line, 1);
+    std::fs::write(&expected, &broken).unwrap();
+
+    let test = weir(&["transform", "test"], project).expect(1, "test with a broken expected output");
+    for part in [
+        "FAILED samples/example",
+        "--- expected",
+        "+++ actual",
+        &format!("-{broken_line}"),
+        &format!("+{}", lines[line]),
+    ] {
+        assert!(test.stderr.contains(part), "no `{part}` in:\n{}", test.stderr);
+    }
+    assert!(!test.stderr.contains("test: building"), "a changed sample rebuilt the component:\n{}", test.stderr);
+
+    weir(&["transform", "test", "--update"], project).expect(0, "test --update");
+    assert_eq!(std::fs::read_to_string(&expected).unwrap(), original, "--update wrote other outputs");
+    weir(&["transform", "test"], project).expect(0, "test after --update");
+}
+
+#[test]
+fn rust_project_builds_and_passes_its_test() {
+    let (_temp, project) = init_build_test("rust", "aggregate");
+    broken_expected_output_fails_with_a_diff(&project, 2, "\"total\":15", "\"total\":16");
+}
+
+#[test]
+fn python_project_builds_and_passes_its_test() {
+    // The filter forwards a record with a header: the SDK's forward must carry it.
+    let (_temp, project) = init_build_test("python", "filter");
+    broken_expected_output_fails_with_a_diff(&project, 1, "\"channel\":\"web\"", "\"channel\":\"app\"");
+}
+
+#[test]
+fn js_project_builds_and_passes_its_test() {
+    let (_temp, project) = init_build_test("js", "map");
+    broken_expected_output_fails_with_a_diff(&project, 0, "Hello, Ada!", "Hi, Ada!");
+}
+
+#[test]
+fn go_project_builds_passes_its_test_and_fails_it_for_each_kind_of_problem() {
+    let (_temp, project) = init_build_test("go", "map");
+    broken_expected_output_fails_with_a_diff(&project, 1, "\"lang\":\"en\"", "\"lang\":\"fr\"");
+
+    // A failing unit test in the language's own framework fails `test`.
+    let unit_test = project.join("main_test.go");
+    std::fs::write(
+        &unit_test,
+        "package main\n\nimport \"testing\"\n\nfunc TestFails(t *testing.T) { t.Fatal(\"deliberately broken\") }\n",
+    )
+    .unwrap();
+    let test = weir(&["transform", "test"], &project).expect(1, "test with a failing unit test");
+    assert!(test.stderr.contains("FAILED unit tests"), "{}", test.stderr);
+    assert!(test.stdout.contains("deliberately broken"), "go test's output is missing:\n{}", test.stdout);
+    std::fs::remove_file(&unit_test).unwrap();
+
+    // A sample without its expected file says how to write one.
+    let input = project.join("samples/example.input.jsonl");
+    let second = project.join("samples/second.input.jsonl");
+    std::fs::copy(&input, &second).unwrap();
+    let test = weir(&["transform", "test"], &project).expect(1, "test with a sample without expected outputs");
+    assert!(
+        test.stderr.contains("second.expected.jsonl is missing: run `weir transform test --update`"),
+        "{}",
+        test.stderr
+    );
+    std::fs::remove_file(&second).unwrap();
+
+    // A record the transform refuses fails the sample, naming the error and the record.
+    let mut text = std::fs::read_to_string(&input).unwrap();
+    text.push_str("{\"key\": \"u4\", \"value\": {\"nickname\": \"Bo\"}}\n");
+    std::fs::write(&input, text).unwrap();
+    let test = weir(&["transform", "test"], &project).expect(1, "test with a record the transform refuses");
+    assert!(
+        test.stderr.contains("the transform failed")
+            && test.stderr.contains("value has no string field `name` (at offset 3)"),
+        "{}",
+        test.stderr
+    );
+
+    // A changed source file is rebuilt before the samples run.
+    let source = project.join("main.go");
+    let code = std::fs::read_to_string(&source).unwrap().replace("\"Hello, \"", "\"Hi, \"");
+    std::fs::write(&source, code).unwrap();
+    std::fs::write(&input, "{\"key\": \"u1\", \"value\": {\"name\": \"Ada\"}}\n").unwrap();
+    let test = weir(&["transform", "test"], &project).expect(1, "test after changing the source");
+    assert!(test.stderr.contains("test: building"), "the changed source was not rebuilt:\n{}", test.stderr);
+    assert!(
+        test.stderr.contains("+{\"headers\":{},\"key\":\"u1\",\"value\":{\"greeting\":\"Hi, Ada!\""),
+        "{}",
+        test.stderr
+    );
+}
+
+#[test]
+fn a_folder_that_is_no_project_in_a_known_language_is_a_usage_error() {
+    let temp = tempfile::tempdir().unwrap();
+    let none = temp.path().join("plain");
+    std::fs::create_dir(&none).unwrap();
+    std::fs::write(none.join("main.c"), "int main(void) { return 0; }\n").unwrap();
+    let cobol = temp.path().join("cobol");
+    std::fs::create_dir(&cobol).unwrap();
+    std::fs::write(cobol.join("weir-transform.toml"), "language = \"cobol\"\n").unwrap();
+    let typo = temp.path().join("typo");
+    std::fs::create_dir(&typo).unwrap();
+    std::fs::write(typo.join("weir-transform.toml"), "langauge = \"go\"\n").unwrap();
+
+    for command in ["build", "test"] {
+        let run = weir(&["transform", command, "plain"], temp.path()).expect(2, "a folder without manifest");
+        assert!(run.stderr.contains("is not a transform project: it has no weir-transform.toml"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("language = \\\"rust\\\"") || run.stderr.contains("language = \"rust\""),
+            "{}",
+            run.stderr
+        );
+        let run = weir(&["transform", command, "cobol"], temp.path()).expect(2, "an unknown language");
+        assert!(
+            run.stderr.contains("unknown language `cobol`: Weir transforms are written in rust, python, js or go"),
+            "{}",
+            run.stderr
+        );
+        let run = weir(&["transform", command, "typo"], temp.path()).expect(2, "a misspelt key");
+        assert!(
+            run.stderr.contains("weir-transform.toml is not valid") && run.stderr.contains("langauge"),
+            "{}",
+            run.stderr
+        );
+    }
+    let run =
+        weir(&["transform", "init", "x", "--lang", "cobol"], temp.path()).expect(2, "init in an unknown language");
+    assert!(
+        run.stderr.contains("invalid value 'cobol'") && run.stderr.contains("rust, python, js, go"),
+        "{}",
+        run.stderr
+    );
+    let run =
+        weir(&["transform", "init", "plain", "--lang", "go"], temp.path()).expect(2, "init into a non-empty folder");
+    assert!(run.stderr.contains("already exists and is not empty"), "{}", run.stderr);
+    let run = weir(&["transform", "init", "9 lives", "--lang", "go"], temp.path()).expect(2, "init with a bad name");
+    assert!(run.stderr.contains("`9 lives` cannot name a transform"), "{}", run.stderr);
+}
