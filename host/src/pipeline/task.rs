@@ -188,7 +188,17 @@ impl Task {
             steps.push(Step { operator, on_error: config.on_error, metrics: metrics.operator(&config.name, &id) });
         }
         let metrics = metrics.task(&id, next_offset);
-        Ok(Self { id, steps, overlays, next_offset, max_record: max_record.clone(), snapshots, seed: None, time, metrics })
+        Ok(Self {
+            id,
+            steps,
+            overlays,
+            next_offset,
+            max_record: max_record.clone(),
+            snapshots,
+            seed: None,
+            time,
+            metrics,
+        })
     }
 
     /// The task's id.

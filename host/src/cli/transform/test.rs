@@ -193,7 +193,8 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
                 Value::String(text) => Some(text.into_bytes()),
                 json => Some(json.to_string().into_bytes()),
             };
-            let headers = sample.headers.into_iter().map(|(key, value)| Header { key, value: Some(value.into_bytes()) });
+            let headers =
+                sample.headers.into_iter().map(|(key, value)| Header { key, value: Some(value.into_bytes()) });
             Ok(InputRecord {
                 key: sample.key.map(String::into_bytes),
                 value,
