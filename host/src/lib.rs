@@ -17,6 +17,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod pipeline;
 pub mod state;
+pub mod table;
 pub mod time;
 pub mod types;
 pub mod wasm;

@@ -46,9 +46,7 @@ impl Config {
         T::Err: Display,
     {
         self.get(key)
-            .map(|v| {
-                v.parse().map_err(|e| format!("config key `{key}`: invalid value {v:?}: {e}"))
-            })
+            .map(|v| v.parse().map_err(|e| format!("config key `{key}`: invalid value {v:?}: {e}")))
             .transpose()
     }
 
@@ -60,9 +58,7 @@ impl Config {
             Some((k, _)) if allowed.is_empty() => {
                 Err(format!("unknown config key `{k}` (this transform takes no configuration)"))
             }
-            Some((k, _)) => {
-                Err(format!("unknown config key `{k}` (allowed: {})", allowed.join(", ")))
-            }
+            Some((k, _)) => Err(format!("unknown config key `{k}` (allowed: {})", allowed.join(", "))),
         }
     }
 

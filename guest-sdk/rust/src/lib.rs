@@ -249,9 +249,7 @@ macro_rules! export {
                     $crate::__private::snapshot::<$transform>(&__WEIR_INSTANCE)
                 }
 
-                fn restore(
-                    snapshot: ::std::vec::Vec<u8>,
-                ) -> ::core::result::Result<(), ::std::string::String> {
+                fn restore(snapshot: ::std::vec::Vec<u8>) -> ::core::result::Result<(), ::std::string::String> {
                     $crate::__private::restore::<$transform>(&__WEIR_INSTANCE, snapshot)
                 }
 
@@ -276,10 +274,8 @@ pub mod __private {
     use std::cell::RefCell;
     use std::thread::LocalKey;
 
-    pub use crate::bindings::weir::transform::types::{
-        InputRecord, OutputRecord, TransformError as RawTransformError,
-    };
     pub use crate::bindings::Guest;
+    pub use crate::bindings::weir::transform::types::{InputRecord, OutputRecord, TransformError as RawTransformError};
     pub use wit_bindgen;
 
     use crate::{Config, Record, Transform, TransformError};
@@ -316,19 +312,13 @@ pub mod __private {
                     .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
                     .unwrap_or("Box<dyn Any>");
                 let location = info.location().map(ToString::to_string).unwrap_or_default();
-                let offset = CURRENT_OFFSET
-                    .get()
-                    .map(|o| format!(", record offset {o}"))
-                    .unwrap_or_default();
+                let offset = CURRENT_OFFSET.get().map(|o| format!(", record offset {o}")).unwrap_or_default();
                 eprintln!("thread '<unnamed>' panicked at {location}{offset}:\n{message}");
             }));
         });
     }
 
-    pub fn init<T: Transform>(
-        slot: &'static Instance<T>,
-        config: Vec<(String, String)>,
-    ) -> Result<(), String> {
+    pub fn init<T: Transform>(slot: &'static Instance<T>, config: Vec<(String, String)>) -> Result<(), String> {
         install_panic_hook();
         slot.with(|s| s.0.borrow_mut().take());
         let transform = T::init(&Config::new(config))?;

@@ -45,10 +45,7 @@ impl Output {
     }
 
     /// An output with `key` and `value` serialised as JSON.
-    pub fn json<T: Serialize + ?Sized>(
-        key: Option<impl Into<Vec<u8>>>,
-        value: &T,
-    ) -> Result<Self, TransformError> {
+    pub fn json<T: Serialize + ?Sized>(key: Option<impl Into<Vec<u8>>>, value: &T) -> Result<Self, TransformError> {
         let bytes = serde_json::to_vec(value)
             .map_err(|e| TransformError::new(format!("cannot serialise output as JSON: {e}")))?;
         Ok(Output::new(key, Some(bytes)))

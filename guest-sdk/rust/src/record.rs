@@ -111,8 +111,7 @@ impl Record {
     pub fn value_json<T: DeserializeOwned>(&self) -> Result<T, TransformError> {
         let offset = self.offset();
         let value = self.value().ok_or_else(|| {
-            TransformError::new(format!("record at offset {offset} has a null value, not JSON"))
-                .with_offset(offset)
+            TransformError::new(format!("record at offset {offset} has a null value, not JSON")).with_offset(offset)
         })?;
         serde_json::from_slice(value).map_err(|e| {
             TransformError::new(format!("value of record at offset {offset} is not valid JSON: {e}"))

@@ -54,10 +54,7 @@ pub fn get_json<T: DeserializeOwned>(key: impl AsRef<[u8]>) -> Result<Option<T>,
 }
 
 /// Stores `value` as JSON under `key`.
-pub fn put_json<T: Serialize + ?Sized>(
-    key: impl AsRef<[u8]>,
-    value: &T,
-) -> Result<(), TransformError> {
+pub fn put_json<T: Serialize + ?Sized>(key: impl AsRef<[u8]>, value: &T) -> Result<(), TransformError> {
     let key = key.as_ref();
     let bytes = serde_json::to_vec(value).map_err(|e| {
         TransformError::new(format!(

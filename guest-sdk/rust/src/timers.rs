@@ -10,12 +10,12 @@
 //! On targets other than `wasm32`, timers and the watermark are in-memory, private to the
 //! calling thread; [`crate::testing::Harness`] fires them.
 
-/// A timer handed to [`Transform::on_timer`](crate::Transform::on_timer): `key`, `time`
-/// (milliseconds since the Unix epoch) and `domain`.
-pub use crate::bindings::weir::transform::types::Timer;
 /// The clock a timer follows: `EventTime` (the task's watermark) or `ProcessingTime` (the
 /// host's wall clock).
 pub use crate::bindings::weir::transform::types::TimeDomain;
+/// A timer handed to [`Transform::on_timer`](crate::Transform::on_timer): `key`, `time`
+/// (milliseconds since the Unix epoch) and `domain`.
+pub use crate::bindings::weir::transform::types::Timer;
 
 /// Registers a timer for `key` at `time_ms` on `domain`; one timer per (key, time, domain), so
 /// registering it again changes nothing. A timer whose time has passed fires after this call.

@@ -195,7 +195,8 @@ impl Windows {
         match self.kind {
             WindowKind::Tumbling { size_ms } => {
                 let start = time.div_euclid(size_ms) * size_ms;
-                added = self.update_window(key, Window { start_ms: start, end_ms: start + size_ms }, &open, &mut update)?;
+                added =
+                    self.update_window(key, Window { start_ms: start, end_ms: start + size_ms }, &open, &mut update)?;
             }
             WindowKind::Hopping { size_ms, slide_ms } => {
                 let last = time.div_euclid(slide_ms) * slide_ms;
@@ -302,7 +303,10 @@ impl Windows {
                 TransformError::new(format!("windows `{}`: a state key under their prefix is not a window", self.name))
             })?;
             let stored: Stored<A> = serde_json::from_slice(&bytes).map_err(|e| {
-                TransformError::new(format!("windows `{}`: stored accumulator is not the expected JSON: {e}", self.name))
+                TransformError::new(format!(
+                    "windows `{}`: stored accumulator is not the expected JSON: {e}",
+                    self.name
+                ))
             })?;
             let start_ms = (u64::from_be_bytes(start) ^ (1 << 63)) as i64;
             windows.push((Window { start_ms, end_ms: stored.end }, stored.acc));
@@ -384,7 +388,10 @@ mod tests {
 
         fn on_timer(&mut self, timer: &Timer, out: &mut Emitter) -> Result<(), TransformError> {
             if let Some(c) = self.windows.close::<Sum>(timer)? {
-                out.emit(Output::new(Some(c.key), Some(format!("{},{},{}", c.window.start_ms, c.window.end_ms, c.value.0))));
+                out.emit(Output::new(
+                    Some(c.key),
+                    Some(format!("{},{},{}", c.window.start_ms, c.window.end_ms, c.value.0)),
+                ));
             }
             Ok(())
         }

@@ -25,6 +25,9 @@ pub const DEFAULT_BATCH_SIZE: usize = 256;
 /// Largest `source.batch_size`: 65536 records.
 pub const MAX_BATCH_SIZE: usize = 65_536;
 
+/// Default `source.tables[].max_mb`: 256 MiB, in bytes.
+pub const DEFAULT_TABLE_MAX_BYTES: usize = 256 * MIB;
+
 /// Default `transforms[].memory_limit_mb`: 64 MiB, in bytes.
 pub const DEFAULT_MEMORY_LIMIT_BYTES: usize = 64 * MIB;
 /// Largest `transforms[].memory_limit_mb`: 4096 MiB (a 32-bit linear memory), in bytes.
@@ -149,6 +152,34 @@ pub struct SourceConfig {
     /// (docs/event-time.md); by default none: event time is the record timestamp and tasks have
     /// no watermark, so event-time timers never fire.
     pub watermark: Option<WatermarkConfig>,
+    /// `[[source.tables]]`: keyed tables joined with every source record (docs/event-time.md,
+    /// "Tables"); by default none.
+    pub tables: Vec<TableConfig>,
+}
+
+/// `[[source.tables]]`: a topic read as a keyed table (the latest value per key, a null value
+/// deleting its key) and joined with every source record: a record whose lookup key the table
+/// holds gets the table's value in the header `weir.table.<name>`.
+///
+/// The table is read to its last stable offset before the pipeline processes a record, at every
+/// start, and followed while it runs (read_committed, from the source's cluster).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableConfig {
+    /// `source.tables[].name`: names the header a joined record gets (`weir.table.<name>`);
+    /// ASCII letters, digits, `.`, `_` and `-`, unique among the tables.
+    pub name: String,
+    /// `source.tables[].topic`: the table's topic, keyed by the lookup key; best compacted
+    /// (`cleanup.policy=compact`). Not a source, sink, output, dead-letter or changelog topic.
+    pub topic: String,
+    /// `source.tables[].key_fields`: top-level fields of a source record's JSON value whose
+    /// values, joined by `|`, form the key looked up (as `weir produce --key` forms keys): a
+    /// string as its text, any other value as its JSON text. A record without one of them, or
+    /// whose value is not a JSON object, joins nothing.
+    pub key_fields: Vec<String>,
+    /// `source.tables[].max_mb`: most bytes of keys and values the table may hold in memory, in
+    /// bytes (the file gives MiB, 1 to 4096); by default 256 MiB. A larger table stops the
+    /// pipeline, naming the table and the key.
+    pub max_bytes: usize,
 }
 
 /// `[source.watermark]`: the watermark strategy of every topic of the source.

@@ -82,6 +82,17 @@ struct SourceFile {
     consumer: BTreeMap<String, Scalar>,
     batch_size: Option<usize>,
     watermark: Option<WatermarkFile>,
+    #[serde(default)]
+    tables: Vec<TableFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableFile {
+    name: String,
+    topic: String,
+    key_fields: Vec<String>,
+    max_mb: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -159,6 +170,16 @@ impl PipelineFile {
                 max_out_of_orderness: Duration::from_millis(w.max_out_of_orderness_ms.unwrap_or(0)),
                 idle_timeout: w.idle_timeout_ms.map(Duration::from_millis),
             }),
+            tables: source
+                .tables
+                .into_iter()
+                .map(|t| TableConfig {
+                    name: t.name,
+                    topic: t.topic,
+                    key_fields: t.key_fields,
+                    max_bytes: t.max_mb.map_or(DEFAULT_TABLE_MAX_BYTES, mib_to_bytes),
+                })
+                .collect(),
         };
         let transforms = transforms
             .into_iter()

@@ -115,6 +115,7 @@ fn full_example_parses() {
             consumer: strings(&[("fetch.min.bytes", "1024"), ("client.id", "weir"), ("check.crcs", "true")]),
             batch_size: 512,
             watermark: None,
+            tables: Vec::new(),
         },
         transforms: vec![
             TransformConfig {
@@ -488,4 +489,41 @@ fn watermark_strategy() {
     assert_eq!(key_path, "source.watermark.format");
     let (key_path, _) = parse_error(with("fields = \"t\""));
     assert_eq!(key_path, "source.watermark.fields");
+}
+
+#[test]
+fn tables() {
+    assert_eq!(parse(MINIMAL).unwrap().source.tables, []);
+    let with = |lines: &str| parse(&format!("{MINIMAL}\n[[source.tables]]\n{lines}\n"));
+    let config = with("name = \"weather\"\ntopic = \"weather\"\nkey_fields = [\"origin\", \"time_hour\"]").unwrap();
+    assert_eq!(
+        config.source.tables,
+        [TableConfig {
+            name: "weather".into(),
+            topic: "weather".into(),
+            key_fields: vec!["origin".into(), "time_hour".into()],
+            max_bytes: DEFAULT_TABLE_MAX_BYTES,
+        }]
+    );
+    let ok = "name = \"weather\"\nkey_fields = [\"origin\"]";
+    assert_eq!(with(&format!("{ok}\ntopic = \"w\"\nmax_mb = 8")).unwrap().source.tables[0].max_bytes, 8 << 20);
+
+    let (key_path, message) = invalid(with(&format!("{ok}\ntopic = \"flights\"")));
+    assert_eq!(key_path, "source.tables[0].topic");
+    assert!(message.contains("a table needs a topic of its own"), "{message}");
+    let (key_path, _) = invalid(with(&format!("{ok}\ntopic = \"flight-delays-changelog\"")));
+    assert_eq!(key_path, "source.tables[0].topic");
+    let (key_path, _) = invalid(with("name = \"weather\"\ntopic = \"w\"\nkey_fields = []"));
+    assert_eq!(key_path, "source.tables[0].key_fields");
+    let (key_path, _) = invalid(with("name = \"weather\"\ntopic = \"w\"\nkey_fields = [\"\"]"));
+    assert_eq!(key_path, "source.tables[0].key_fields[0]");
+    let (key_path, _) = invalid(with(&format!("{ok}\ntopic = \"w\"\nmax_mb = 0")));
+    assert_eq!(key_path, "source.tables[0].max_mb");
+    let (key_path, _) = invalid(with("name = \"w x\"\ntopic = \"w\"\nkey_fields = [\"a\"]"));
+    assert_eq!(key_path, "source.tables[0].name");
+    let twice = format!("{MINIMAL}\n[[source.tables]]\n{ok}\ntopic = \"a\"\n[[source.tables]]\n{ok}\ntopic = \"b\"\n");
+    let (key_path, _) = invalid(parse(&twice));
+    assert_eq!(key_path, "source.tables[1].name");
+    let (key_path, _) = parse_error(with(&format!("{ok}\ntopic = \"w\"\nkeys = 1")));
+    assert_eq!(key_path, "source.tables[0].keys");
 }

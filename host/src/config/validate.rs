@@ -28,6 +28,7 @@ impl PipelineConfig {
         self.validate_source()?;
         self.validate_transforms()?;
         self.validate_sink()?;
+        self.validate_tables()?;
         self.validate_checkpoint()
     }
 
@@ -80,6 +81,44 @@ impl PipelineConfig {
             if let Some(idle) = watermark.idle_timeout {
                 check_duration("source.watermark.idle_timeout_ms", idle, Duration::from_millis(1), most)?;
             }
+        }
+        Ok(())
+    }
+
+    fn validate_tables(&self) -> Result<(), ConfigError> {
+        let sink = &self.sink;
+        let mut names = BTreeSet::new();
+        for (i, table) in self.source.tables.iter().enumerate() {
+            let key = |field: &str| format!("source.tables[{i}].{field}");
+            check_name(&key("name"), &table.name, None, "it names the header joined records get")?;
+            if !names.insert(&table.name) {
+                return Err(ConfigError::invalid(key("name"), format!("{:?} names another table too", table.name)));
+            }
+            check_topic(&key("topic"), &table.topic)?;
+            let named = self.source.topics.iter().chain([&sink.topic]).chain(sink.outputs.values());
+            if named
+                .chain(sink.dead_letter_topic.iter())
+                .chain([&self.state.changelog_topic])
+                .any(|t| *t == table.topic)
+            {
+                return Err(ConfigError::invalid(
+                    key("topic"),
+                    format!(
+                        "{:?} is also a source, sink, output, dead-letter or changelog topic; a table needs a topic of its own",
+                        table.topic
+                    ),
+                ));
+            }
+            if table.key_fields.is_empty() {
+                return Err(ConfigError::invalid(
+                    key("key_fields"),
+                    "must name at least one field of the source records' JSON value, e.g. [\"origin\", \"time_hour\"]",
+                ));
+            }
+            for (j, field) in table.key_fields.iter().enumerate() {
+                check_not_blank(&format!("source.tables[{i}].key_fields[{j}]"), field, "name a top-level JSON field")?;
+            }
+            check_range(&key("max_mb"), table.max_bytes / MIB, 1, MAX_MEMORY_LIMIT_BYTES / MIB, "MiB")?;
         }
         Ok(())
     }

@@ -1,21 +1,14 @@
 //! The pipeline's changelog topic (DESIGN.md, "State"): one compacted partition per task,
 //! written inside each checkpoint's transaction and read back read_committed to restore.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use rdkafka::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::error::KafkaError;
 
 use super::Admin;
+use super::reader::{RecordBatch, TopicReader};
 use crate::types::TaskId;
-
-/// How long one poll of a restore waits; when it returns nothing, the positions are checked for
-/// partitions whose end is a transaction marker.
-const POLL_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// A pipeline's changelog topic and which of its partitions holds each task.
 ///
@@ -107,27 +100,9 @@ impl Changelog {
 
 /// Reads changelog partitions read_committed up to their last stable offset, for a restore.
 pub struct ChangelogReader {
-    consumer: BaseConsumer<RestoreContext>,
+    reader: TopicReader,
     changelog: Changelog,
 }
-
-/// Logs the consumer's errors except reaching a partition's end, which librdkafka reports as an
-/// error event and which is a restore's normal end.
-struct RestoreContext;
-
-impl ClientContext for RestoreContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
-            tracing::error!(%error, reason, "changelog reader");
-        }
-    }
-}
-
-impl ConsumerContext for RestoreContext {}
-
-/// A batch of changelog records of one partition, in offset order: key, value (`None`: a
-/// tombstone), offset.
-pub type RecordBatch = Vec<(Vec<u8>, Option<Vec<u8>>, i64)>;
 
 impl ChangelogReader {
     /// A read_committed consumer of `changelog` on `brokers` (the sink's cluster) with librdkafka
@@ -136,16 +111,10 @@ impl ChangelogReader {
     /// # Errors
     /// When librdkafka rejects the configuration.
     pub fn new(brokers: &str, overrides: &BTreeMap<String, String>, changelog: Changelog) -> Result<Self, KafkaError> {
-        let own = [
-            ("group.id", "weir-changelog-restore"),
-            ("isolation.level", "read_committed"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("enable.partition.eof", "false"),
-            ("auto.offset.reset", "error"),
-        ];
-        let consumer = super::client_config(brokers, overrides, &own).create_with_context(RestoreContext)?;
-        Ok(Self { consumer, changelog })
+        Ok(Self {
+            reader: TopicReader::new(brokers, overrides, &changelog.topic, "weir-changelog-restore")?,
+            changelog,
+        })
     }
 
     /// The changelog it reads.
@@ -153,18 +122,15 @@ impl ChangelogReader {
         &self.changelog
     }
 
-    /// The start offset and last stable offset of `partition` (the end a read_committed reader
-    /// reaches once no transaction is open on it).
+    /// See [`TopicReader::range`].
     ///
     /// # Errors
     /// When the partition's leader cannot be reached within `timeout`.
     pub fn range(&self, partition: i32, timeout: Duration) -> Result<(i64, i64), KafkaError> {
-        self.consumer.fetch_watermarks(&self.changelog.topic, partition, timeout)
+        self.reader.range(partition, timeout)
     }
 
-    /// Reads each partition of `from` (partition → first offset) up to `until[partition]`,
-    /// calling `apply(partition, batch, next_offset)` with batches of at most `batch_size`
-    /// records; the last call of a partition has `next_offset == until[partition]`.
+    /// See [`TopicReader::read`].
     ///
     /// # Errors
     /// `kafka(error)` when a fetch fails or no record arrives for `timeout`; `apply`'s error.
@@ -175,57 +141,9 @@ impl ChangelogReader {
         batch_size: usize,
         timeout: Duration,
         kafka: impl Fn(KafkaError) -> E,
-        mut apply: impl FnMut(i32, RecordBatch, i64) -> Result<(), E>,
+        apply: impl FnMut(i32, RecordBatch, i64) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut list = TopicPartitionList::new();
-        for (partition, offset) in from {
-            list.add_partition_offset(&self.changelog.topic, *partition, Offset::Offset(*offset)).map_err(&kafka)?;
-        }
-        self.consumer.assign(&list).map_err(&kafka)?;
-        let mut open: BTreeSet<i32> = from.keys().copied().collect();
-        let mut batches: BTreeMap<i32, RecordBatch> = BTreeMap::new();
-        let mut last_progress = Instant::now();
-        while !open.is_empty() {
-            match self.consumer.poll(POLL_TIMEOUT) {
-                Some(Ok(message)) => {
-                    last_progress = Instant::now();
-                    let partition = message.partition();
-                    let batch = batches.entry(partition).or_default();
-                    let key = message.key().unwrap_or_default().to_vec();
-                    batch.push((key, message.payload().map(<[u8]>::to_vec), message.offset()));
-                    let next = message.offset() + 1;
-                    if next >= until[&partition] {
-                        open.remove(&partition);
-                        apply(partition, std::mem::take(batch), until[&partition])?;
-                    } else if batch.len() >= batch_size {
-                        apply(partition, std::mem::take(batch), next)?;
-                    }
-                }
-                Some(Err(error)) => return Err(kafka(error)),
-                None => {
-                    // Transaction markers and aborted records are never handed out, but the
-                    // position steps over them: a partition whose position reached its end is done.
-                    let positions = self.consumer.position().map_err(&kafka)?;
-                    for partition in open.clone() {
-                        let position =
-                            positions.find_partition(&self.changelog.topic, partition).and_then(|e| match e.offset() {
-                                Offset::Offset(offset) => Some(offset),
-                                _ => None,
-                            });
-                        if position.is_some_and(|p| p >= until[&partition]) {
-                            open.remove(&partition);
-                            apply(partition, batches.remove(&partition).unwrap_or_default(), until[&partition])?;
-                            last_progress = Instant::now();
-                        }
-                    }
-                    if !open.is_empty() && last_progress.elapsed() > timeout {
-                        return Err(kafka(KafkaError::Global(RDKafkaErrorCode::OperationTimedOut)));
-                    }
-                }
-            }
-        }
-        self.consumer.unassign().map_err(&kafka)?;
-        Ok(())
+        self.reader.read(from, until, batch_size, timeout, kafka, apply)
     }
 }
 

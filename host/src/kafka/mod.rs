@@ -9,15 +9,17 @@ mod changelog;
 mod failure;
 mod headers;
 mod metadata;
+mod reader;
 mod record_limit;
 mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
-pub use changelog::{Changelog, ChangelogProblem, ChangelogReader, RecordBatch};
+pub use changelog::{Changelog, ChangelogProblem, ChangelogReader};
 pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
+pub use reader::{RecordBatch, TopicReader};
 pub use record_limit::sink_record_limit;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use source::{GroupOffset, Source};

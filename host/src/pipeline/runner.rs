@@ -20,6 +20,7 @@ use crate::kafka::{
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays, Writes, state_prefix};
+use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, OutputRecord, RecordLimit, TransformComponent, WasmEngine};
 
@@ -145,6 +146,8 @@ struct Runner<'a> {
     last_discovery: Instant,
     /// When tasks were last checked for idleness (it asks the broker for end offsets).
     last_idle_check: Instant,
+    /// The tables joined with every source record (`[[source.tables]]`).
+    tables: Tables,
     metrics: Arc<PipelineMetrics>,
 }
 
@@ -212,6 +215,7 @@ impl<'a> Runner<'a> {
         tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
         metrics.restored(committed.id);
 
+        let tables = Tables::load(&config.source, config.checkpoint.timeout)?;
         let positions = start_positions(config, &source, &task_ids, &committed, &group)?;
         let outputs: Vec<String> = config.sink.outputs.keys().cloned().collect();
         let mut tasks = Vec::with_capacity(task_ids.len());
@@ -262,6 +266,7 @@ impl<'a> Runner<'a> {
             last_discovery: Instant::now(),
             last_idle_check: Instant::now(),
             metrics: metrics.clone(),
+            tables,
         };
         runner.begin_epoch(next)?;
         // Commit at once positions that are new or moved, and offsets the group lost (deleted,
@@ -287,6 +292,7 @@ impl<'a> Runner<'a> {
                 self.discover_partitions()?;
                 batches.resize_with(self.tasks.len(), Vec::new);
             }
+            self.tables.poll()?;
             let mut timeout = POLL_TIMEOUT;
             let mut polled = 0;
             while polled < batch_size * self.tasks.len() {
@@ -408,8 +414,9 @@ impl<'a> Runner<'a> {
     }
 
     /// Runs one batch through its task and sends the output to the epoch's slot.
-    fn process(&mut self, index: usize, batch: Vec<InputRecord>) -> Result<(), PipelineError> {
+    fn process(&mut self, index: usize, mut batch: Vec<InputRecord>) -> Result<(), PipelineError> {
         let started = Instant::now();
+        self.tables.join(&mut batch);
         let count = batch.len() as u64;
         let bytes_in = batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum();
         let last_timestamp = batch.last().map(|r| r.timestamp);

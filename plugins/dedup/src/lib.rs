@@ -42,17 +42,10 @@ impl Window {
 impl Transform for Dedup {
     fn init(config: &Config) -> Result<Self, String> {
         config.allow_only(&["window_records", "window_ms"])?;
-        let window = Window {
-            records: config.parse_opt("window_records")?,
-            ms: config.parse_opt("window_ms")?,
-        };
+        let window = Window { records: config.parse_opt("window_records")?, ms: config.parse_opt("window_ms")? };
         match window {
-            Window { records: None, ms: None } => {
-                Err("set `window_records`, `window_ms` or both".to_string())
-            }
-            Window { records: Some(0), .. } => {
-                Err("config key `window_records`: must be at least 1".to_string())
-            }
+            Window { records: None, ms: None } => Err("set `window_records`, `window_ms` or both".to_string()),
+            Window { records: Some(0), .. } => Err("config key `window_records`: must be at least 1".to_string()),
             _ => Ok(Dedup { window }),
         }
     }
@@ -85,9 +78,10 @@ mod tests {
     /// Runs `(key, timestamp)` records (value = index) and returns the indexes forwarded.
     fn kept(config: &[(&str, &str)], records: &[(Option<&str>, i64)]) -> Vec<usize> {
         let mut h = Harness::<Dedup>::new(config).unwrap();
-        let batch = records.iter().enumerate().map(|(i, (k, ts))| {
-            Record::new(*k, Some(i.to_string())).with_timestamp_ms(*ts).with_offset(i as i64)
-        });
+        let batch = records
+            .iter()
+            .enumerate()
+            .map(|(i, (k, ts))| Record::new(*k, Some(i.to_string())).with_timestamp_ms(*ts).with_offset(i as i64));
         let out = h.process(batch.collect()).unwrap();
         out.iter().map(|o| std::str::from_utf8(o.value().unwrap()).unwrap().parse().unwrap()).collect()
     }

@@ -84,8 +84,7 @@ impl Stats {
             delayed: self.delayed,
             total_dep_delay: self.total_dep_delay,
             max_dep_delay: self.max_dep_delay,
-            mean_dep_delay: (self.departed > 0)
-                .then(|| self.total_dep_delay as f64 / self.departed as f64),
+            mean_dep_delay: (self.departed > 0).then(|| self.total_dep_delay as f64 / self.departed as f64),
         }
     }
 }
@@ -98,12 +97,10 @@ impl Transform for FlightDelays {
 
     fn process(&mut self, record: &Record, out: &mut Emitter) -> Result<(), TransformError> {
         let offset = record.offset();
-        let fail = |problem: String| {
-            TransformError::new(format!("record at offset {offset}: {problem}")).with_offset(offset)
-        };
+        let fail =
+            |problem: String| TransformError::new(format!("record at offset {offset}: {problem}")).with_offset(offset);
         let bytes = record.value().ok_or_else(|| fail("null value, expected a JSON object".into()))?;
-        let value: Value =
-            serde_json::from_slice(bytes).map_err(|e| fail(format!("value is not JSON: {e}")))?;
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| fail(format!("value is not JSON: {e}")))?;
         let flight = parse_flight(&value).map_err(fail)?;
 
         let key = format!("{}|{}", flight.origin, flight.carrier);
@@ -129,9 +126,8 @@ mod tests {
     }
 
     fn run(h: &mut Harness<FlightDelays>, values: &[String]) -> Result<Vec<String>, TransformError> {
-        let batch = values.iter().enumerate().map(|(i, v)| {
-            Record::new(None::<&str>, Some(v.as_str())).with_offset(i as i64)
-        });
+        let batch =
+            values.iter().enumerate().map(|(i, v)| Record::new(None::<&str>, Some(v.as_str())).with_offset(i as i64));
         let out = h.process(batch.collect())?;
         Ok(out.iter().map(|o| String::from_utf8(o.value().unwrap().to_vec()).unwrap()).collect())
     }

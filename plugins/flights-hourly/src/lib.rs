@@ -63,7 +63,8 @@ struct Summary<'a> {
 impl Transform for FlightsHourly {
     fn init(config: &Config) -> Result<Self, String> {
         config.allow_only(&["allowed_lateness_ms", "late_output"])?;
-        let mut hours = Windows::tumbling("hours", HOUR_MS).allowed_lateness_ms(config.parse("allowed_lateness_ms", 0)?);
+        let mut hours =
+            Windows::tumbling("hours", HOUR_MS).allowed_lateness_ms(config.parse("allowed_lateness_ms", 0)?);
         if let Some(output) = config.get("late_output") {
             hours = hours.late_to(output);
         }

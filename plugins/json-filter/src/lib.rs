@@ -128,9 +128,7 @@ impl Transform for JsonFilter {
                 return Err("config key `value`: operator `exists` takes no value".to_string());
             }
             (_, None) => return Err("missing required config key `value`".to_string()),
-            (_, Some(text)) => {
-                serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
-            }
+            (_, Some(text)) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string())),
         };
         let path = field.split('.').map(str::to_string).collect();
         Ok(JsonFilter { path, op, operand })

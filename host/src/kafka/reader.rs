@@ -1,0 +1,177 @@
+//! A read_committed reader of one topic without a consumer group: restores read the changelog
+//! with it, and tables (`[[source.tables]]`) their topic.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+/// How long one poll of [`TopicReader::read`] waits; when it returns nothing, the positions are
+/// checked for partitions whose end is a transaction marker.
+const POLL_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// A batch of records of one partition, in offset order: key, value (`None`: a tombstone),
+/// offset.
+pub type RecordBatch = Vec<(Vec<u8>, Option<Vec<u8>>, i64)>;
+
+/// Reads partitions of one topic read_committed, from given offsets, without a consumer group.
+pub struct TopicReader {
+    consumer: BaseConsumer<ReaderContext>,
+    topic: String,
+}
+
+/// Logs the consumer's errors except reaching a partition's end, which librdkafka reports as an
+/// error event and which is a read's normal end.
+struct ReaderContext {
+    topic: String,
+}
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::error!(%error, reason, topic = %self.topic, "topic reader");
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
+impl TopicReader {
+    /// A read_committed consumer of `topic` on `brokers` with librdkafka `overrides`. `client`
+    /// names it to the broker (`group.id`, which is never joined or committed to).
+    ///
+    /// # Errors
+    /// When librdkafka rejects the configuration.
+    pub fn new(
+        brokers: &str,
+        overrides: &BTreeMap<String, String>,
+        topic: &str,
+        client: &str,
+    ) -> Result<Self, KafkaError> {
+        let own = [
+            ("group.id", client),
+            ("isolation.level", "read_committed"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("enable.partition.eof", "false"),
+            ("auto.offset.reset", "error"),
+        ];
+        let context = ReaderContext { topic: topic.to_owned() };
+        let consumer = super::client_config(brokers, overrides, &own).create_with_context(context)?;
+        Ok(Self { consumer, topic: topic.to_owned() })
+    }
+
+    /// The start offset and last stable offset of `partition` (the end a read_committed reader
+    /// reaches once no transaction is open on it).
+    ///
+    /// # Errors
+    /// When the partition's leader cannot be reached within `timeout`.
+    pub fn range(&self, partition: i32, timeout: Duration) -> Result<(i64, i64), KafkaError> {
+        self.consumer.fetch_watermarks(&self.topic, partition, timeout)
+    }
+
+    /// The topic's partition count.
+    ///
+    /// # Errors
+    /// When the metadata cannot be read within `timeout`, or the topic does not exist
+    /// (`UnknownTopicOrPartition`).
+    pub fn partitions(&self, timeout: Duration) -> Result<i32, KafkaError> {
+        let metadata = self.consumer.fetch_metadata(Some(&self.topic), timeout)?;
+        let topic = metadata.topics().iter().find(|t| t.name() == self.topic);
+        match topic {
+            Some(topic) if topic.error().is_none() && !topic.partitions().is_empty() => {
+                Ok(topic.partitions().len() as i32)
+            }
+            _ => Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition)),
+        }
+    }
+
+    /// Reads each partition of `from` (partition → first offset) up to `until[partition]`,
+    /// calling `apply(partition, batch, next_offset)` with batches of at most `batch_size`
+    /// records; the last call of a partition has `next_offset == until[partition]`.
+    ///
+    /// # Errors
+    /// `kafka(error)` when a fetch fails or no record arrives for `timeout`; `apply`'s error.
+    pub fn read<E>(
+        &self,
+        from: &BTreeMap<i32, i64>,
+        until: &BTreeMap<i32, i64>,
+        batch_size: usize,
+        timeout: Duration,
+        kafka: impl Fn(KafkaError) -> E,
+        mut apply: impl FnMut(i32, RecordBatch, i64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.follow(from).map_err(&kafka)?;
+        let mut open: BTreeSet<i32> = from.keys().copied().collect();
+        let mut batches: BTreeMap<i32, RecordBatch> = BTreeMap::new();
+        let mut last_progress = Instant::now();
+        while !open.is_empty() {
+            match self.consumer.poll(POLL_TIMEOUT) {
+                Some(Ok(message)) => {
+                    last_progress = Instant::now();
+                    let partition = message.partition();
+                    let batch = batches.entry(partition).or_default();
+                    let key = message.key().unwrap_or_default().to_vec();
+                    batch.push((key, message.payload().map(<[u8]>::to_vec), message.offset()));
+                    let next = message.offset() + 1;
+                    if next >= until[&partition] {
+                        open.remove(&partition);
+                        apply(partition, std::mem::take(batch), until[&partition])?;
+                    } else if batch.len() >= batch_size {
+                        apply(partition, std::mem::take(batch), next)?;
+                    }
+                }
+                Some(Err(error)) => return Err(kafka(error)),
+                None => {
+                    // Transaction markers and aborted records are never handed out, but the
+                    // position steps over them: a partition whose position reached its end is done.
+                    let positions = self.consumer.position().map_err(&kafka)?;
+                    for partition in open.clone() {
+                        let position =
+                            positions.find_partition(&self.topic, partition).and_then(|e| match e.offset() {
+                                Offset::Offset(offset) => Some(offset),
+                                _ => None,
+                            });
+                        if position.is_some_and(|p| p >= until[&partition]) {
+                            open.remove(&partition);
+                            apply(partition, batches.remove(&partition).unwrap_or_default(), until[&partition])?;
+                            last_progress = Instant::now();
+                        }
+                    }
+                    if !open.is_empty() && last_progress.elapsed() > timeout {
+                        return Err(kafka(KafkaError::Global(RDKafkaErrorCode::OperationTimedOut)));
+                    }
+                }
+            }
+        }
+        self.consumer.unassign().map_err(&kafka)?;
+        Ok(())
+    }
+
+    /// Reads each partition of `from` (partition → first offset) from then on, record by record
+    /// through [`next_now`](Self::next_now).
+    ///
+    /// # Errors
+    /// When the assignment fails.
+    pub fn follow(&self, from: &BTreeMap<i32, i64>) -> Result<(), KafkaError> {
+        let mut list = TopicPartitionList::new();
+        for (partition, offset) in from {
+            list.add_partition_offset(&self.topic, *partition, Offset::Offset(*offset))?;
+        }
+        self.consumer.assign(&list)
+    }
+
+    /// The next record already fetched, without waiting: key, value (`None`: a tombstone).
+    ///
+    /// # Errors
+    /// A failed fetch.
+    pub fn next_now(&self) -> Option<Result<(Vec<u8>, Option<Vec<u8>>), KafkaError>> {
+        self.consumer
+            .poll(Duration::ZERO)
+            .map(|message| message.map(|m| (m.key().unwrap_or_default().to_vec(), m.payload().map(<[u8]>::to_vec))))
+    }
+}
