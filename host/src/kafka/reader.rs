@@ -18,6 +18,9 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(20);
 /// offset.
 pub type RecordBatch = Vec<(Vec<u8>, Option<Vec<u8>>, i64)>;
 
+/// One record of a followed topic: key, value (`None`: a tombstone).
+pub type KeyValue = (Vec<u8>, Option<Vec<u8>>);
+
 /// Reads partitions of one topic read_committed, from given offsets, without a consumer group.
 pub struct TopicReader {
     consumer: BaseConsumer<ReaderContext>,
@@ -165,11 +168,11 @@ impl TopicReader {
         self.consumer.assign(&list)
     }
 
-    /// The next record already fetched, without waiting: key, value (`None`: a tombstone).
+    /// The next record already fetched, without waiting.
     ///
     /// # Errors
     /// A failed fetch.
-    pub fn next_now(&self) -> Option<Result<(Vec<u8>, Option<Vec<u8>>), KafkaError>> {
+    pub fn next_now(&self) -> Option<Result<KeyValue, KafkaError>> {
         self.consumer
             .poll(Duration::ZERO)
             .map(|message| message.map(|m| (m.key().unwrap_or_default().to_vec(), m.payload().map(<[u8]>::to_vec))))
