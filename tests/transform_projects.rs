@@ -21,7 +21,7 @@ struct Run {
 
 fn weir(args: &[&str], dir: &Path) -> Run {
     // The generated projects' Rust builds get a cargo target dir of their own, beside this build's:
-    // sharing `$CARGO_TARGET_DIR/guests` with the repository's guests, whose dependencies they
+    // sharing a cargo target dir with the repository's guests, whose dependencies they
     // share in other build graphs, made cargo rebuild the plugins after them (and so
     // examples/flights/run.sh compile after scripts/test.sh, which .ci/run refuses).
     let exe = std::env::current_exe().expect("test executable path");
@@ -111,6 +111,30 @@ fn broken_expected_output_fails_with_a_diff(project: &Path, line: usize, from: &
 fn rust_project_builds_and_passes_its_test() {
     let (_temp, project) = init_build_test("rust", "aggregate");
     broken_expected_output_fails_with_a_diff(&project, 2, "\"total\":15", "\"total\":16");
+}
+
+#[test]
+fn rust_projects_named_alike_each_build_their_own_code() {
+    // Cargo tells path packages apart by their path within their workspace: two `greeter`
+    // projects sharing a target dir took each other's build as their own.
+    let temp = tempfile::tempdir().unwrap();
+    let (a, b) = (temp.path().join("a"), temp.path().join("b"));
+    for dir in [&a, &b] {
+        std::fs::create_dir(dir).unwrap();
+        weir(&["transform", "init", "greeter", "--lang", "rust", "--template", "map"], dir).expect(0, "init");
+    }
+    let source = b.join("greeter/src/lib.rs");
+    let text = std::fs::read_to_string(&source).unwrap();
+    assert!(text.contains("Hello"), "the map template greets with Hello");
+    std::fs::write(&source, text.replace("Hello", "Welcome")).unwrap();
+    for dir in [&a, &b] {
+        weir(&["transform", "build"], &dir.join("greeter")).expect(0, "build");
+    }
+    let component = |dir: &Path| std::fs::read(dir.join("greeter/target/greeter.wasm")).unwrap();
+    assert_ne!(component(&a), component(&b), "both projects got the same component");
+    weir(&["transform", "test"], &a.join("greeter")).expect(0, "test of the unchanged project");
+    let test = weir(&["transform", "test"], &b.join("greeter")).expect(1, "test of the changed project");
+    assert!(test.stderr.contains("Welcome, Ada!"), "{}", test.stderr);
 }
 
 #[test]

@@ -5,8 +5,9 @@
 #   guest-sdk/rust/build.sh [--debug] <crate-dir> <out.wasm>
 #
 # <crate-dir> holds the crate's Cargo.toml (it may be a member of a workspace). Cargo target dir:
-# $CARGO_TARGET_DIR/guests (scripts/setup.sh's default ~/.cache/weir/target), shared by every
-# Rust guest and kept apart from the host build because another rustc may build it.
+# $CARGO_TARGET_DIR/guests/<workspace>-<hash of its path> (scripts/setup.sh's default
+# CARGO_TARGET_DIR is ~/.cache/weir/target): one per cargo workspace, apart from the host build
+# because another rustc may build it.
 #
 # Toolchain: rustup's wasm32-wasip2 target when it is installed; otherwise Debian's rustc-web
 # with -Zbuild-std (scripts/setup.sh installs rustc-web cargo-web rust-web-src lld-22 wasi-libc).
@@ -24,7 +25,14 @@ out=$2
 # The toolchain, and the one cargo target directory (CARGO_TARGET_DIR) every script shares.
 # shellcheck source=../../scripts/setup.sh
 source "$sdk/../../scripts/setup.sh" guests
-target_dir=$CARGO_TARGET_DIR/guests
+# One target dir per workspace: cargo tells path packages apart by their path relative to their
+# workspace root, so two projects named alike (two `weir transform init greeter`) sharing one
+# would each take the other's build as their own.
+root=$(dirname "$manifest")
+for dir in "$root" "$(dirname "$root")" "$(dirname "$(dirname "$root")")"; do
+    if grep -qs '^\[workspace\]' "$dir/Cargo.toml"; then root=$dir; break; fi
+done
+target_dir=$CARGO_TARGET_DIR/guests/$(basename "$root")-$(printf '%s' "$root" | sha256sum | cut -c1-12)
 [[ $target_dir = /* ]] || target_dir=$PWD/$target_dir
 
 build_args=(--target wasm32-wasip2)

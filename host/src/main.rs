@@ -2,6 +2,7 @@
 
 mod cli;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -15,7 +16,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        // Colours only for a terminal: a log file or a CI log gets plain text.
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()))
         // The dashboard's recent log lines (`weir run --metrics`).
         .with(weir::metrics::RecentLog::global())
         .init();

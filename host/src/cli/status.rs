@@ -61,7 +61,8 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let status = read_status(&PipelineConfig::from_file(&args.pipeline)?)?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &status)?;
+        // As an I/O error, so that a closed stdout (`| head`) ends the command quietly.
+        serde_json::to_writer_pretty(&mut out, &status).map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
         write_text(&mut out, &status)?;

@@ -18,6 +18,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use similar::TextDiff;
 use weir::wasm::{Header, InputRecord, OperatorLimits, OutputRecord};
 
@@ -225,6 +226,20 @@ fn run_records(project: &Project, component: &Path, records: Vec<InputRecord>) -
     Ok(lines)
 }
 
+/// A target dir name for the cargo workspace `dir` belongs to (the first of `dir` and its two
+/// parents whose Cargo.toml has `[workspace]`): `<folder>-<12 hex digits of its path's SHA-256>`,
+/// as guest-sdk/rust/build.sh names the wasm builds' ones. Cargo tells path packages apart by
+/// their path relative to their workspace root, so two projects named alike sharing a target
+/// dir would each take the other's build as their own.
+fn workspace_target_name(dir: &Path) -> String {
+    let has_workspace =
+        |d: &Path| std::fs::read_to_string(d.join("Cargo.toml")).is_ok_and(|t| t.contains("\n[workspace]"));
+    let root = dir.ancestors().take(3).find(|d| has_workspace(d)).unwrap_or(dir);
+    let hash = Sha256::digest(root.as_os_str().as_encoded_bytes());
+    let hex: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hex}", root.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()))
+}
+
 /// The command running the project's own unit tests, when it has some: `cargo test` (Rust code
 /// with `#[test]`), pytest (a `tests/` folder), `node --test` (a `test/` folder), `go test`
 /// (`*_test.go` files).
@@ -243,7 +258,8 @@ fn unit_tests(project: &Project) -> anyhow::Result<Option<Command>> {
             command.arg("test").arg("--manifest-path").arg(dir.join("Cargo.toml"));
             // Native builds of guests, apart from the host's and the wasm guests' artifacts.
             if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-                command.env("CARGO_TARGET_DIR", Path::new(&target).join("guests-native"));
+                let native = Path::new(&target).join("guests-native").join(workspace_target_name(dir));
+                command.env("CARGO_TARGET_DIR", native);
             }
             command
         }
