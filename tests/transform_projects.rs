@@ -199,7 +199,7 @@ fn go_project_builds_passes_its_test_and_fails_it_for_each_kind_of_problem() {
     let test = weir(&["transform", "test"], &project).expect(1, "test after changing the source");
     assert!(test.stderr.contains("test: building"), "the changed source was not rebuilt:\n{}", test.stderr);
     assert!(
-        test.stderr.contains("+{\"headers\":{},\"key\":\"u1\",\"value\":{\"greeting\":\"Hi, Ada!\""),
+        test.stderr.contains("+{\"headers\":[],\"key\":\"u1\",\"value\":{\"greeting\":\"Hi, Ada!\""),
         "{}",
         test.stderr
     );

@@ -13,14 +13,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::{Map, Value};
 use weir::kafka::{Admin, TopicCheck, record_headers};
+
+use super::bytes::insert_bytes;
 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
@@ -110,17 +110,4 @@ fn record_json(message: &BorrowedMessage<'_>) -> Value {
         .collect();
     object.insert("headers".into(), Value::Array(headers));
     Value::Object(object)
-}
-
-/// Inserts `bytes` as `field` (a string; null for `None`) when they are UTF-8, else as
-/// `<field>_base64`.
-fn insert_bytes(object: &mut Map<String, Value>, field: &str, bytes: Option<&[u8]>) {
-    let (name, value) = match bytes {
-        None => (field.to_owned(), Value::Null),
-        Some(bytes) => match std::str::from_utf8(bytes) {
-            Ok(text) => (field.to_owned(), text.into()),
-            Err(_) => (format!("{field}_base64"), STANDARD.encode(bytes).into()),
-        },
-    };
-    object.insert(name, value);
 }

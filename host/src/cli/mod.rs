@@ -1,5 +1,6 @@
 //! Subcommands of `weir`. Errors are reported here, at the edge, with `anyhow`.
 
+mod bytes;
 mod consume;
 mod produce;
 mod run;

@@ -17,6 +17,8 @@ use weir::file::{Format, read_rows};
 use weir::state::MemoryState;
 use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, WasmEngine};
 
+use super::bytes::{insert_bytes, insert_value};
+
 #[derive(Debug, Subcommand)]
 pub enum TransformCommand {
     /// Validate that a file is a weir:transform component (0.2.x or 0.1.x); print its contract
@@ -237,28 +239,25 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// An output record as one JSON object: key and value as JSON when they parse, else strings.
+/// An output record as one JSON object, faithfully: `key` (or `key_base64`), `value` (the JSON
+/// it holds, its text, or `value_base64`; see [`insert_value`]), `headers` as a list of
+/// `{key, value}` in order (repeated names kept, null apart from empty), and `output` when it
+/// goes to a named output.
 fn output_json(output: &OutputRecord) -> Value {
-    let text = |bytes: &Option<Vec<u8>>| match bytes {
-        None => Value::Null,
-        Some(bytes) => {
-            serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
-        }
-    };
-    let key = output.key.as_ref().map_or(Value::Null, |k| Value::String(String::from_utf8_lossy(k).into_owned()));
-    let headers: Map<String, Value> = output
+    let mut object = Map::new();
+    insert_bytes(&mut object, "key", output.key.as_deref());
+    insert_value(&mut object, "value", output.value.as_deref());
+    let headers = output
         .headers
         .iter()
         .map(|h| {
-            let value =
-                h.value.as_ref().map_or(Value::Null, |v| Value::String(String::from_utf8_lossy(v).into_owned()));
-            (h.key.clone(), value)
+            let mut header = Map::new();
+            header.insert("key".into(), h.key.clone().into());
+            insert_bytes(&mut header, "value", h.value.as_deref());
+            Value::Object(header)
         })
         .collect();
-    let mut object = Map::new();
-    object.insert("key".into(), key);
-    object.insert("value".into(), text(&output.value));
-    object.insert("headers".into(), Value::Object(headers));
+    object.insert("headers".into(), Value::Array(headers));
     if let Some(name) = &output.output {
         object.insert("output".into(), Value::String(name.clone()));
     }

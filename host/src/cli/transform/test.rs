@@ -167,10 +167,45 @@ struct SampleRecord {
     #[serde(default)]
     value: Value,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: SampleHeaders,
     /// Milliseconds since the Unix epoch.
     #[serde(default)]
     timestamp: i64,
+}
+
+/// A sample record's headers: `{"name": "text", ...}`, or, for repeated names and null values,
+/// `[{"key": "name", "value": "text" or null}, ...]` (in order).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum SampleHeaders {
+    Map(BTreeMap<String, String>),
+    List(Vec<SampleHeader>),
+}
+
+impl Default for SampleHeaders {
+    fn default() -> Self {
+        SampleHeaders::List(Vec::new())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SampleHeader {
+    key: String,
+    value: Option<String>,
+}
+
+impl SampleHeaders {
+    fn into_headers(self) -> Vec<Header> {
+        match self {
+            SampleHeaders::Map(map) => {
+                map.into_iter().map(|(key, value)| Header { key, value: Some(value.into_bytes()) }).collect()
+            }
+            SampleHeaders::List(list) => {
+                list.into_iter().map(|h| Header { key: h.key, value: h.value.map(String::into_bytes) }).collect()
+            }
+        }
+    }
 }
 
 /// The records of a sample input file, offsets counting from 0.
@@ -183,8 +218,8 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
         .map(|(offset, (number, line))| {
             let sample: SampleRecord = serde_json::from_str(line).with_context(|| {
                 format!(
-                    "{} line {}: not a sample record ({{\"key\": ..., \"value\": ..., \"headers\": {{...}}, \
-                     \"timestamp\": ...}})",
+                    "{} line {}: not a sample record ({{\"key\": ..., \"value\": ..., \"headers\": {{...}} or \
+                     [{{\"key\": ..., \"value\": ...}}], \"timestamp\": ...}})",
                     path.display(),
                     number + 1
                 )
@@ -194,12 +229,11 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
                 Value::String(text) => Some(text.into_bytes()),
                 json => Some(json.to_string().into_bytes()),
             };
-            let headers =
-                sample.headers.into_iter().map(|(key, value)| Header { key, value: Some(value.into_bytes()) });
+            let headers = sample.headers.into_headers();
             Ok(InputRecord {
                 key: sample.key.map(String::into_bytes),
                 value,
-                headers: headers.collect(),
+                headers,
                 timestamp: sample.timestamp,
                 topic: topic.clone(),
                 partition: 0,
