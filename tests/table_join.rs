@@ -4,7 +4,7 @@
 //! refuses the start.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -45,7 +45,6 @@ fn pipeline(prefix: &str, table: &str) -> TestPipeline {
     spec.source = format!(
         "batch_size = 256\n[[source.tables]]\nname = \"weather\"\ntopic = \"{table}\"\nkey_fields = [\"origin\", \"time_hour\"]"
     );
-    spec.checkpoint = "interval_ms = 200\ntimeout_ms = 10000".into();
     TestPipeline::new(prefix, &spec)
 }
 
@@ -68,6 +67,15 @@ fn expected(flights: &[(Option<String>, String)], table: &[(String, Option<Strin
         *counts.entry(Value::Object(flight).to_string()).or_default() += 1;
     }
     counts
+}
+
+/// Waits until `pipeline`'s log says `count` times that the table was loaded.
+fn wait_for_table_loads(pipeline: &TestPipeline, count: usize) {
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while pipeline.log_text().matches("table loaded").count() < count {
+        assert!(Instant::now() < deadline, "the table was not loaded {count} times:\n{}", pipeline.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -93,32 +101,38 @@ async fn flights_join_the_weather_of_their_origin_and_hour_exactly_once_through_
     produce_raw(&table, &raw, None).await;
 
     let flights = keyed(&flight_rows(FLIGHTS));
-    produce(&pipeline.source, 2, &flights).await;
     let want = expected(&flights, &records);
     assert!(want.keys().any(|v| v.contains("corrected")) && want.keys().any(|v| v.contains("\"weather\":null")));
 
-    // Killed twice once some output has committed; each start reads the table again.
+    // Three runs, each fed a third of the flights once it has loaded the table; the first two
+    // are SIGKILLed as soon as the output of their third begins to commit (with checkpoints every
+    // 20 ms, usually part-way through it, so the rest is replayed against the reloaded table).
+    let third = flights.len() / 3;
     let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
-    for kill in 1..=2 {
+    for run in 1..=3 {
         let mut child = pipeline.spawn(&[]);
-        let read = reader.read_until(kill * FLIGHTS as usize / 3, RUN_TIMEOUT);
-        signal(&child, "KILL");
-        child.wait().expect("wait for the killed weir run");
-        assert!(read >= kill * FLIGHTS as usize / 3, "{}", pipeline.log_text());
+        wait_for_table_loads(&pipeline, run);
+        let chunk = &flights[(run - 1) * third..if run == 3 { flights.len() } else { run * third }];
+        produce(&pipeline.source, 2, chunk).await;
+        if run < 3 {
+            let read = reader.read_until((run - 1) * third + 1, RUN_TIMEOUT);
+            signal(&child, "KILL");
+            child.wait().expect("wait for the killed weir run");
+            assert!(read > (run - 1) * third, "{}", pipeline.log_text());
+        } else {
+            let read = reader.read_until(flights.len(), RUN_TIMEOUT);
+            let status = pipeline.stop(&mut child, Duration::from_secs(60));
+            assert!(read >= flights.len() && status.success(), "{}", pipeline.log_text());
+        }
     }
-    let mut child = pipeline.spawn(&[]);
-    let read = reader.read_until(FLIGHTS as usize, RUN_TIMEOUT);
-    let status = pipeline.stop(&mut child, Duration::from_secs(60));
     reader.drain(Duration::from_secs(2));
-    assert!(read >= FLIGHTS as usize && status.success(), "{}", pipeline.log_text());
-    assert!(pipeline.log_text().matches("table loaded").count() >= 3, "{}", pipeline.log_text());
 
     let mut got: HashMap<String, usize> = HashMap::new();
     for record in &reader.records {
         let value: Value = serde_json::from_str(record.value.as_deref().expect("a value")).expect("JSON");
         *got.entry(value.to_string()).or_default() += 1;
     }
-    assert_eq!(got.values().sum::<usize>(), FLIGHTS as usize, "every flight once");
+    assert_eq!(got.values().sum::<usize>(), flights.len(), "every flight once");
     assert!(got == want, "the outputs differ from the join computed here");
 }
 
