@@ -21,4 +21,4 @@ class Counter extends Transform {
   }
 }
 
-export const { init, process, snapshot, restore } = exportTransform(Counter);
+export const { init, process, snapshot, restore, onTimer } = exportTransform(Counter);
