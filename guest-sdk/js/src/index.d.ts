@@ -187,6 +187,59 @@ export const timers: {
   watermark(): number | null;
 };
 
+/** How `Windows` group records in event time. */
+export type WindowKind =
+  | { readonly type: 'tumbling'; readonly sizeMs: number }
+  | { readonly type: 'hopping'; readonly sizeMs: number; readonly slideMs: number }
+  | { readonly type: 'session'; readonly gapMs: number };
+
+/** A window: the half-open interval `[startMs, endMs)` of event time. */
+export interface Window {
+  startMs: number;
+  endMs: number;
+}
+
+/** A window closed by `Windows.close`: its key, bounds and final accumulator. */
+export interface Closed<A> {
+  key: Uint8Array;
+  window: Window;
+  value: A;
+}
+
+/** A window's accumulator: `new Acc()` is the empty one, `merge` folds another into it (session
+ * windows that a record bridges become one). Stored as JSON: its own fields (`JSON.stringify`),
+ * read back with `Object.assign(new Acc(), fields)`, or through a static `fromJson(value)`. */
+export interface AccumulatorClass<A extends { merge(other: A): void }> {
+  new (): A;
+  fromJson?(value: unknown): A;
+}
+
+/** Event-time windows over keyed records, built on `state` and `timers`, with the Rust SDK's
+ * semantics and state layout (docs/event-time.md). Builder methods return `this`. */
+export class Windows {
+  /** Tumbling windows of `sizeMs` (at least 1). */
+  static tumbling(name: string, sizeMs: number): Windows;
+  /** Hopping windows of `sizeMs` every `slideMs` (each at least 1). */
+  static hopping(name: string, sizeMs: number, slideMs: number): Windows;
+  /** Session windows with a gap of `gapMs` (at least 1). */
+  static session(name: string, gapMs: number): Windows;
+  readonly name: string;
+  readonly kind: WindowKind;
+  /** Keeps each window open for `ms` more of event time after its end; by default 0. */
+  allowedLatenessMs(ms: number): this;
+  /** Forwards records late for all their windows, unchanged, to the sink output `output`
+   * instead of counting them. */
+  lateTo(output: string): this;
+  /** Folds `record` into the open windows of `key` it belongs to (by its event time) with
+   * `update`, which changes the accumulator in place; `false` when the record was late for all
+   * of them (then it was counted or forwarded to the late output). */
+  add<A extends { merge(other: A): void }>(key: Bytes, record: Record, emit: Emit, acc: AccumulatorClass<A>, update: (acc: A) => void): boolean;
+  /** The window `timer` closes, removed from state; `null` for a timer of something else. */
+  close<A extends { merge(other: A): void }>(timer: Timer, acc: AccumulatorClass<A>): Closed<A> | null;
+  /** How many records were late for all their windows (when they are counted, the default). */
+  lateCount(): number;
+}
+
 /** Durable key-value state, scoped by the host to this operator and task. Reads see this
  * task's own writes; writes become durable with the epoch's checkpoint and are rolled back
  * with a failed batch. */

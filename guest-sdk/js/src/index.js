@@ -541,3 +541,4 @@ function witError(message, offset) {
   e.payload = { message, offset: offset === undefined || offset === null ? undefined : toBigInt(offset, 'offset') };
   return e;
 }
+export { Windows } from './windows.js';

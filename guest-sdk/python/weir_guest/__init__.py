@@ -18,7 +18,8 @@ that must survive a crash goes through :mod:`weir_guest.state`, or through
 
 Event time (docs/event-time.md): each record carries its ``event_time`` and the ``watermark`` it
 saw; :mod:`weir_guest.timers` call :meth:`Transform.on_timer` once the watermark or the wall
-clock reaches them.
+clock reaches them, and :mod:`weir_guest.windows` builds tumbling, hopping and session windows on
+both.
 
 Example — count records per key::
 
@@ -48,7 +49,7 @@ CPython and pytest.
 
 from __future__ import annotations
 
-from . import log, state, timers
+from . import log, state, timers, windows
 from ._types import (
     Config,
     ConfigError,
@@ -78,6 +79,7 @@ __all__ = [
     "log",
     "state",
     "timers",
+    "windows",
 ]
 
 __version__ = "0.2.0"
