@@ -69,6 +69,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"unicode/utf8"
 
 	"example.invalid/weir/guest-sdk/go/internal/abi"
@@ -241,6 +242,21 @@ func MarshalJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// JSONFloat is a float64 that encoding/json writes as Rust's serde_json does: a whole number
+// as 11.0, where encoding/json writes 11 (both write the shortest digits that read back the
+// same). For outputs that must equal a Rust transform's byte for byte; not for magnitudes that
+// need an exponent (from 1e21), where the two formats differ anyway.
+type JSONFloat float64
+
+// MarshalJSON writes the shortest decimal digits, with ".0" for a whole number.
+func (f JSONFloat) MarshalJSON() ([]byte, error) {
+	b := strconv.AppendFloat(nil, float64(f), 'f', -1, 64)
+	if !bytes.ContainsRune(b, '.') {
+		b = append(b, ".0"...)
+	}
+	return b, nil
 }
 
 // Emitter collects the outputs of a batch.

@@ -270,3 +270,10 @@ func TestATransformWithoutOnTimerIgnoresTimers(t *testing.T) {
 		t.Fatalf("outputs %v, %v", out, err)
 	}
 }
+
+func TestJSONFloatIsWrittenAsRustWritesIt(t *testing.T) {
+	got, err := weir.MarshalJSON([]weir.JSONFloat{11, -2.5, 1.0 / 3, 0})
+	if want := "[11.0,-2.5,0.3333333333333333,0.0]"; err != nil || string(got) != want {
+		t.Fatalf("got %s (%v), want %s", got, err, want)
+	}
+}

@@ -308,5 +308,9 @@ export function createTransform<T extends Transform>(cls: new (config: Config) =
 /** `string` as UTF-8, bytes as `Uint8Array`. */
 export function toBytes(value: Bytes | ArrayBuffer | ArrayBufferView): Uint8Array;
 
+/** A float as Rust's serde_json writes it, for JSON written by hand: `11.0` where
+ * `JSON.stringify` writes `11`. Throws a TypeError for NaN and ±Infinity. */
+export function jsonFloat(x: number): string;
+
 /** UTF-8 text of `bytes`; `null` for null/undefined or invalid UTF-8. */
 export function utf8(bytes: Uint8Array | null | undefined): string | null;

@@ -134,6 +134,16 @@ function toJson(value) {
   });
 }
 
+/**
+ * A float as Rust's serde_json writes it, for JSON written by hand: `JSON.stringify` writes a
+ * whole number as `11`, Rust as `11.0` (both write the shortest digits that read back the
+ * same). Not for magnitudes that need an exponent (from 1e21), where the two differ anyway.
+ */
+export function jsonFloat(x) {
+  if (!Number.isFinite(x)) throw new TypeError(`${x} is not a JSON number`);
+  return Number.isInteger(x) ? x.toFixed(1) : String(x);
+}
+
 /** One output record; builder methods return `this`. */
 export class Output {
   constructor(key = null, value = null) {

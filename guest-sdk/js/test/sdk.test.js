@@ -1,7 +1,7 @@
 // npm test  (node --import ./testing/register.js --test)
 import { test, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { Config, Output, Record, TimeDomain, Transform, TransformError, exportTransform, state, timers } from '../src/index.js';
+import { Config, Output, Record, TimeDomain, Transform, TransformError, exportTransform, jsonFloat, state, timers } from '../src/index.js';
 import { Harness, logLines, registeredTimers, resetState, stateEntries } from '../testing/harness.js';
 
 /** Emits one output per record; fails on value "fail"; "ts" gets its own timestamp; "bug" throws. */
@@ -170,4 +170,9 @@ test('world exports: onTimer before init fails, after init runs the transform', 
   world.init([]);
   const out = world.onTimer([{ key: new Uint8Array([104]), time: 7n, domain: 'event-time' }]);
   assert.deepEqual(out.map((o) => [o.value, o.timestamp]), [[new Uint8Array([104]), 7n]]);
+});
+
+test('jsonFloat writes floats as Rust does', () => {
+  assert.deepEqual([11, -2.5, 1 / 3, 0].map(jsonFloat), ['11.0', '-2.5', '0.3333333333333333', '0.0']);
+  assert.throws(() => jsonFloat(NaN), TypeError);
 });
