@@ -34,13 +34,13 @@ type Stats struct {
 
 // Summary is the output value; field order is the JSON field order.
 type Summary struct {
-	Origin        string     `json:"origin"`
-	Carrier       string     `json:"carrier"`
-	Flights       uint64     `json:"flights"`
-	Departed      uint64     `json:"departed"`
-	Delayed       uint64     `json:"delayed"`
-	TotalDepDelay int64      `json:"total_dep_delay"`
-	MaxDepDelay   *int64     `json:"max_dep_delay"`
+	Origin        string          `json:"origin"`
+	Carrier       string          `json:"carrier"`
+	Flights       uint64          `json:"flights"`
+	Departed      uint64          `json:"departed"`
+	Delayed       uint64          `json:"delayed"`
+	TotalDepDelay int64           `json:"total_dep_delay"`
+	MaxDepDelay   *int64          `json:"max_dep_delay"`
 	MeanDepDelay  *weir.JSONFloat `json:"mean_dep_delay"` // 11.0 as Rust writes it, not 11
 }
 
