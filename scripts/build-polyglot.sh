@@ -4,20 +4,21 @@
 #
 #   scripts/build-polyglot.sh [--test] [py] [js] [go]
 #
-# Languages default to all three. For each language it builds the flight-delays port
-# (plugins-polyglot/flight-delays-<lang>) and the sandbox probe used by the tests
-# (tests/guests/sandbox-<lang>) into $WEIR_PLUGIN_DIR (default <repo>/target/plugins) as
-# flight-delays-<lang>.wasm and sandbox-<lang>.wasm, printing sizes and build times. Tools go to
+# Languages default to all three. For each language it builds the ports of the Rust plugins
+# (plugins-polyglot/flight-delays-<lang>, plugins-polyglot/flights-hourly-<lang>) and the
+# sandbox probe used by the tests (tests/guests/sandbox-<lang>) into $WEIR_PLUGIN_DIR (default
+# <repo>/target/plugins) as <folder name>.wasm, printing sizes and build times. Tools go to
 # ${WEIR_CACHE:-~/.cache/weir}/polyglot (a venv with componentize-py) and
 # guest-sdk/js/node_modules (`npm ci`: componentize-js, jco); Go needs no extra tool.
 #
 #   --test   first run the SDKs' own unit tests (pytest, node --test, go test), then
-#            `weir transform test` on each port: its unit tests and its samples
+#            `weir transform test` on each port: its unit tests and its samples (the Rust
+#            plugin's, so each port's output is checked against the Rust one)
 #
 # tests/polyglot.rs then runs the components through the host (`cargo test --test polyglot`).
 set -euo pipefail
 
-usage() { sed -n '2,17s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,18s/^# \{0,1\}//p' "$0"; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out_dir=${WEIR_PLUGIN_DIR:-$repo/target/plugins}
@@ -68,9 +69,11 @@ build() {
 }
 
 for lang in "${langs[@]}"; do
-    build "$repo/plugins-polyglot/flight-delays-$lang"
+    for port in flight-delays flights-hourly; do
+        build "$repo/plugins-polyglot/$port-$lang"
+        if $run_tests; then
+            "$WEIR_CLI" transform test "$repo/plugins-polyglot/$port-$lang" --out-dir "$out_dir"
+        fi
+    done
     build "$repo/tests/guests/sandbox-$lang"
-    if $run_tests; then
-        "$WEIR_CLI" transform test "$repo/plugins-polyglot/flight-delays-$lang" --out-dir "$out_dir"
-    fi
 done

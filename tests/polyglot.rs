@@ -1,7 +1,8 @@
 //! The Python, JavaScript and Go SDKs behave like the Rust one: their flight-delays ports
 //! (plugins-polyglot/, built by scripts/build-polyglot.sh) give byte-identical output to the Rust
-//! plugin through `weir transform run` and through an exactly-once pipeline on the broker, and
-//! their runtimes get no file, socket or environment (tests/guests/sandbox-*).
+//! plugin through `weir transform run` and through an exactly-once pipeline on the broker, their
+//! flights-hourly ports close the same event-time windows and send the same late flights aside,
+//! and their runtimes get no file, socket or environment (tests/guests/sandbox-*).
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -9,7 +10,9 @@ use std::time::Duration;
 
 use weir::wasm::{ErrorKind, InputRecord, OperatorLimits, OutputRecord};
 use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion};
-use weir_tests::{Isolation, flight_rows, flights_zip, operator_with, plugin, run_weir};
+use weir_tests::{
+    Isolation, flight_rows, flights_zip, input_records, operator_with, operator_with_outputs, plugin, run_weir,
+};
 
 /// The Rust reference first, then the ports.
 const FLIGHT_DELAYS: [&str; 4] = ["flight-delays", "flight-delays-py", "flight-delays-js", "flight-delays-go"];
@@ -104,6 +107,63 @@ async fn every_port_runs_exactly_once_on_the_broker_like_rust() {
             assert_same_outputs(&format!("{port} partition {partition}"), &render(got), &render(want));
         }
     }
+}
+
+/// The flights-hourly ports' windows (SDK windows helpers on timers) close exactly the Rust
+/// plugin's hours, with the same output bytes and timestamps, and send the same flights to the
+/// late output: 20,000 flights in file order (by day, but out of time order within a day), event
+/// time `time_hour`, a watermark 12 hours behind the latest hour read (so a fifth of the flights
+/// arrive late for their hour), batches of 256 and due timers fired after each, as a task does.
+#[test]
+fn every_flights_hourly_port_closes_the_rust_plugins_windows() {
+    const BOUND_MS: i64 = 12 * 3_600_000;
+    let mut records = input_records("flights", &flight_rows(20_000));
+    let mut latest = None;
+    for record in &mut records {
+        let value: serde_json::Value = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
+        let time_hour = value["time_hour"].as_str().unwrap();
+        record.event_time = weir::time::parse_rfc3339(time_hour).unwrap_or_else(|| panic!("time_hour {time_hour}"));
+        record.watermark = latest.map(|l: i64| l - BOUND_MS - 1);
+        latest = latest.max(Some(record.event_time));
+    }
+    let limits =
+        OperatorLimits { memory_bytes: 128 << 20, deadline: Duration::from_secs(10), ..OperatorLimits::default() };
+    let run = |name: &str| {
+        let mut operator = operator_with_outputs(name, &[("late_output", "late")], limits.clone(), &["late"]);
+        let mut lines = Vec::new();
+        let fire = |operator: &mut weir::wasm::Operator, watermark: i64, lines: &mut Vec<String>| {
+            operator.set_watermark(Some(watermark));
+            loop {
+                let due = operator.due_timers(i64::MIN).unwrap();
+                if due.is_empty() {
+                    break;
+                }
+                lines.extend(operator.on_timer(&due).unwrap().iter().map(render));
+            }
+        };
+        for batch in records.chunks(256) {
+            lines.extend(operator.process(batch).unwrap_or_else(|e| panic!("{name}: {e}")).iter().map(render));
+            let last = batch.last().unwrap();
+            fire(&mut operator, last.watermark.unwrap_or(i64::MIN).max(last.event_time - BOUND_MS - 1), &mut lines);
+        }
+        fire(&mut operator, i64::MAX, &mut lines);
+        lines
+    };
+    let rust = run("flights-hourly");
+    let late = rust.iter().filter(|l| l.starts_with("late ")).count();
+    assert!(late > 1_000 && rust.len() - late > 500, "{late} late flights, {} hours", rust.len() - late);
+    for port in ["flights-hourly-py", "flights-hourly-js", "flights-hourly-go"] {
+        assert_same_outputs(port, &run(port), &rust);
+    }
+}
+
+/// An output as one line: its sink output (`-` for the default one), timestamp, key and value.
+fn render(output: &OutputRecord) -> String {
+    fn text(bytes: &Option<Vec<u8>>) -> Option<std::borrow::Cow<'_, str>> {
+        bytes.as_deref().map(String::from_utf8_lossy)
+    }
+    let sink = output.output.as_deref().unwrap_or("-");
+    format!("{sink} {:?} {:?} {:?}", output.timestamp, text(&output.key), text(&output.value))
 }
 
 fn probe(offset: i64, word: &str) -> InputRecord {

@@ -1,7 +1,7 @@
 // Package weir is the SDK for writing Weir transforms in Go.
 //
-// A Weir transform is a WebAssembly component of the weir:transform@0.1.0 world
-// (guest-sdk/wit-0.1/transform.wit). This package hides the component-model plumbing: implement
+// A Weir transform is a WebAssembly component of the weir:transform@0.2.0 world
+// (guest-sdk/wit/transform.wit). This package hides the component-model plumbing: implement
 // [Transform], register a [Factory] with [Export] from an init function of package main, and
 // build the package with guest-sdk/go/build.sh (standard Go: GOOS=wasip1 GOARCH=wasm
 // -buildmode=c-shared, then wrapped into a component with the WASI preview1 reactor adapter).
@@ -14,6 +14,10 @@
 // logs); the host then discards the instance and restores a fresh one from the last checkpoint.
 // Anything that must survive a crash goes through package state, or through [Snapshotter] and
 // [Restorer] for data kept in memory. Guests get no filesystem, network or environment.
+//
+// Event time (docs/event-time.md): each record carries its EventTime and the Watermark it saw;
+// timers (package timers) call [TimerHandler.OnTimer] once the watermark or the wall clock
+// reaches them, and package windows builds tumbling, hopping and session windows on both.
 //
 // Example: count records per key.
 //
@@ -54,8 +58,8 @@
 //
 //	func main() {}
 //
-// Natively (not GOOS=wasip1), state is an in-memory map and logs go to stderr, so transforms
-// can be tested with `go test` through package weirtest.
+// Natively (not GOOS=wasip1), state and timers are in memory and logs go to stderr, so
+// transforms can be tested with `go test` through package weirtest.
 package weir
 
 import (
@@ -65,13 +69,14 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"unicode/utf8"
 
 	"example.invalid/weir/guest-sdk/go/internal/abi"
 )
 
 // Contract is the WIT package and version this SDK implements.
-const Contract = "weir:transform@0.1.0"
+const Contract = "weir:transform@0.2.0"
 
 // Transform is the logic of one operator. One value exists per operator instance (one per
 // task); it sees every record of its task, in offset order.
@@ -94,11 +99,35 @@ type Restorer interface {
 	Restore(snapshot []byte) error
 }
 
+// TimerHandler is implemented by transforms that register timers (package timers, or package
+// windows): OnTimer handles one due timer, emitting zero or more outputs; outputs without a
+// timestamp get the timer's time. The host calls it between batches, for each due timer in
+// order; an error fails the call and the pipeline (no record caused it), and the timers stay
+// registered. Without it, timers are ignored.
+type TimerHandler interface {
+	OnTimer(t *Timer, emit *Emitter) error
+}
+
+// TimeDomain is the clock a timer follows: [EventTime] or [ProcessingTime].
+type TimeDomain = abi.TimeDomain
+
+const (
+	// EventTime is the task's watermark: a timer fires once the watermark reaches its time.
+	EventTime = abi.EventTime
+	// ProcessingTime is the host's wall clock: a timer fires once the clock reaches its time.
+	ProcessingTime = abi.ProcessingTime
+)
+
+// Timer is a due timer handed to [TimerHandler.OnTimer]: the key it was registered for, its
+// time (milliseconds since the Unix epoch) and its clock.
+type Timer = abi.Timer
+
 // Factory creates a transform from the operator's configuration. An error stops the pipeline
 // from starting; name the offending key in it.
 type Factory func(config Config) (Transform, error)
 
-// Header is one Kafka record header: a UTF-8 name and raw bytes (empty for a null value).
+// Header is one Kafka record header: a UTF-8 name and raw bytes; a nil Value is a Kafka null
+// header value, a non-nil empty slice an empty one.
 type Header = abi.Header
 
 // Record is one input record. A nil Key or Value is a Kafka null; a non-nil empty slice is an
@@ -111,6 +140,12 @@ type Record struct {
 	Topic     string
 	Partition int32
 	Offset    int64
+	// EventTime is what the pipeline's watermark strategy reads (the timestamp, or a field of
+	// the JSON value), in milliseconds since the Unix epoch; the timestamp when it has none.
+	EventTime int64
+	// Watermark is the task's watermark just before this record: a record whose event time is
+	// at or below it is late. nil while the task has none.
+	Watermark *int64
 }
 
 // KeyString returns the key as text; ok is false for a null key or invalid UTF-8.
@@ -130,8 +165,9 @@ func (r *Record) ValueJSON(v any) error {
 	return nil
 }
 
-// Header returns the value of the first header named name.
-func (r *Record) Header(name string) ([]byte, bool) {
+// Header returns the value of the first header named name (nil for a null value); ok is false
+// when there is none.
+func (r *Record) Header(name string) (value []byte, ok bool) {
 	for _, h := range r.Headers {
 		if h.Key == name {
 			return h.Value, true
@@ -160,6 +196,12 @@ type Output struct {
 // NewOutput returns an output with key and value (nil for null), no headers.
 func NewOutput(key, value []byte) Output { return Output{Key: key, Value: value} }
 
+// FromRecord returns r as an output, unchanged: same key, value and headers; its timestamp is
+// filled in like any output's (the record's own, once Process returns).
+func FromRecord(r *Record) Output {
+	return Output{Key: r.Key, Value: r.Value, Headers: r.Headers}
+}
+
 // JSON returns an output with key and v encoded as compact JSON (struct field order kept,
 // no HTML escaping).
 func JSON(key []byte, v any) (Output, error) {
@@ -170,7 +212,8 @@ func JSON(key []byte, v any) (Output, error) {
 	return Output{Key: key, Value: data}, nil
 }
 
-// WithHeader returns o with a header appended (repeated names allowed, order kept).
+// WithHeader returns o with a header appended (repeated names allowed, order kept); a nil value
+// is a Kafka null header value, distinct from an empty one.
 func (o Output) WithHeader(key string, value []byte) Output {
 	o.Headers = append(o.Headers[:len(o.Headers):len(o.Headers)], Header{Key: key, Value: value})
 	return o
@@ -201,6 +244,21 @@ func MarshalJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
+// JSONFloat is a float64 that encoding/json writes as Rust's serde_json does: a whole number
+// as 11.0, where encoding/json writes 11 (both write the shortest digits that read back the
+// same). For outputs that must equal a Rust transform's byte for byte; not for magnitudes that
+// need an exponent (from 1e21), where the two formats differ anyway.
+type JSONFloat float64
+
+// MarshalJSON writes the shortest decimal digits, with ".0" for a whole number.
+func (f JSONFloat) MarshalJSON() ([]byte, error) {
+	b := strconv.AppendFloat(nil, float64(f), 'f', -1, 64)
+	if !bytes.ContainsRune(b, '.') {
+		b = append(b, ".0"...)
+	}
+	return b, nil
+}
+
 // Emitter collects the outputs of a batch.
 type Emitter struct {
 	outputs []Output
@@ -210,10 +268,7 @@ type Emitter struct {
 func (e *Emitter) Emit(o Output) { e.outputs = append(e.outputs, o) }
 
 // Forward emits r unchanged: same key, value, headers and timestamp, default output.
-func (e *Emitter) Forward(r *Record) {
-	ts := r.Timestamp
-	e.outputs = append(e.outputs, Output{Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: &ts})
-}
+func (e *Emitter) Forward(r *Record) { e.Emit(FromRecord(r)) }
 
 // Len is the number of outputs emitted so far in this batch.
 func (e *Emitter) Len() int { return len(e.outputs) }
@@ -251,49 +306,83 @@ func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
 	var emit Emitter
 	for i := range records {
 		r := &records[i]
-		first := len(emit.outputs)
-		err := processRecovering(t, r, &emit)
-		if te, ok := err.(*TransformError); ok && te == nil {
-			err = nil // a nil *TransformError returned as an error (Go's typed nil) is success
-		}
-		if err != nil {
-			var te *TransformError
-			if !errors.As(err, &te) || te == nil {
-				te = &TransformError{Message: err.Error()}
-			}
-			failure := *te
-			if failure.Offset == nil {
-				off := r.Offset
-				failure.Offset = &off
-			}
-			return nil, &failure
-		}
-		for j := first; j < len(emit.outputs); j++ {
-			if emit.outputs[j].Timestamp == nil {
-				ts := r.Timestamp
-				emit.outputs[j].Timestamp = &ts
-			}
+		off := r.Offset
+		if failure := call(&emit, r.Timestamp, &off, func() error { return t.Process(r, &emit) }); failure != nil {
+			return nil, failure
 		}
 	}
 	return emit.outputs, nil
 }
 
-// processRecovering calls t.Process, turning a panic into a *TransformError at r's offset.
-func processRecovering(t Transform, r *Record, emit *Emitter) (err error) {
+// RunTimers runs due timers through t's OnTimer (none when t is no [TimerHandler]): the loop
+// behind the exported on-timer function, shared with package weirtest. Outputs without a
+// timestamp get their timer's time; errors and panics are handled as in [RunBatch], without
+// an offset.
+func RunTimers(t Transform, due []Timer) ([]Output, *TransformError) {
+	handler, ok := t.(TimerHandler)
+	if !ok {
+		return nil, nil
+	}
+	var emit Emitter
+	for i := range due {
+		timer := &due[i]
+		if failure := call(&emit, timer.Time, nil, func() error { return handler.OnTimer(timer, &emit) }); failure != nil {
+			return nil, failure
+		}
+	}
+	return emit.outputs, nil
+}
+
+// call runs handler, which emits into emit: its failure (or panic) as a *TransformError with
+// offset filled in when it has none; on success the outputs it emitted without a timestamp
+// get timestamp.
+func call(emit *Emitter, timestamp int64, offset *int64, handler func() error) *TransformError {
+	first := len(emit.outputs)
+	err := recovering(offset, handler)
+	if te, ok := err.(*TransformError); ok && te == nil {
+		err = nil // a nil *TransformError returned as an error (Go's typed nil) is success
+	}
+	if err != nil {
+		var te *TransformError
+		if !errors.As(err, &te) || te == nil {
+			te = &TransformError{Message: err.Error()}
+		}
+		failure := *te
+		if failure.Offset == nil {
+			failure.Offset = offset
+		}
+		return &failure
+	}
+	for j := first; j < len(emit.outputs); j++ {
+		if emit.outputs[j].Timestamp == nil {
+			ts := timestamp
+			emit.outputs[j].Timestamp = &ts
+		}
+	}
+	return nil
+}
+
+// recovering calls handler, turning a panic into a *TransformError (at offset, when there is
+// one).
+func recovering(offset *int64, handler func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			fmt.Fprintf(os.Stderr, "uncaught panic at offset %d: %v\n%s", r.Offset, p, debug.Stack())
-			err = Errorf("uncaught panic: %v", p).WithOffset(r.Offset)
+			where := "in OnTimer"
+			if offset != nil {
+				where = fmt.Sprintf("at offset %d", *offset)
+			}
+			fmt.Fprintf(os.Stderr, "uncaught panic %s: %v\n%s", where, p, debug.Stack())
+			err = &TransformError{Message: fmt.Sprintf("uncaught panic: %v", p), Offset: offset}
 		}
 	}()
-	return t.Process(r, emit)
+	return handler()
 }
 
 var instance Transform
 
 // Export registers the factory as the component's transform. Call it exactly once, from an
-// init function of package main. process, snapshot and restore before a successful init fail
-// (or return an empty snapshot).
+// init function of package main. process, on-timer, snapshot and restore before a successful
+// init fail (or return an empty snapshot).
 func Export(factory Factory) {
 	if factory == nil {
 		panic("weir.Export: nil factory")
@@ -319,15 +408,13 @@ func Export(factory Factory) {
 			for i, b := range batch {
 				records[i] = Record(b)
 			}
-			outputs, failure := RunBatch(instance, records)
-			if failure != nil {
-				return nil, &abi.TransformError{Message: failure.Message, Offset: failure.Offset}
+			return toRaw(RunBatch(instance, records))
+		},
+		OnTimer: func(due []abi.Timer) ([]abi.OutputRecord, *abi.TransformError) {
+			if instance == nil {
+				return nil, &abi.TransformError{Message: "on-timer called before a successful init"}
 			}
-			raw := make([]abi.OutputRecord, len(outputs))
-			for i, o := range outputs {
-				raw[i] = abi.OutputRecord{Key: o.Key, Value: o.Value, Headers: o.Headers, Timestamp: o.Timestamp, Output: o.Sink}
-			}
-			return raw, nil
+			return toRaw(RunTimers(instance, due))
 		},
 		Snapshot: func() []byte {
 			if s, ok := instance.(Snapshotter); ok {
@@ -345,4 +432,16 @@ func Export(factory Factory) {
 			return nil
 		},
 	}
+}
+
+// toRaw converts the result of RunBatch or RunTimers for the ABI.
+func toRaw(outputs []Output, failure *TransformError) ([]abi.OutputRecord, *abi.TransformError) {
+	if failure != nil {
+		return nil, &abi.TransformError{Message: failure.Message, Offset: failure.Offset}
+	}
+	raw := make([]abi.OutputRecord, len(outputs))
+	for i, o := range outputs {
+		raw[i] = abi.OutputRecord{Key: o.Key, Value: o.Value, Headers: o.Headers, Timestamp: o.Timestamp, Output: o.Sink}
+	}
+	return raw, nil
 }

@@ -4,11 +4,13 @@ package weir_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
 	weir "example.invalid/weir/guest-sdk/go"
 	"example.invalid/weir/guest-sdk/go/state"
+	"example.invalid/weir/guest-sdk/go/timers"
 	"example.invalid/weir/guest-sdk/go/weirtest"
 )
 
@@ -170,5 +172,108 @@ func TestTypedNilTransformErrorIsSuccess(t *testing.T) {
 	}
 	if len(outputs) != 1 || string(outputs[0].Value) != "a" {
 		t.Fatalf("outputs %+v", outputs)
+	}
+}
+
+func TestNullHeaderValuesStayDistinctFromEmptyOnes(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(newProbe)
+	r := rec("x", 1)
+	r.Headers = []weir.Header{{Key: "a", Value: nil}, {Key: "b", Value: []byte{}}}
+	out, err := h.Process(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := weir.FromRecord(&r).WithHeader("c", nil).Headers
+	if out[0].Headers[0].Value != nil || out[0].Headers[1].Value == nil || hs[2].Value != nil || len(hs) != 3 {
+		t.Fatalf("headers %#v, %#v", out[0].Headers, hs)
+	}
+	if v, ok := r.Header("a"); v != nil || !ok {
+		t.Fatalf("Header(a) = %v, %v", v, ok)
+	}
+}
+
+// alarm registers a timer per record (value: its key; key: its time, or "p" for processing
+// time at 0) and emits the timer's key when it fires; a timer key "bug" panics.
+type alarm struct{}
+
+func (alarm) Process(r *weir.Record, emit *weir.Emitter) error {
+	if string(r.Key) == "p" {
+		timers.RegisterProcessingTime(r.Value, 0)
+		return nil
+	}
+	at, _ := strconv.ParseInt(string(r.Key), 10, 64)
+	timers.RegisterEventTime(r.Value, at)
+	if string(r.Value) == "cancel" {
+		timers.Cancel(r.Value, at, weir.EventTime)
+	}
+	return nil
+}
+
+func (alarm) OnTimer(t *weir.Timer, emit *weir.Emitter) error {
+	if string(t.Key) == "bug" {
+		panic("boom")
+	}
+	emit.Emit(weir.NewOutput(nil, t.Key))
+	return nil
+}
+
+func timed(key, value string) weir.Record { return weir.Record{Key: []byte(key), Value: []byte(value)} }
+
+func TestTimersFireInOrderOnceWithTheirTimeAsTimestamp(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(func(weir.Config) (weir.Transform, error) { return alarm{}, nil })
+	if _, err := h.Process(timed("20", "b"), timed("10", "a"), timed("p", "x"), timed("0", "cancel")); err != nil {
+		t.Fatal(err)
+	}
+	if ts := weirtest.Timers(); len(ts) != 3 || string(ts[0].Key) != "a" || ts[2].Domain != weir.ProcessingTime {
+		t.Fatalf("timers %v", ts)
+	}
+	out, err := h.AdvanceWatermark(15)
+	if err != nil || len(out) != 1 || string(out[0].Value) != "a" || *out[0].Timestamp != 10 {
+		t.Fatalf("outputs %v, %v", out, err)
+	}
+	if w, ok := timers.Watermark(); w != 15 || !ok {
+		t.Fatalf("watermark %d, %v", w, ok)
+	}
+	if out, _ := h.AdvanceWatermark(100); len(out) != 1 || string(out[0].Value) != "b" {
+		t.Fatalf("outputs %v", out)
+	}
+	if out, _ := h.AdvanceWatermark(200); len(out) != 0 {
+		t.Fatalf("fired twice: %v", out)
+	}
+	if out, _ := h.AdvanceProcessingTime(0); len(out) != 1 || string(out[0].Value) != "x" {
+		t.Fatalf("outputs %v", out)
+	}
+}
+
+func TestAPanicInOnTimerFailsTheCallWithoutAnOffset(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(func(weir.Config) (weir.Transform, error) { return alarm{}, nil })
+	if _, err := h.Process(timed("1", "bug")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.AdvanceWatermark(5)
+	if err == nil || err.Offset != nil || err.Message != "uncaught panic: boom" {
+		t.Fatalf("error %#v", err)
+	}
+	if len(weirtest.Timers()) != 1 {
+		t.Fatal("the timer is not registered any more")
+	}
+}
+
+func TestATransformWithoutOnTimerIgnoresTimers(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(newProbe)
+	timers.RegisterEventTime("k", 1)
+	if out, err := h.AdvanceWatermark(5); len(out) != 0 || err != nil {
+		t.Fatalf("outputs %v, %v", out, err)
+	}
+}
+
+func TestJSONFloatIsWrittenAsRustWritesIt(t *testing.T) {
+	got, err := weir.MarshalJSON([]weir.JSONFloat{11, -2.5, 1.0 / 3, 0})
+	if want := "[11.0,-2.5,0.3333333333333333,0.0]"; err != nil || string(got) != want {
+		t.Fatalf("got %s (%v), want %s", got, err, want)
 	}
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds a JavaScript transform into a weir:transform@0.1.0 component with componentize-js:
+# Builds a JavaScript transform into a weir:transform@0.2.0 component with componentize-js:
 #
 #   guest-sdk/js/build.sh <entry.js> <out.wasm> [--aot]
 #
-# The entry module exports init/process/snapshot/restore (`exportTransform(...)`) and may
+# The entry module exports init/process/snapshot/restore/onTimer (`exportTransform(...)`) and may
 # import other modules by relative path. Installs the pinned npm packages first if needed.
 set -euo pipefail
 dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

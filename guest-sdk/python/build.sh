@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a Python transform into a weir:transform@0.1.0 component with componentize-py.
+# Builds a Python transform into a weir:transform@0.2.0 component with componentize-py.
 #
 #   guest-sdk/python/build.sh <app-dir> <module> <out.wasm>
 #
@@ -37,11 +37,14 @@ fi
 # when it has one, else this SDK.
 bundled=$sdk
 [[ -d $app_dir/weir-sdk/python/weir_guest ]] && bundled=$app_dir/weir-sdk/python
+# The WIT of that SDK's contract: 0.2, or 0.1 for a project's copy of an SDK from before 0.2.
+wit=$bundled/../wit
+grep -q '^CONTRACT = "weir:transform@0\.1\.' "$bundled/weir_guest/__init__.py" && wit=$bundled/../wit-0.1
 
 mkdir -p "$(dirname "$out")"
 # Run from the app folder, with no virtualenv in the environment, so that componentize-py
 # bundles the app, the SDK and the standard library only.
 cd "$app_dir"
-env -u VIRTUAL_ENV "$venv/bin/componentize-py" -d "$bundled/../wit-0.1" -w transform \
+env -u VIRTUAL_ENV "$venv/bin/componentize-py" -d "$wit" -w transform \
     componentize -p "$app_dir" -p "$bundled" "$module" -o "$out.tmp" >&2
 mv -f "$out.tmp" "$out"

@@ -34,28 +34,14 @@ type Stats struct {
 
 // Summary is the output value; field order is the JSON field order.
 type Summary struct {
-	Origin        string     `json:"origin"`
-	Carrier       string     `json:"carrier"`
-	Flights       uint64     `json:"flights"`
-	Departed      uint64     `json:"departed"`
-	Delayed       uint64     `json:"delayed"`
-	TotalDepDelay int64      `json:"total_dep_delay"`
-	MaxDepDelay   *int64     `json:"max_dep_delay"`
-	MeanDepDelay  *rustFloat `json:"mean_dep_delay"`
-}
-
-// rustFloat is a float64 written as Rust's serde_json writes it: encoding/json writes a whole
-// number as 11, Rust as 11.0. (Both write the shortest digits that read back the same; means
-// here never need an exponent.)
-type rustFloat float64
-
-// MarshalJSON writes the shortest decimal digits, with ".0" for a whole number.
-func (f rustFloat) MarshalJSON() ([]byte, error) {
-	b := strconv.AppendFloat(nil, float64(f), 'f', -1, 64)
-	if !bytes.ContainsRune(b, '.') {
-		b = append(b, ".0"...)
-	}
-	return b, nil
+	Origin        string          `json:"origin"`
+	Carrier       string          `json:"carrier"`
+	Flights       uint64          `json:"flights"`
+	Departed      uint64          `json:"departed"`
+	Delayed       uint64          `json:"delayed"`
+	TotalDepDelay int64           `json:"total_dep_delay"`
+	MaxDepDelay   *int64          `json:"max_dep_delay"`
+	MeanDepDelay  *weir.JSONFloat `json:"mean_dep_delay"` // 11.0 as Rust writes it, not 11
 }
 
 // flight holds the fields of one flight that the statistics use; DepDelay is nil when the
@@ -140,7 +126,7 @@ func (s *Stats) summary(origin, carrier string) Summary {
 		TotalDepDelay: s.TotalDepDelay, MaxDepDelay: s.MaxDepDelay,
 	}
 	if s.Departed > 0 {
-		mean := rustFloat(float64(s.TotalDepDelay) / float64(s.Departed))
+		mean := weir.JSONFloat(float64(s.TotalDepDelay) / float64(s.Departed))
 		out.MeanDepDelay = &mean
 	}
 	return out

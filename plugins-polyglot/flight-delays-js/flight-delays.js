@@ -4,16 +4,7 @@
 // Behaves like the Rust plugin (plugins/flight-delays, see its README): same config key, state
 // key and state JSON, output key and JSON fields in the same order, the same output bytes.
 
-import { Output, Transform, TransformError, state, utf8 } from '../../guest-sdk/js/src/index.js';
-
-/**
- * A float as Rust's serde_json writes it: JSON.stringify writes a whole number as `11`, Rust as
- * `11.0`. (Both write the shortest digits that read back the same; means here never need an
- * exponent.)
- */
-function rustFloat(x) {
-  return Number.isInteger(x) ? x.toFixed(1) : String(x);
-}
+import { Output, Transform, TransformError, jsonFloat, state, utf8 } from '../../guest-sdk/js/src/index.js';
 
 /** `{ origin, carrier, depDelay }` of one flight; `depDelay` is null when it did not depart. */
 export function parseFlight(value) {
@@ -77,7 +68,7 @@ export class FlightDelays extends Transform {
     state.putJson(key, stats);
 
     const counters = JSON.stringify({ origin, carrier, ...stats });
-    const mean = stats.departed > 0 ? rustFloat(stats.total_dep_delay / stats.departed) : 'null';
+    const mean = stats.departed > 0 ? jsonFloat(stats.total_dep_delay / stats.departed) : 'null';
     emit(new Output(key, `${counters.slice(0, -1)},"mean_dep_delay":${mean}}`));
   }
 }

@@ -2,4 +2,4 @@
 import { exportTransform } from '../../guest-sdk/js/src/index.js';
 import { FlightDelays } from './flight-delays.js';
 
-export const { init, process, snapshot, restore } = exportTransform(FlightDelays);
+export const { init, process, snapshot, restore, onTimer } = exportTransform(FlightDelays);

@@ -190,10 +190,22 @@ pub fn operator(name: &str, config: &[(&str, &str)]) -> weir::wasm::Operator {
 
 /// An operator running plugin `name` with `config`, `limits` and in-memory state.
 pub fn operator_with(name: &str, config: &[(&str, &str)], limits: weir::wasm::OperatorLimits) -> weir::wasm::Operator {
+    operator_with_outputs(name, config, limits, &[])
+}
+
+/// An operator running plugin `name` with `config`, `limits`, the named sink `outputs` its
+/// outputs may address, and in-memory state.
+pub fn operator_with_outputs(
+    name: &str,
+    config: &[(&str, &str)],
+    limits: weir::wasm::OperatorLimits,
+    outputs: &[&str],
+) -> weir::wasm::Operator {
     let component = std::sync::Arc::new(engine().load(&plugin(name)).expect("load plugin"));
     let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let outputs = outputs.iter().map(|o| o.to_string()).collect();
     let state = || Box::new(weir::state::MemoryState::new());
-    weir::wasm::Operator::new(component, name, config, limits, Vec::new(), state(), state()).expect("operator starts")
+    weir::wasm::Operator::new(component, name, config, limits, outputs, state(), state()).expect("operator starts")
 }
 
 /// Runs `records` through `operator` in batches of `batch_size`, concatenating the outputs.

@@ -1,16 +1,17 @@
 #!/usr/bin/env node
-// Builds a JavaScript transform into a weir:transform@0.1.0 component with componentize-js
+// Builds a JavaScript transform into a weir:transform@0.2.0 component with componentize-js
 // (SpiderMonkey/StarlingMonkey, pre-initialised with Wizer).
 //
 //   node guest-sdk/js/bin/weir-build-js.js <entry.js> -o <out.wasm> [--aot]
 //
-// The entry module exports init/process/snapshot/restore, normally through `exportTransform`.
+// The entry module exports init/process/snapshot/restore/onTimer, normally through
+// `exportTransform`.
 // It may import other modules by relative path (the SDK included); bare package names and
 // absolute paths are not resolved. WASI features: stdio (console.* and uncaught errors to the host log), random
 // (Math.random, crypto) and clocks (Date, performance) stay on; http and fetch-event are
 // disabled, since the Weir host grants no wasi:http.
 import { componentize } from '@bytecodealliance/componentize-js';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { dirname, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -43,8 +44,10 @@ if (!entry || !out) usage(2);
 const sourcePath = resolve(entry);
 const vendored = resolve(dirname(sourcePath), 'weir-sdk/js');
 const sdkDir = existsSync(vendored) ? vendored : resolve(here, '..');
-// The WIT world of that SDK (the JavaScript SDK is on contract 0.1).
-const witPath = resolve(sdkDir, '../wit-0.1');
+// The WIT world of that SDK's contract: 0.2, or 0.1 for a project's copy of an SDK from before
+// 0.2 (its imports name the contract version).
+const contract01 = readFileSync(resolve(sdkDir, 'src/host.js'), 'utf8').includes('@0.1.0');
+const witPath = resolve(sdkDir, contract01 ? '../wit-0.1' : '../wit');
 let root = dirname(sourcePath);
 while (relative(root, sdkDir).startsWith('..')) root = dirname(root);
 if (root === dirname(root)) {

@@ -1,13 +1,14 @@
 // Type definitions for @weir/guest, the SDK for Weir transforms in JavaScript/TypeScript
-// (weir:transform@0.1.0). The implementation is src/index.js.
+// (weir:transform@0.2.0). The implementation is src/index.js and src/windows.js.
 
 /** Keys, values and header values: a string (encoded as UTF-8) or bytes. */
 export type Bytes = string | Uint8Array;
 
-/** One Kafka record header: a UTF-8 name and raw bytes (empty for a Kafka null value). */
+/** One Kafka record header: a UTF-8 name and raw bytes, `null` for a Kafka null header value
+ * (distinct from an empty one). */
 export interface Header {
   key: string;
-  value: Uint8Array;
+  value: Uint8Array | null;
 }
 
 /** A failure a transform reports for a record instead of trapping: throw it from `process`.
@@ -28,14 +29,17 @@ export class ConfigError extends Error {
 export interface RecordInit {
   key?: Bytes | null;
   value?: Bytes | null;
-  headers?: Array<Header | [string, Bytes]>;
+  headers?: Array<Header | [string, Bytes | null]>;
   timestamp?: number | bigint;
   topic?: string;
   partition?: number;
   offset?: number | bigint;
+  /** By default the timestamp. */
+  eventTime?: number | bigint;
+  watermark?: number | bigint | null;
 }
 
-/** One input record. Offsets and timestamps are numbers (exact below 2^53). */
+/** One input record. Offsets and times are numbers (exact below 2^53). */
 export class Record {
   constructor(init?: RecordInit);
   /** The record key; `null` for a Kafka null key. */
@@ -50,13 +54,20 @@ export class Record {
   readonly partition: number;
   /** The record's offset in its source partition. */
   readonly offset: number;
+  /** Event time, milliseconds since the Unix epoch: what the pipeline's watermark strategy
+   * reads (the timestamp, or a field of the JSON value); the timestamp when it has none. */
+  readonly eventTime: number;
+  /** The task's watermark just before this record: a record whose event time is at or below
+   * it is late. `null` while the task has none. */
+  readonly watermark: number | null;
   /** The key as UTF-8 text; `null` for a null key or invalid UTF-8. */
   readonly keyString: string | null;
   /** The value as UTF-8 text; `null` for a null value or invalid UTF-8. */
   readonly valueString: string | null;
   /** The value parsed as JSON; throws a TransformError carrying this record's offset. */
   valueJson<T = unknown>(): T;
-  /** The value of the first header named `name`, or `null`. */
+  /** The value of the first header named `name`; `null` when there is none or its value is
+   * null (tell those apart through `headers`). */
   header(name: string): Uint8Array | null;
 }
 
@@ -73,8 +84,11 @@ export class Output {
   output: string | undefined;
   /** An output whose value is `JSON.stringify(value)`. */
   static json(key: Bytes | null, value: unknown): Output;
-  /** Appends a header (repeated names allowed, order kept). */
-  header(key: string, value: Bytes): this;
+  /** `record` unchanged: same key, value and headers; the record's timestamp once `process`
+   * returns. */
+  static fromRecord(record: Record): Output;
+  /** Appends a header (repeated names allowed, order kept); `null` is a Kafka null value. */
+  header(key: string, value: Bytes | null): this;
   /** Sets the timestamp instead of keeping the input record's. */
   withTimestamp(timestampMs: number | bigint): this;
   /** Sends the record to the named sink output (the host fails the batch if there is none). */
@@ -85,7 +99,7 @@ export class Output {
 export interface OutputInit {
   key?: Bytes | null;
   value?: Bytes | null;
-  headers?: Array<Header | [string, Bytes]>;
+  headers?: Array<Header | [string, Bytes | null]>;
   timestamp?: number | bigint;
   output?: string;
 }
@@ -133,6 +147,97 @@ export class Transform {
   snapshot(): Uint8Array | string;
   /** Restores what `snapshot` returned (empty when there is none); the default ignores it. */
   restore(snapshot: Uint8Array): void;
+  /** Handles a due timer (registered through `timers` or by `Windows`), emitting zero or more
+   * outputs; outputs without a timestamp get the timer's time. Throwing fails the call and the
+   * pipeline (no record caused it); the timers stay registered. The default ignores timers. */
+  onTimer(timer: Timer, emit: Emit): void;
+}
+
+/** The clock a timer follows. */
+export type TimeDomain = 'event-time' | 'processing-time';
+
+/** The clocks: the task's watermark (`EVENT_TIME`) or the host's wall clock. */
+export const TimeDomain: {
+  readonly EVENT_TIME: 'event-time';
+  readonly PROCESSING_TIME: 'processing-time';
+};
+
+/** A timer handed to `onTimer`: the key it was registered for, its time (milliseconds since
+ * the Unix epoch) and its clock. */
+export class Timer {
+  constructor(key: Bytes, time: number | bigint, domain: TimeDomain);
+  readonly key: Uint8Array;
+  readonly time: number;
+  readonly domain: TimeDomain;
+}
+
+/** Timers, scoped by the host to this operator and task, and the task's watermark. Timers are
+ * state: registering and cancelling take effect with the call's state writes (not at all when
+ * it fails), survive crashes, and a timer fires exactly once. */
+export const timers: {
+  /** Registers a timer for `key` at `timeMs` on `domain`; one timer per (key, time, domain). */
+  register(key: Bytes, timeMs: number | bigint, domain: TimeDomain): void;
+  /** An event-time timer: it fires once the task's watermark reaches `timeMs`. */
+  registerEventTime(key: Bytes, timeMs: number | bigint): void;
+  /** A processing-time timer: it fires once the host's wall clock reaches `timeMs`. */
+  registerProcessingTime(key: Bytes, timeMs: number | bigint): void;
+  /** Removes the timer for (`key`, `timeMs`, `domain`), if there is one. */
+  cancel(key: Bytes, timeMs: number | bigint, domain: TimeDomain): void;
+  /** The task's watermark now, `null` while it has none. */
+  watermark(): number | null;
+};
+
+/** How `Windows` group records in event time. */
+export type WindowKind =
+  | { readonly type: 'tumbling'; readonly sizeMs: number }
+  | { readonly type: 'hopping'; readonly sizeMs: number; readonly slideMs: number }
+  | { readonly type: 'session'; readonly gapMs: number };
+
+/** A window: the half-open interval `[startMs, endMs)` of event time. */
+export interface Window {
+  startMs: number;
+  endMs: number;
+}
+
+/** A window closed by `Windows.close`: its key, bounds and final accumulator. */
+export interface Closed<A> {
+  key: Uint8Array;
+  window: Window;
+  value: A;
+}
+
+/** A window's accumulator: `new Acc()` is the empty one, `merge` folds another into it (session
+ * windows that a record bridges become one). Stored as JSON: its own fields (`JSON.stringify`),
+ * read back with `Object.assign(new Acc(), fields)`, or through a static `fromJson(value)`. */
+export interface AccumulatorClass<A extends { merge(other: A): void }> {
+  new (): A;
+  fromJson?(value: unknown): A;
+}
+
+/** Event-time windows over keyed records, built on `state` and `timers`, with the Rust SDK's
+ * semantics and state layout (docs/event-time.md). Builder methods return `this`. */
+export class Windows {
+  /** Tumbling windows of `sizeMs` (at least 1). */
+  static tumbling(name: string, sizeMs: number): Windows;
+  /** Hopping windows of `sizeMs` every `slideMs` (each at least 1). */
+  static hopping(name: string, sizeMs: number, slideMs: number): Windows;
+  /** Session windows with a gap of `gapMs` (at least 1). */
+  static session(name: string, gapMs: number): Windows;
+  readonly name: string;
+  readonly kind: WindowKind;
+  /** Keeps each window open for `ms` more of event time after its end; by default 0. */
+  allowedLatenessMs(ms: number): this;
+  /** Forwards records late for all their windows, unchanged, to the sink output `output`
+   * instead of counting them. */
+  lateTo(output: string): this;
+  /** Folds `record` into the open windows of `key` it belongs to (by its event time) with
+   * `update`, which changes the accumulator in place; `false` when the record was late for all
+   * of them (then it was counted or forwarded to the late output). */
+  add<A extends { merge(other: A): void }>(key: Bytes, record: Record, emit: Emit, acc: AccumulatorClass<A>, update: (acc: A) => void): boolean;
+  /** The window `timer` closes, removed from state; `null` for a timer of something else. */
+  close<A extends { merge(other: A): void }>(timer: Timer, acc: AccumulatorClass<A>): Closed<A> | null;
+  /** How many records were late for all their windows (when they are counted, the default). */
+  lateCount(): number;
 }
 
 /** Durable key-value state, scoped by the host to this operator and task. Reads see this
@@ -172,11 +277,12 @@ export interface WorldExports {
   process(batch: unknown[]): unknown[];
   snapshot(): Uint8Array;
   restore(snapshot: Uint8Array): void;
+  onTimer(timers: unknown[]): unknown[];
 }
 
 /** Exports a Transform subclass as the component's world:
  *
- *     export const { init, process, snapshot, restore } = exportTransform(MyTransform);
+ *     export const { init, process, snapshot, restore, onTimer } = exportTransform(MyTransform);
  */
 export function exportTransform(cls: new (config: Config) => Transform): WorldExports;
 
@@ -184,7 +290,7 @@ export function exportTransform(cls: new (config: Config) => Transform): WorldEx
 export interface RawOutputRecord {
   key: Uint8Array | undefined;
   value: Uint8Array | undefined;
-  headers: Header[];
+  headers: Array<{ key: string; value: Uint8Array | undefined }>;
   timestamp: bigint | undefined;
   output: string | undefined;
 }
@@ -192,11 +298,19 @@ export interface RawOutputRecord {
 /** Runs one batch through `transform` (the loop behind `process`; used by the test harness). */
 export function runBatch(transform: Transform, records: Iterable<Record>): RawOutputRecord[];
 
+/** Runs due timers through `transform.onTimer` (the loop behind `onTimer`; used by the test
+ * harness). */
+export function runTimers(transform: Transform, timers: Iterable<Timer>): RawOutputRecord[];
+
 /** Creates `cls` from `(key, value)` pairs; throws the init error message (a string). */
 export function createTransform<T extends Transform>(cls: new (config: Config) => T, config: Array<[string, string]>): T;
 
 /** `string` as UTF-8, bytes as `Uint8Array`. */
 export function toBytes(value: Bytes | ArrayBuffer | ArrayBufferView): Uint8Array;
+
+/** A float as Rust's serde_json writes it, for JSON written by hand: `11.0` where
+ * `JSON.stringify` writes `11`. Throws a TypeError for NaN and ±Infinity. */
+export function jsonFloat(x: number): string;
 
 /** UTF-8 text of `bytes`; `null` for null/undefined or invalid UTF-8. */
 export function utf8(bytes: Uint8Array | null | undefined): string | null;

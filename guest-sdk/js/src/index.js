@@ -1,7 +1,7 @@
 // @weir/guest — write Weir transforms in JavaScript.
 //
-// A Weir transform is a WebAssembly component of the `weir:transform@0.1.0` world
-// (guest-sdk/wit-0.1/transform.wit). Subclass `Transform`, export it once with `exportTransform`, and
+// A Weir transform is a WebAssembly component of the `weir:transform@0.2.0` world
+// (guest-sdk/wit/transform.wit). Subclass `Transform`, export it once with `exportTransform`, and
 // build the module with `guest-sdk/js/bin/weir-build-js.js` (componentize-js / StarlingMonkey).
 // See README.md next to this folder and index.d.ts for the API.
 
@@ -61,9 +61,9 @@ export class ConfigError extends Error {
   }
 }
 
-/** One input record. Offsets and timestamps are numbers (exact below 2^53). */
+/** One input record. Offsets and times are numbers (exact below 2^53). */
 export class Record {
-  constructor({ key = null, value = null, headers = [], timestamp = 0, topic = '', partition = 0, offset = 0 } = {}) {
+  constructor({ key = null, value = null, headers = [], timestamp = 0, topic = '', partition = 0, offset = 0, eventTime = undefined, watermark = null } = {}) {
     /** The record key; `null` for a Kafka null key. */
     this.key = optBytes(key);
     /** The record value; `null` for a Kafka null value (a tombstone). */
@@ -76,6 +76,13 @@ export class Record {
     this.partition = partition;
     /** The record's offset in its source partition. */
     this.offset = toNumber(offset);
+    /** Event time, milliseconds since the Unix epoch: what the pipeline's watermark strategy
+     * reads (the timestamp, or a field of the JSON value); the timestamp when it has none (and
+     * when a test leaves it out). */
+    this.eventTime = toNumber(eventTime ?? timestamp);
+    /** The task's watermark just before this record: a record whose event time is at or below
+     * it is late. `null` while the task has none. */
+    this.watermark = watermark === null || watermark === undefined ? null : toNumber(watermark);
     this._timestamp = toBigInt(timestamp, 'timestamp');
   }
 
@@ -103,16 +110,19 @@ export class Record {
     }
   }
 
-  /** The value of the first header named `name`, or `null`. */
+  /** The value of the first header named `name`; `null` when there is none or its value is
+   * null (tell those apart through `headers`). */
   header(name) {
     const h = this.headers.find((h) => h.key === name);
     return h ? h.value : null;
   }
 }
 
+/** `{ key, value }` from a header or a `[key, value]` pair; a `null` value is a Kafka null
+ * header value, distinct from an empty one. */
 function normalizeHeader(h) {
-  if (Array.isArray(h)) return { key: String(h[0]), value: toBytes(h[1]) };
-  return { key: String(h.key), value: toBytes(h.value) };
+  if (Array.isArray(h)) return { key: String(h[0]), value: optBytes(h[1]) };
+  return { key: String(h.key), value: optBytes(h.value) };
 }
 
 /** `JSON.stringify(value)`, refusing NaN and ±Infinity (which it would write as `null`), as
@@ -122,6 +132,16 @@ function toJson(value) {
     if (typeof v === 'number' && !Number.isFinite(v)) throw new TypeError(`${v} is not a JSON number`);
     return v;
   });
+}
+
+/**
+ * A float as Rust's serde_json writes it, for JSON written by hand: `JSON.stringify` writes a
+ * whole number as `11`, Rust as `11.0` (both write the shortest digits that read back the
+ * same). Not for magnitudes that need an exponent (from 1e21), where the two differ anyway.
+ */
+export function jsonFloat(x) {
+  if (!Number.isFinite(x)) throw new TypeError(`${x} is not a JSON number`);
+  return Number.isInteger(x) ? x.toFixed(1) : String(x);
 }
 
 /** One output record; builder methods return `this`. */
@@ -148,9 +168,18 @@ export class Output {
     return new Output(key, text);
   }
 
-  /** Appends a header (repeated names allowed, order kept). */
+  /** `record` unchanged: same key, value and headers; its timestamp is filled in like any
+   * output's (the record's own, once `process` returns). */
+  static fromRecord(record) {
+    const o = new Output(record.key, record.value);
+    o.headers = record.headers.map(normalizeHeader);
+    return o;
+  }
+
+  /** Appends a header (repeated names allowed, order kept); a `null` value is a Kafka null
+   * header value, distinct from an empty one. */
   header(key, value) {
-    this.headers.push({ key: String(key), value: toBytes(value) });
+    this.headers.push(normalizeHeader([key, value]));
     return this;
   }
 
@@ -249,7 +278,67 @@ export class Transform {
 
   /** Restores what `snapshot` returned (empty when there is none); default ignores it. */
   restore(_snapshot) {}
+
+  /** Handles a due timer (registered through `timers` or by `Windows`); call `emit(output)`
+   * zero or more times. Outputs without a timestamp get the timer's time. Throwing fails the
+   * call and the pipeline (no record caused it); the timers stay registered. The default
+   * ignores timers. */
+  onTimer(_timer, _emit) {}
 }
+
+/** The clocks a timer can follow (the WIT `time-domain` enum). */
+export const TimeDomain = Object.freeze({
+  /** The task's watermark: the timer fires once the watermark reaches its time. */
+  EVENT_TIME: 'event-time',
+  /** The host's wall clock: the timer fires once the clock reaches its time. */
+  PROCESSING_TIME: 'processing-time',
+});
+
+const DOMAINS = Object.values(TimeDomain);
+
+/** A timer handed to `onTimer`: the key it was registered for (`Uint8Array`), its time
+ * (milliseconds since the Unix epoch, a number) and its clock (a `TimeDomain`). */
+export class Timer {
+  constructor(key, time, domain) {
+    this.key = toBytes(key);
+    this.time = toNumber(time);
+    this.domain = domain;
+  }
+}
+
+function checkDomain(domain) {
+  if (!DOMAINS.includes(domain)) throw new RangeError(`timer domain must be one of ${DOMAINS.join(', ')}, got ${domain}`);
+  return domain;
+}
+
+/** Timers, scoped by the host to this operator and task, and the task's watermark. Timers are
+ * state: registering and cancelling take effect with the call's state writes (not at all when
+ * it fails), survive crashes, and a timer fires exactly once. */
+export const timers = {
+  /** Registers a timer for `key` at `timeMs` on `domain`; one timer per (key, time, domain). A
+   * timer whose time has passed fires after this call. */
+  register(key, timeMs, domain) {
+    host.register(toBytes(key), toBigInt(timeMs, 'timer time'), checkDomain(domain));
+  },
+  /** Registers an event-time timer: it fires once the task's watermark reaches `timeMs`. */
+  registerEventTime(key, timeMs) {
+    timers.register(key, timeMs, TimeDomain.EVENT_TIME);
+  },
+  /** Registers a processing-time timer: it fires once the host's wall clock reaches `timeMs`. */
+  registerProcessingTime(key, timeMs) {
+    timers.register(key, timeMs, TimeDomain.PROCESSING_TIME);
+  },
+  /** Removes the timer for (`key`, `timeMs`, `domain`), if there is one. */
+  cancel(key, timeMs, domain) {
+    host.cancel(toBytes(key), toBigInt(timeMs, 'timer time'), checkDomain(domain));
+  },
+  /** The task's watermark now (a number), `null` while it has none. Within `process` it is the
+   * watermark after the batch's last record; what a record saw is its `watermark`. */
+  watermark() {
+    const w = host.watermark();
+    return w === undefined || w === null ? null : toNumber(w);
+  },
+};
 
 /** Durable key-value state, scoped by the host to this operator and task. */
 export const state = {
@@ -324,50 +413,74 @@ function toOutputRecord(o, defaultTimestamp) {
   return {
     key: optBytes(o.key) ?? undefined,
     value: optBytes(o.value) ?? undefined,
-    headers: (o.headers ?? []).map(normalizeHeader),
+    headers: (o.headers ?? []).map(toWitHeader),
     timestamp: o.timestamp === undefined || o.timestamp === null ? defaultTimestamp : toBigInt(o.timestamp, 'timestamp'),
     output: o.output === undefined || o.output === null ? undefined : String(o.output),
   };
 }
 
+function toWitHeader(h) {
+  const { key, value } = normalizeHeader(h);
+  return { key, value: value ?? undefined };
+}
+
 /** Runs one batch through `transform`: the loop behind the exported `process` (and the test
  * harness). Returns the outputs as WIT `output-record`s; throws TransformError. */
 export function runBatch(transform, records) {
+  const run = caller();
+  for (const record of records) run((emit) => transform.process(record, emit), record._timestamp, record.offset);
+  return run.outputs;
+}
+
+/** Runs due timers through `transform.onTimer`: the loop behind the exported `onTimer` (and
+ * the test harness). Returns the outputs as WIT `output-record`s; throws TransformError. */
+export function runTimers(transform, dueTimers) {
+  const run = caller();
+  for (const timer of dueTimers) run((emit) => transform.onTimer(timer, emit), BigInt(timer.time), undefined);
+  return run.outputs;
+}
+
+/** `run(handler, timestamp, offset)` calls `handler(emit)`, collecting the outputs in
+ * `run.outputs` (those without a timestamp get `timestamp`); any failure is thrown as a
+ * TransformError (with `offset` when it has none). */
+function caller() {
   const outputs = [];
-  let current = null;
+  let timestamp;
   const emit = (output) => {
-    outputs.push(toOutputRecord(output, current._timestamp));
+    outputs.push(toOutputRecord(output, timestamp));
   };
-  emit.forward = (record) => {
-    outputs.push({ key: record.key ?? undefined, value: record.value ?? undefined, headers: record.headers, timestamp: record._timestamp, output: undefined });
-  };
-  for (const record of records) {
-    current = record;
+  emit.forward = (record) => emit(Output.fromRecord(record));
+  const run = (handler, ts, offset) => {
+    timestamp = ts;
     try {
-      transform.process(record, emit);
+      handler(emit);
     } catch (e) {
       if (e instanceof TransformError) {
-        if (e.offset === undefined || e.offset === null) e.offset = record.offset;
+        if (e.offset === undefined || e.offset === null) e.offset = offset;
         throw e;
       }
-      // A bug (TypeError, ...): JavaScript cannot trap on purpose, so the batch fails with the
+      // A bug (TypeError, ...): JavaScript cannot trap on purpose, so the call fails with the
       // exception as its error; the stack goes to the log.
-      if (e instanceof Error && e.stack) writeLog('error', `uncaught ${e.name} at offset ${record.offset}: ${e.message}\n${e.stack}`);
-      throw new TransformError(`uncaught ${errorText(e)}`, record.offset);
+      const where = offset === undefined ? 'in onTimer' : `at offset ${offset}`;
+      if (e instanceof Error && e.stack) writeLog('error', `uncaught ${e.name} ${where}: ${e.message}\n${e.stack}`);
+      throw new TransformError(`uncaught ${errorText(e)}`, offset);
     }
-  }
-  return outputs;
+  };
+  run.outputs = outputs;
+  return run;
 }
 
 function fromWit(r) {
   const rec = Object.create(Record.prototype);
   rec.key = r.key ?? null;
   rec.value = r.value ?? null;
-  rec.headers = r.headers;
+  rec.headers = r.headers.map((h) => ({ key: h.key, value: h.value ?? null }));
   rec.timestamp = Number(r.timestamp);
   rec.topic = r.topic;
   rec.partition = r.partition;
   rec.offset = Number(r.offset);
+  rec.eventTime = Number(r.eventTime);
+  rec.watermark = r.watermark === undefined || r.watermark === null ? null : Number(r.watermark);
   rec._timestamp = r.timestamp;
   return rec;
 }
@@ -390,26 +503,32 @@ export function createTransform(cls, config) {
 /**
  * Exports a Transform subclass as the component's world. In the entry module:
  *
- *   export const { init, process, snapshot, restore } = exportTransform(MyTransform);
+ *   export const { init, process, snapshot, restore, onTimer } = exportTransform(MyTransform);
  */
 export function exportTransform(cls) {
   if (typeof cls !== 'function' || !(cls.prototype instanceof Transform)) {
     throw new TypeError('exportTransform() takes a subclass of Transform');
   }
   let instance = null;
+  const call = (name, run) => {
+    if (instance === null) throw witError(`${name} called before a successful init`, undefined);
+    try {
+      return run();
+    } catch (e) {
+      if (e instanceof TransformError) throw witError(e.message, e.offset);
+      throw e;
+    }
+  };
   return {
     init(config) {
       instance = null;
       instance = createTransform(cls, config);
     },
     process(batch) {
-      if (instance === null) throw witError('process called before a successful init', undefined);
-      try {
-        return runBatch(instance, batch.map(fromWit));
-      } catch (e) {
-        if (e instanceof TransformError) throw witError(e.message, e.offset);
-        throw e;
-      }
+      return call('process', () => runBatch(instance, batch.map(fromWit)));
+    },
+    onTimer(due) {
+      return call('on-timer', () => runTimers(instance, due.map((t) => new Timer(t.key, t.time, t.domain))));
     },
     snapshot() {
       if (instance === null) return new Uint8Array(0);
@@ -432,3 +551,4 @@ function witError(message, offset) {
   e.payload = { message, offset: offset === undefined || offset === null ? undefined : toBigInt(offset, 'offset') };
   return e;
 }
+export { Windows } from './windows.js';

@@ -1,8 +1,8 @@
 // npm test  (node --import ./testing/register.js --test)
 import { test, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { Config, Output, Record, Transform, TransformError, exportTransform, state } from '../src/index.js';
-import { Harness, logLines, resetState, stateEntries } from '../testing/harness.js';
+import { Config, Output, Record, TimeDomain, Transform, TransformError, exportTransform, jsonFloat, state, timers } from '../src/index.js';
+import { Harness, logLines, registeredTimers, resetState, stateEntries } from '../testing/harness.js';
 
 /** Emits one output per record; fails on value "fail"; "ts" gets its own timestamp; "bug" throws. */
 class Probe extends Transform {
@@ -74,7 +74,7 @@ test('world exports: init errors are strings, process errors carry a payload', (
   assert.throws(() => world.process([]), (e) => e.payload.message === 'process called before a successful init');
   assert.throws(() => world.init([['x', '1']]), (e) => typeof e === 'string' && e.includes('`x`'));
   world.init([]);
-  const raw = { key: undefined, value: new Uint8Array([1]), headers: [], timestamp: 5n, topic: 't', partition: 0, offset: 4n };
+  const raw = { key: undefined, value: new Uint8Array([1]), headers: [], timestamp: 5n, topic: 't', partition: 0, offset: 4n, eventTime: 5n, watermark: undefined };
   assert.throws(() => world.process([raw]), (e) => e.payload.message === 'nope' && e.payload.offset === 9n);
   assert.deepEqual(world.snapshot(), new Uint8Array(0));
   world.restore(new Uint8Array(0));
@@ -110,4 +110,69 @@ test('a wrongly typed output field fails the batch instead of trapping', () => {
 test('NaN and Infinity are not JSON', () => {
   assert.throws(() => Output.json('k', { x: NaN }), (e) => e instanceof TransformError && e.message.includes('NaN is not a JSON number'));
   assert.throws(() => state.putJson('k', Infinity), (e) => e instanceof TransformError && e.message.includes('Infinity'));
+});
+
+test('records carry event time, watermark and null header values', () => {
+  const r = new Record({ key: 'k', headers: [['a', null], { key: 'b', value: '' }], timestamp: 5, watermark: 3 });
+  assert.deepEqual([r.eventTime, r.watermark], [5, 3], 'event time defaults to the timestamp');
+  assert.equal(new Record({ timestamp: 5, eventTime: 7 }).eventTime, 7);
+  assert.equal(new Record().watermark, null);
+  assert.deepEqual(r.headers.map((h) => h.value), [null, new Uint8Array(0)]);
+  assert.equal(r.header('a'), null);
+  const o = Output.fromRecord(r).header('c', null);
+  assert.deepEqual(o.headers.map((h) => h.value), [null, new Uint8Array(0), null]);
+  // In the world's types, a null header value is `none` (undefined), an empty one a list.
+  const h = new Harness(class extends Transform {
+    process(rec, emit) {
+      emit.forward(rec);
+    }
+  });
+  assert.deepEqual(h.process([r])[0].headers.map((x) => x.value), [undefined, new Uint8Array(0)]);
+});
+
+/** Registers a timer per record (value: its key; key: its time, or "p" for processing time at
+ * 0) and emits the timer's key when it fires; a timer key "bug" throws. */
+class Alarm extends Transform {
+  process(r, emit) {
+    const processing = r.keyString === 'p';
+    timers.register(r.value, processing ? 0 : Number(r.keyString ?? 0), processing ? TimeDomain.PROCESSING_TIME : TimeDomain.EVENT_TIME);
+    if (r.valueString === 'cancel') timers.cancel(r.value, 0, TimeDomain.EVENT_TIME);
+  }
+  onTimer(timer, emit) {
+    if (new TextDecoder().decode(timer.key) === 'bug') null.boom();
+    emit(new Output(null, timer.key));
+  }
+}
+
+test('timers fire in order, once, with their time as timestamp', () => {
+  const h = new Harness(Alarm);
+  h.process([new Record({ key: '20', value: 'b' }), new Record({ key: '10', value: 'a' }), new Record({ key: 'p', value: 'x' }), new Record({ value: 'cancel' })]);
+  assert.deepEqual(registeredTimers().map(([d, t]) => [d, t]), [['event-time', 10], ['event-time', 20], ['processing-time', 0]]);
+  const out = h.advanceWatermark(15);
+  assert.deepEqual(out.map((o) => [new TextDecoder().decode(o.value), o.timestamp]), [['a', 10n]]);
+  assert.equal(timers.watermark(), 15);
+  assert.deepEqual(Harness.values(h.advanceWatermark(100)), ['b']);
+  assert.deepEqual(h.advanceWatermark(200), []);
+  assert.deepEqual(Harness.values(h.advanceProcessingTime(0)), ['x']);
+  assert.throws(() => timers.register('k', 1, 'wall'), /timer domain must be one of/);
+});
+
+test('an uncaught exception in onTimer fails the call without an offset', () => {
+  const h = new Harness(Alarm);
+  h.process([new Record({ key: '1', value: 'bug' })]);
+  assert.throws(() => h.advanceWatermark(5), (e) => e instanceof TransformError && e.offset === undefined && e.message.startsWith('uncaught TypeError'));
+  assert.equal(registeredTimers().length, 1, 'the timer stays registered');
+});
+
+test('world exports: onTimer before init fails, after init runs the transform', () => {
+  const world = exportTransform(Alarm);
+  assert.throws(() => world.onTimer([]), (e) => e.payload.message === 'on-timer called before a successful init');
+  world.init([]);
+  const out = world.onTimer([{ key: new Uint8Array([104]), time: 7n, domain: 'event-time' }]);
+  assert.deepEqual(out.map((o) => [o.value, o.timestamp]), [[new Uint8Array([104]), 7n]]);
+});
+
+test('jsonFloat writes floats as Rust does', () => {
+  assert.deepEqual([11, -2.5, 1 / 3, 0].map(jsonFloat), ['11.0', '-2.5', '0.3333333333333333', '0.0']);
+  assert.throws(() => jsonFloat(NaN), TypeError);
 });

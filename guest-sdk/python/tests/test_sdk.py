@@ -4,8 +4,10 @@ import sys
 
 import pytest
 
-from weir_guest import Config, ConfigError, Output, Record, Transform, TransformError, export, state
+from weir_guest import Config, ConfigError, Output, Record, Transform, TransformError, export, state, timers
 from weir_guest.testing import Harness, reset_state, state_entries
+from weir_guest import testing
+from weir_guest.timers import TimeDomain
 
 
 class Probe(Transform):
@@ -116,3 +118,51 @@ def test_output_json_and_export_stand_in():
     assert o.value == '{"x":1.0,"y":"é"}'.encode()
     assert o.headers[0].key == "h" and o.output == "side"
     assert export(Probe).transform_class is Probe
+
+
+def test_records_carry_event_time_watermark_and_null_header_values():
+    r = Record(key="k", headers=[("a", None), ("b", b"")], timestamp=5, watermark=3)
+    assert (r.event_time, r.watermark) == (5, 3), "event time defaults to the timestamp"
+    assert Record(timestamp=5, event_time=7).event_time == 7
+    assert [h.value for h in r.headers] == [None, b""]
+    assert r.header("a") is None and r.header("b") == b""
+    o = Output.from_record(r).header("c", None).header("d", "")
+    assert [h.value for h in o.headers] == [None, b"", None, b""]
+
+
+class Alarm(Transform):
+    """Registers a timer per record (value: time; key: clock, "p" for processing time) and
+    emits the timer's key when it fires; a timer key "bug" raises."""
+
+    def process(self, r, emit):
+        domain = TimeDomain.PROCESSING_TIME if r.key == b"p" else TimeDomain.EVENT_TIME
+        timers.register(r.value, int(r.key_str if r.key_str not in (None, "p") else 0), domain)
+        if r.value == b"cancel":
+            timers.cancel(r.value, 0, domain)
+
+    def on_timer(self, timer, emit):
+        if timer.key == b"bug":
+            raise KeyError("boom")
+        emit(Output(value=timer.key))
+
+
+def test_timers_fire_in_order_once_with_their_time_as_timestamp():
+    h = Harness(Alarm)
+    h.process([Record(key="20", value="b"), Record(key="10", value="a"), Record(key="p", value="x"),
+               Record(value="cancel")])
+    assert [t[2] for t in testing.timers()] == [b"a", b"b", b"x"]
+    out = h.advance_watermark(15)
+    assert [(o.value, o.timestamp) for o in out] == [(b"a", 10)]
+    assert timers.watermark() == 15
+    assert [o.value for o in h.advance_watermark(100)] == [b"b"]
+    assert h.advance_watermark(200) == []
+    assert [o.value for o in h.advance_processing_time(0)] == [b"x"]
+
+
+def test_an_uncaught_exception_in_on_timer_fails_the_call_without_an_offset():
+    h = Harness(Alarm)
+    h.process([Record(key="1", value="bug")])
+    with pytest.raises(TransformError) as e:
+        h.advance_watermark(5)
+    assert e.value.offset is None and e.value.message.startswith("uncaught KeyError: 'boom'")
+    assert [t[2] for t in testing.timers()] == [b"bug"], "the timer stays registered"

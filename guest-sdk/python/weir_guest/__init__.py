@@ -1,7 +1,7 @@
 """weir_guest — write Weir transforms in Python.
 
-A Weir *transform* is a WebAssembly component that implements the ``weir:transform@0.1.0``
-world (``guest-sdk/wit-0.1/transform.wit``). This package hides the component-model plumbing:
+A Weir *transform* is a WebAssembly component that implements the ``weir:transform@0.2.0``
+world (``guest-sdk/wit/transform.wit``). This package hides the component-model plumbing:
 subclass :class:`Transform`, bind its export once with :func:`export`, and build the module with
 ``guest-sdk/python/build.sh`` (componentize-py), which bundles CPython, this package and your
 code into one component.
@@ -15,6 +15,11 @@ Any other exception traps the instance (its traceback goes to stderr, which the 
 host then discards the instance and restores a fresh one from the last checkpoint. Everything
 that must survive a crash goes through :mod:`weir_guest.state`, or through
 :meth:`Transform.snapshot` / :meth:`Transform.restore` for data kept in memory.
+
+Event time (docs/event-time.md): each record carries its ``event_time`` and the ``watermark`` it
+saw; :mod:`weir_guest.timers` call :meth:`Transform.on_timer` once the watermark or the wall
+clock reaches them, and :mod:`weir_guest.windows` builds tumbling, hopping and session windows on
+both.
 
 Example — count records per key::
 
@@ -37,14 +42,14 @@ Example — count records per key::
 
     WitWorld = export(Counter)   # componentize-py looks for `WitWorld` in the app module
 
-Outside WebAssembly (``sys.platform != "wasi"``) state is an in-memory map and log lines go to
-stderr, so transforms can be unit-tested with :class:`weir_guest.testing.Harness` under plain
+Outside WebAssembly (``sys.platform != "wasi"``) state and timers are in memory and log lines go
+to stderr, so transforms can be unit-tested with :class:`weir_guest.testing.Harness` under plain
 CPython and pytest.
 """
 
 from __future__ import annotations
 
-from . import log, state
+from . import log, state, timers, windows
 from ._types import (
     Config,
     ConfigError,
@@ -73,8 +78,10 @@ __all__ = [
     "loads_json",
     "log",
     "state",
+    "timers",
+    "windows",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 #: The WIT contract this SDK implements.
-CONTRACT = "weir:transform@0.1.0"
+CONTRACT = "weir:transform@0.2.0"

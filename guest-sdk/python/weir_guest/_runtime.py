@@ -7,32 +7,47 @@ import traceback
 from typing import Any, Iterable, List, Optional, Tuple, Type
 
 from ._types import Config, Emitter, Header, Output, Record, Transform, TransformError
+from .timers import TimeDomain, Timer
 
 
 def run_batch(transform: Transform, records: Iterable[Record]) -> List[Output]:
     """Runs ``records`` through ``transform``; raises TransformError (with the record's offset
     filled in) on the first failure. Outputs without a timestamp get their record's."""
     emit = Emitter()
-    outputs = emit.outputs
-    process = transform.process
     for record in records:
-        first = len(outputs)
-        try:
-            process(record, emit)
-        except TransformError as e:
-            if e.offset is None:
-                e.offset = record.offset
-            raise
-        except BaseException as e:  # noqa: BLE001 - a bug, or sys.exit(): fail the batch, naming it
-            # Left to componentize-py, the exception would trap with a message that names
-            # neither it nor the record; fail the batch like a TransformError instead (the host
-            # discards the instance either way), with the traceback in the log.
-            traceback.print_exception(e, file=sys.stderr)
-            raise TransformError(f"uncaught {describe(e)}", record.offset) from e
-        for o in outputs[first:]:
-            if o.timestamp is None:
-                o.timestamp = record.timestamp
-    return outputs
+        _call(transform.process, record, emit, record.timestamp, record.offset)
+    return emit.outputs
+
+
+def run_timers(transform: Transform, timers: Iterable[Timer]) -> List[Output]:
+    """Runs due ``timers`` through ``transform.on_timer``; raises TransformError on the first
+    failure. Outputs without a timestamp get their timer's time."""
+    emit = Emitter()
+    for timer in timers:
+        _call(transform.on_timer, timer, emit, timer.time, None)
+    return emit.outputs
+
+
+def _call(handler: Any, arg: Any, emit: Emitter, timestamp: int, offset: Optional[int]) -> None:
+    """``handler(arg, emit)``; any failure as a TransformError (with ``offset`` when it has
+    none); gives the outputs it emitted without a timestamp ``timestamp``."""
+    outputs = emit.outputs
+    first = len(outputs)
+    try:
+        handler(arg, emit)
+    except TransformError as e:
+        if e.offset is None:
+            e.offset = offset
+        raise
+    except BaseException as e:  # noqa: BLE001 - a bug, or sys.exit(): fail the call, naming it
+        # Left to componentize-py, the exception would trap with a message that names
+        # neither it nor the record; fail the call like a TransformError instead (the host
+        # discards the instance either way), with the traceback in the log.
+        traceback.print_exception(e, file=sys.stderr)
+        raise TransformError(f"uncaught {describe(e)}", offset) from e
+    for o in outputs[first:]:
+        if o.timestamp is None:
+            o.timestamp = timestamp
 
 
 def describe(e: BaseException) -> str:
@@ -66,8 +81,8 @@ def export(cls: Type[Transform]) -> type:
 
         WitWorld = weir_guest.export(MyTransform)
 
-    ``process``, ``snapshot`` and ``restore`` before a successful ``init`` fail (or return an
-    empty snapshot).
+    ``process``, ``on_timer``, ``snapshot`` and ``restore`` before a successful ``init`` fail (or
+    return an empty snapshot).
     """
     if not (isinstance(cls, type) and issubclass(cls, Transform)):
         raise TypeError("export() takes a subclass of weir_guest.Transform")
@@ -91,12 +106,27 @@ def export(cls: Type[Transform]) -> type:
         rec.topic = r.topic
         rec.partition = r.partition
         rec.offset = r.offset
+        rec.event_time = r.event_time
+        rec.watermark = r.watermark
         return rec
+
+    def to_timer(t: Any) -> Timer:
+        return Timer(t.key, t.time, TimeDomain(t.domain.value))
 
     def to_raw(o: Output) -> Any:
         return wit.OutputRecord(
             o.key, o.value, [wit.Header(h.key, h.value) for h in o.headers], o.timestamp, o.output
         )
+
+    def run(name: str, call: Any, items: Any) -> List[Any]:
+        transform = holder[0]
+        if transform is None:
+            raise Err(wit.TransformError(f"{name} called before a successful init", None))
+        try:
+            outputs = call(transform, items)
+        except TransformError as e:
+            raise Err(wit.TransformError(e.message, e.offset)) from None
+        return [to_raw(o) for o in outputs]
 
     class WitWorld:
         transform_class = cls
@@ -109,14 +139,10 @@ def export(cls: Type[Transform]) -> type:
                 raise Err(str(e)) from None
 
         def process(self, batch: List[Any]) -> List[Any]:
-            transform = holder[0]
-            if transform is None:
-                raise Err(wit.TransformError("process called before a successful init", None))
-            try:
-                outputs = run_batch(transform, map(to_record, batch))
-            except TransformError as e:
-                raise Err(wit.TransformError(e.message, e.offset)) from None
-            return [to_raw(o) for o in outputs]
+            return run("process", run_batch, map(to_record, batch))
+
+        def on_timer(self, timers: List[Any]) -> List[Any]:
+            return run("on-timer", run_timers, map(to_timer, timers))
 
         def snapshot(self) -> bytes:
             transform = holder[0]

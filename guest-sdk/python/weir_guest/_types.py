@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from .timers import Timer
 
 Bytes = Union[bytes, bytearray, memoryview, str]
 """Keys and values accept ``bytes`` or ``str`` (encoded as UTF-8)."""
@@ -69,10 +72,16 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Header:
-    """One Kafka record header: a UTF-8 name and raw bytes (empty for a null header value)."""
+    """One Kafka record header: a UTF-8 name and raw bytes, ``None`` for a Kafka null header
+    value (distinct from an empty one)."""
 
     key: str
-    value: bytes
+    value: Optional[bytes]
+
+
+def _headers(headers: Iterable[Union[Header, Tuple[str, Optional[Bytes]]]]) -> List[Header]:
+    """``Header`` objects from headers or ``(name, value)`` pairs (a ``None`` value is null)."""
+    return [h if isinstance(h, Header) else Header(str(h[0]), _opt_bytes(h[1])) for h in headers]
 
 
 class Record:
@@ -82,26 +91,26 @@ class Record:
     ``Record(key="a", value=b"...", offset=3)``.
     """
 
-    __slots__ = ("key", "value", "headers", "timestamp", "topic", "partition", "offset")
+    __slots__ = ("key", "value", "headers", "timestamp", "topic", "partition", "offset", "event_time", "watermark")
 
     def __init__(
         self,
         key: Optional[Bytes] = None,
         value: Optional[Bytes] = None,
-        headers: Iterable[Tuple[str, Bytes]] = (),
+        headers: Iterable[Union[Header, Tuple[str, Optional[Bytes]]]] = (),
         timestamp: int = 0,
         topic: str = "",
         partition: int = 0,
         offset: int = 0,
+        event_time: Optional[int] = None,
+        watermark: Optional[int] = None,
     ):
         #: The record key; ``None`` for a Kafka null key.
         self.key: Optional[bytes] = _opt_bytes(key)
         #: The record value; ``None`` for a Kafka null value (a tombstone).
         self.value: Optional[bytes] = _opt_bytes(value)
         #: The headers, in the order the producer wrote them.
-        self.headers: List[Header] = [
-            h if isinstance(h, Header) else Header(str(h[0]), to_bytes(h[1])) for h in headers
-        ]
+        self.headers: List[Header] = _headers(headers)
         #: Timestamp in milliseconds since the Unix epoch.
         self.timestamp: int = timestamp
         #: The source topic.
@@ -110,6 +119,13 @@ class Record:
         self.partition: int = partition
         #: The record's offset in its source partition.
         self.offset: int = offset
+        #: Event time in milliseconds since the Unix epoch: what the pipeline's watermark
+        #: strategy reads (the timestamp, or a field of the JSON value); the timestamp when it has
+        #: none (and when a test leaves it out).
+        self.event_time: int = timestamp if event_time is None else event_time
+        #: The task's watermark just before this record (milliseconds since the Unix epoch): a
+        #: record whose event time is at or below it is late. ``None`` while the task has none.
+        self.watermark: Optional[int] = watermark
 
     @property
     def key_str(self) -> Optional[str]:
@@ -132,12 +148,14 @@ class Record:
             raise TransformError(f"value of record at offset {self.offset} is not valid JSON: {e}", self.offset) from None
 
     def header(self, name: str) -> Optional[bytes]:
-        """The value of the first header named ``name``, if any."""
+        """The value of the first header named ``name``; ``None`` when there is none or its value
+        is null (tell those apart through :attr:`headers`)."""
         return next((h.value for h in self.headers if h.key == name), None)
 
     def __repr__(self) -> str:
         return (f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp}, "
-                f"topic={self.topic!r}, partition={self.partition}, offset={self.offset})")
+                f"topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
+                f"event_time={self.event_time}, watermark={self.watermark!r})")
 
 
 def _utf8(b: Optional[bytes]) -> Optional[str]:
@@ -162,15 +180,13 @@ class Output:
         self,
         key: Optional[Bytes] = None,
         value: Optional[Bytes] = None,
-        headers: Iterable[Tuple[str, Bytes]] = (),
+        headers: Iterable[Union[Header, Tuple[str, Optional[Bytes]]]] = (),
         timestamp: Optional[int] = None,
         output: Optional[str] = None,
     ):
         self.key: Optional[bytes] = _opt_bytes(key)
         self.value: Optional[bytes] = _opt_bytes(value)
-        self.headers: List[Header] = [
-            h if isinstance(h, Header) else Header(str(h[0]), to_bytes(h[1])) for h in headers
-        ]
+        self.headers: List[Header] = _headers(headers)
         #: Milliseconds since the Unix epoch; ``None`` takes the producing record's.
         self.timestamp: Optional[int] = timestamp
         #: Named sink output; ``None`` is the default topic.
@@ -185,9 +201,16 @@ class Output:
             raise TransformError(f"cannot serialise output as JSON: {e}") from None
         return cls(key, data)
 
-    def header(self, key: str, value: Bytes) -> "Output":
-        """Appends a header (repeated names are allowed and keep their order)."""
-        self.headers.append(Header(str(key), to_bytes(value)))
+    @classmethod
+    def from_record(cls, record: "Record") -> "Output":
+        """``record`` unchanged: same key, value and headers; its timestamp is filled in like any
+        output's (the record's own, once ``process`` returns)."""
+        return cls(record.key, record.value, list(record.headers))
+
+    def header(self, key: str, value: Optional[Bytes]) -> "Output":
+        """Appends a header (repeated names are allowed and keep their order); a ``None`` value
+        is a Kafka null header value, distinct from an empty one."""
+        self.headers.append(Header(str(key), _opt_bytes(value)))
         return self
 
     def with_timestamp(self, timestamp_ms: int) -> "Output":
@@ -226,7 +249,7 @@ class Emitter:
 
     def forward(self, record: Record) -> None:
         """Emits ``record`` unchanged: same key, value, headers and timestamp, default output."""
-        self.outputs.append(Output(record.key, record.value, list(record.headers)))
+        self.outputs.append(Output.from_record(record))
 
     def __len__(self) -> int:
         return len(self.outputs)
@@ -328,4 +351,12 @@ class Transform:
     def restore(self, snapshot: bytes) -> None:
         """Restores what :meth:`snapshot` returned, on a fresh instance after ``__init__``;
         ``snapshot`` is empty when there is none. Raise to refuse it. The default ignores it."""
+        return None
+
+    def on_timer(self, timer: "Timer", emit: Emitter) -> None:
+        """Handles a due timer (registered through :mod:`weir_guest.timers` or by
+        :mod:`weir_guest.windows`), emitting zero or more outputs; outputs without a timestamp
+        get the timer's time. The host calls it between batches, for each due timer in order;
+        raising fails the call and the pipeline (no record caused it), and the timers stay
+        registered. The default ignores timers."""
         return None

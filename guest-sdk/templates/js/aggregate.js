@@ -32,4 +32,4 @@ class Totals extends Transform {
   }
 }
 
-export const { init, process, snapshot, restore } = exportTransform(Totals);
+export const { init, process, snapshot, restore, onTimer } = exportTransform(Totals);

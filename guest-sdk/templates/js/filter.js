@@ -29,4 +29,4 @@ class MinAmount extends Transform {
   }
 }
 
-export const { init, process, snapshot, restore } = exportTransform(MinAmount);
+export const { init, process, snapshot, restore, onTimer } = exportTransform(MinAmount);

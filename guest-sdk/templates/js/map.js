@@ -30,4 +30,4 @@ class Greeter extends Transform {
   }
 }
 
-export const { init, process, snapshot, restore } = exportTransform(Greeter);
+export const { init, process, snapshot, restore, onTimer } = exportTransform(Greeter);

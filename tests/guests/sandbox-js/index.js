@@ -44,4 +44,4 @@ class Sandbox extends Transform {
   }
 }
 
-export const { init, process, snapshot, restore } = exportTransform(Sandbox);
+export const { init, process, snapshot, restore, onTimer } = exportTransform(Sandbox);

@@ -2,7 +2,7 @@
 
 package abi
 
-// Native stand-ins for `go test`: state is an in-memory map, log lines go to stderr.
+// Native stand-ins for `go test`: state and timers are in memory, log lines go to stderr.
 
 import (
 	"bytes"
@@ -93,5 +93,77 @@ func ResetState(m map[string][]byte) {
 	memory = map[string][]byte{}
 	for k, v := range m {
 		memory[k] = v
+	}
+}
+
+// timerID is one registered timer, comparable (the key as a string).
+type timerID struct {
+	domain TimeDomain
+	time   int64
+	key    string
+}
+
+var (
+	timers       = map[timerID]struct{}{}
+	watermark    int64
+	hasWatermark bool
+)
+
+// TimerRegister registers a timer for key at time on domain.
+func TimerRegister(key []byte, time int64, domain TimeDomain) {
+	mu.Lock()
+	defer mu.Unlock()
+	timers[timerID{domain, time, string(key)}] = struct{}{}
+}
+
+// TimerCancel removes the timer for (key, time, domain).
+func TimerCancel(key []byte, time int64, domain TimeDomain) {
+	mu.Lock()
+	defer mu.Unlock()
+	delete(timers, timerID{domain, time, string(key)})
+}
+
+// Watermark returns the task's watermark; ok is false while it has none.
+func Watermark() (int64, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	return watermark, hasWatermark
+}
+
+// SetWatermark moves the watermark (tests); ok false removes it.
+func SetWatermark(w int64, ok bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	watermark, hasWatermark = w, ok
+}
+
+// RegisteredTimers returns the registered timers in firing order: (domain, time, key).
+func RegisteredTimers() []Timer {
+	mu.Lock()
+	defer mu.Unlock()
+	all := make([]Timer, 0, len(timers))
+	for id := range timers {
+		all = append(all, Timer{Key: []byte(id.key), Time: id.time, Domain: id.domain})
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.Domain != b.Domain {
+			return a.Domain < b.Domain
+		}
+		if a.Time != b.Time {
+			return a.Time < b.Time
+		}
+		return bytes.Compare(a.Key, b.Key) < 0
+	})
+	return all
+}
+
+// ResetTimers replaces the registered timers (nil: none).
+func ResetTimers(registered []Timer) {
+	mu.Lock()
+	defer mu.Unlock()
+	timers = map[timerID]struct{}{}
+	for _, t := range registered {
+		timers[timerID{t.Domain, t.Time, string(t.Key)}] = struct{}{}
 	}
 }

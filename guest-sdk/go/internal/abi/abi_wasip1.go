@@ -2,7 +2,7 @@
 
 package abi
 
-// The canonical ABI of the weir:transform@0.1.0 world, written out by hand for the standard Go
+// The canonical ABI of the weir:transform@0.2.0 world, written out by hand for the standard Go
 // toolchain (GOOS=wasip1 GOARCH=wasm -buildmode=c-shared). wit-bindgen-go's output assumes
 // TinyGo's 32-bit memory layout (a Go string there is 8 bytes, as in the canonical ABI; in
 // standard Go it is 16) and uses parameter types that //go:wasmexport rejects, so it does not
@@ -11,12 +11,15 @@ package abi
 // Memory layouts (canonical ABI, sizes and offsets in bytes):
 //
 //	option<list<u8>>   12, align 4: discriminant u8 @0, ptr @4, len @8
-//	header             16, align 4: key (ptr, len) @0, value (ptr, len) @8
-//	input-record       64, align 8: key @0, value @12, headers (ptr, len) @24, timestamp s64 @32,
-//	                                topic (ptr, len) @40, partition s32 @48, offset s64 @56
+//	option<s64>        16, align 8: discriminant u8 @0, value @8
+//	header             20, align 4: key (ptr, len) @0, value option<list<u8>> @8
+//	input-record       88, align 8: key @0, value @12, headers (ptr, len) @24, timestamp s64 @32,
+//	                                topic (ptr, len) @40, partition s32 @48, offset s64 @56,
+//	                                event-time s64 @64, watermark option<s64> @72
 //	output-record      64, align 8: key @0, value @12, headers @24, timestamp option<s64> @32
 //	                                (disc @32, value @40), output option<string> @48 (disc @48,
 //	                                ptr @52, len @56)
+//	timer              24, align 8: key (ptr, len) @0, time s64 @8, domain u8 @16
 //	transform-error    24, align 8: message (ptr, len) @0, offset option<s64> @8 (disc @8, @16)
 //	result<list<output-record>, transform-error>
 //	                   32, align 8: disc @0 (0 ok, 1 err), payload @8
@@ -40,8 +43,9 @@ var retained []any
 
 // Return areas of the imports: globals, so they never move.
 var (
-	getRet  [3]uint32
-	scanRet [2]uint32
+	getRet       [3]uint32
+	scanRet      [2]uint32
+	watermarkRet [2]int64 // option<s64>: discriminant in the low byte of [0], value [1]
 )
 
 // emptyPtr is the address given for empty lists: any non-zero address aligned to 8.
@@ -159,13 +163,22 @@ func liftHeaders(addr, n uint32) []Header {
 	}
 	headers := make([]Header, n)
 	for i := range headers {
-		base := addr + uint32(i)*16
+		base := addr + uint32(i)*20
 		headers[i] = Header{
 			Key:   copyString(load32(base), load32(base+4)),
-			Value: copyBytes(load32(base+8), load32(base+12)),
+			Value: liftOptBytes(base + 8),
 		}
 	}
 	return headers
+}
+
+// liftOptInt64 reads an option<s64> at addr: nil for none.
+func liftOptInt64(addr uint32) *int64 {
+	if load8(addr) == 0 {
+		return nil
+	}
+	v := load64(addr + 8)
+	return &v
 }
 
 // lowerer builds an export's result in Go memory and remembers what must stay alive.
@@ -210,15 +223,13 @@ func (l *lowerer) headers(hs []Header) (uint32, uint32) {
 	if len(hs) == 0 {
 		return emptyPtr, 0
 	}
-	arr := l.alloc(uint32(len(hs)) * 16)
+	arr := l.alloc(uint32(len(hs)) * 20)
 	for i, h := range hs {
-		base := arr + uint32(i)*16
+		base := arr + uint32(i)*20
 		kp, kn := l.string(h.Key)
-		vp, vn := l.bytes(h.Value)
 		store32(base, kp)
 		store32(base+4, kn)
-		store32(base+8, vp)
-		store32(base+12, vn)
+		l.optBytes(base+8, h.Value)
 	}
 	return arr, uint32(len(hs))
 }
@@ -270,7 +281,7 @@ func exportProcess(ptr, n uint32) uint32 {
 	retained = nil
 	batch := make([]InputRecord, n)
 	for i := range batch {
-		base := ptr + uint32(i)*64
+		base := ptr + uint32(i)*88
 		batch[i] = InputRecord{
 			Key:       liftOptBytes(base),
 			Value:     liftOptBytes(base + 12),
@@ -279,18 +290,19 @@ func exportProcess(ptr, n uint32) uint32 {
 			Topic:     copyString(load32(base+40), load32(base+44)),
 			Partition: int32(load32(base + 48)),
 			Offset:    load64(base + 56),
+			EventTime: load64(base + 64),
+			Watermark: liftOptInt64(base + 72),
 		}
 	}
 	resetPool()
-
-	var outputs []OutputRecord
-	var failure *TransformError
 	if Exports.Process == nil {
-		failure = &TransformError{Message: errNoTransform.Error()}
-	} else {
-		outputs, failure = Exports.Process(batch)
+		return lowerOutputs(nil, &TransformError{Message: errNoTransform.Error()})
 	}
+	return lowerOutputs(Exports.Process(batch))
+}
 
+// lowerOutputs lowers a result<list<output-record>, transform-error>.
+func lowerOutputs(outputs []OutputRecord, failure *TransformError) uint32 {
 	var l lowerer
 	ret := l.alloc(32)
 	if failure != nil {
@@ -366,22 +378,53 @@ func exportRestore(ptr, n uint32) uint32 {
 //go:wasmexport cabi_post_restore
 func postRestore(uint32) { retained = nil }
 
+//go:wasmexport on-timer
+func exportOnTimer(ptr, n uint32) uint32 {
+	retained = nil
+	due := make([]Timer, n)
+	for i := range due {
+		base := ptr + uint32(i)*24
+		due[i] = Timer{
+			Key:    copyBytes(load32(base), load32(base+4)),
+			Time:   load64(base + 8),
+			Domain: TimeDomain(load8(base + 16)),
+		}
+	}
+	resetPool()
+	if Exports.OnTimer == nil {
+		return lowerOutputs(nil, &TransformError{Message: errNoTransform.Error()})
+	}
+	return lowerOutputs(Exports.OnTimer(due))
+}
+
+//go:wasmexport cabi_post_on-timer
+func postOnTimer(uint32) { retained = nil }
+
 // --- imports -----------------------------------------------------------------------------
 
-//go:wasmimport weir:transform/state@0.1.0 get
+//go:wasmimport weir:transform/state@0.2.0 get
 func wasmGet(keyPtr unsafe.Pointer, keyLen uint32, ret unsafe.Pointer)
 
-//go:wasmimport weir:transform/state@0.1.0 put
+//go:wasmimport weir:transform/state@0.2.0 put
 func wasmPut(keyPtr unsafe.Pointer, keyLen uint32, valuePtr unsafe.Pointer, valueLen uint32)
 
-//go:wasmimport weir:transform/state@0.1.0 delete
+//go:wasmimport weir:transform/state@0.2.0 delete
 func wasmDelete(keyPtr unsafe.Pointer, keyLen uint32)
 
-//go:wasmimport weir:transform/state@0.1.0 scan-prefix
+//go:wasmimport weir:transform/state@0.2.0 scan-prefix
 func wasmScanPrefix(prefixPtr unsafe.Pointer, prefixLen uint32, limit uint32, ret unsafe.Pointer)
 
-//go:wasmimport weir:transform/log@0.1.0 log
+//go:wasmimport weir:transform/log@0.2.0 log
 func wasmLog(level uint32, msgPtr unsafe.Pointer, msgLen uint32)
+
+//go:wasmimport weir:transform/timers@0.2.0 register
+func wasmRegister(keyPtr unsafe.Pointer, keyLen uint32, time int64, domain uint32)
+
+//go:wasmimport weir:transform/timers@0.2.0 cancel
+func wasmCancel(keyPtr unsafe.Pointer, keyLen uint32, time int64, domain uint32)
+
+//go:wasmimport weir:transform/timers@0.2.0 watermark
+func wasmWatermark(ret unsafe.Pointer)
 
 // StateGet returns the value under key; ok is false when there is none.
 func StateGet(key []byte) (value []byte, ok bool) {
@@ -425,4 +468,21 @@ func StateScanPrefix(prefix []byte, limit uint32) []ScanEntry {
 // Log writes one line to the host's log.
 func Log(level Level, message string) {
 	wasmLog(uint32(level), unsafe.Pointer(unsafe.StringData(message)), uint32(len(message)))
+}
+
+// TimerRegister registers a timer for key at time on domain.
+func TimerRegister(key []byte, time int64, domain TimeDomain) {
+	wasmRegister(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)), time, uint32(domain))
+}
+
+// TimerCancel removes the timer for (key, time, domain).
+func TimerCancel(key []byte, time int64, domain TimeDomain) {
+	wasmCancel(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)), time, uint32(domain))
+}
+
+// Watermark returns the task's watermark; ok is false while it has none.
+func Watermark() (watermark int64, ok bool) {
+	watermarkRet = [2]int64{}
+	wasmWatermark(unsafe.Pointer(&watermarkRet))
+	return watermarkRet[1], uint8(watermarkRet[0]) != 0
 }

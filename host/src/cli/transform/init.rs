@@ -97,10 +97,9 @@ pub fn execute(args: InitArgs) -> anyhow::Result<ExitCode> {
 
     let vendored = dir.join("weir-sdk");
     copy_tree(&sdk.join(lang.sdk_folder()), &vendored.join(lang.sdk_folder()))?;
-    // Both contracts' WIT, at the paths the SDKs name (Rust is on 0.2, the others on 0.1).
-    for wit in ["wit", "wit-0.1"] {
-        copy_tree(&sdk.join(wit), &vendored.join(wit))?;
-    }
+    // The contract's WIT, where the SDKs' builds look for it (every SDK is on contract 0.2; a
+    // project whose copy of an SDK is on 0.1 has its wit-0.1 from then).
+    copy_tree(&sdk.join("wit"), &vendored.join("wit"))?;
     if lang == Language::Rust {
         // The SDK's lock file pins its dependencies (wit-bindgen, serde) for the project too.
         std::fs::copy(sdk.join("rust/Cargo.lock"), dir.join("Cargo.lock")).context("copying the SDK's Cargo.lock")?;
@@ -139,7 +138,7 @@ fn extension(lang: Language) -> &'static str {
 fn manifest(lang: Language, template: Template) -> String {
     let entry = match lang {
         Language::Python => "# The module that binds `WitWorld = export(...)`.\nmodule = \"app\"\n",
-        Language::Js => "# The module that exports init/process/snapshot/restore.\nentry = \"index.js\"\n",
+        Language::Js => "# The module that exports init/process/snapshot/restore/onTimer.\nentry = \"index.js\"\n",
         Language::Rust | Language::Go => "",
     };
     let config = match template {

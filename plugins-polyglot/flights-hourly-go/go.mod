@@ -1,0 +1,7 @@
+module example.invalid/weir/plugins-polyglot/flights-hourly-go
+
+go 1.24
+
+require example.invalid/weir/guest-sdk/go v0.0.0
+
+replace example.invalid/weir/guest-sdk/go => ../../guest-sdk/go
