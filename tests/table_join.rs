@@ -108,6 +108,7 @@ async fn flights_join_the_weather_of_their_origin_and_hour_exactly_once_through_
     // are SIGKILLed as soon as the output of their third begins to commit (with checkpoints every
     // 20 ms, usually part-way through it, so the rest is replayed against the reloaded table).
     let third = flights.len() / 3;
+    weir_tests::create_topic(&pipeline.source, 2).await;
     let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
     for run in 1..=3 {
         let mut child = pipeline.spawn(&[]);
