@@ -141,7 +141,12 @@ fn rust_projects_named_alike_each_build_their_own_code() {
 fn python_project_builds_and_passes_its_test() {
     // The filter forwards a record with a header: the SDK's forward must carry it.
     let (_temp, project) = init_build_test("python", "filter");
-    broken_expected_output_fails_with_a_diff(&project, 1, "\"channel\":\"web\"", "\"channel\":\"app\"");
+    broken_expected_output_fails_with_a_diff(
+        &project,
+        1,
+        r#"{"key":"channel","value":"web"}"#,
+        r#"{"key":"channel","value":"app"}"#,
+    );
 }
 
 #[test]
