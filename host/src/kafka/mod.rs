@@ -20,7 +20,7 @@ pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use record_limit::sink_record_limit;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
-pub use source::{GroupOffset, Source};
+pub use source::{GroupContext, GroupOffset, Membership, Rebalance, Source};
 
 use std::collections::BTreeMap;
 
