@@ -42,7 +42,11 @@ pub enum Rebalance {
 /// module doc) while `defer` is set; applies them at once otherwise (on close).
 #[derive(Default)]
 pub struct GroupContext {
+    /// Events received and not yet taken, oldest first.
     pending: Mutex<Vec<Rebalance>>,
+    /// The event taken last, until the runner applies it: librdkafka waits for that call, even
+    /// to close the consumer.
+    unapplied: Mutex<Option<Rebalance>>,
     defer: AtomicBool,
 }
 
@@ -67,16 +71,30 @@ impl ConsumerContext for GroupContext {
             return;
         }
         // Closing: nothing runs any more, so the assignment is applied as librdkafka asks.
-        let applied = match (&event, consumer.rebalance_protocol()) {
-            (Rebalance::Assign(_), RebalanceProtocol::Cooperative) => consumer.incremental_assign(tpl),
-            (Rebalance::Assign(_), _) => consumer.assign(tpl),
-            (Rebalance::Revoke { .. }, RebalanceProtocol::Cooperative) => consumer.incremental_unassign(tpl),
-            (Rebalance::Revoke { .. }, _) => consumer.unassign(),
-        };
-        if let Err(error) = applied {
-            tracing::warn!(%error, "applying a rebalance while closing the source consumer");
-        }
+        apply(consumer, &event, tpl);
     }
+}
+
+/// Applies `event` (of the partitions of `tpl`) as librdkafka's default rebalance does.
+fn apply(consumer: &BaseConsumer<GroupContext>, event: &Rebalance, tpl: &TopicPartitionList) {
+    let applied = match (event, consumer.rebalance_protocol()) {
+        (Rebalance::Assign(_), RebalanceProtocol::Cooperative) => consumer.incremental_assign(tpl),
+        (Rebalance::Assign(_), _) => consumer.assign(tpl),
+        (Rebalance::Revoke { .. }, RebalanceProtocol::Cooperative) => consumer.incremental_unassign(tpl),
+        (Rebalance::Revoke { .. }, _) => consumer.unassign(),
+    };
+    if let Err(error) = applied {
+        tracing::warn!(%error, "applying a rebalance while closing the source consumer");
+    }
+}
+
+/// The partitions of `tasks`, without offsets.
+fn partition_list(tasks: &[TaskId]) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    for task in tasks {
+        list.add_partition(&task.topic, task.partition);
+    }
+    list
 }
 
 /// A committed offset of the pipeline's consumer group.
@@ -169,10 +187,15 @@ impl Source {
         self.consumer.subscribe(&topics)
     }
 
-    /// The next rebalance event received by a poll and not yet taken, oldest first.
+    /// The next rebalance event received by a poll and not yet taken, oldest first. The
+    /// consumer waits until it is applied with [`Source::unassign`] or [`Source::assign_more`]
+    /// (or the source is dropped).
     pub fn take_rebalance(&self) -> Option<Rebalance> {
-        let mut pending = self.consumer.context().pending.lock().unwrap_or_else(|e| e.into_inner());
-        (!pending.is_empty()).then(|| pending.remove(0))
+        let context = self.consumer.context();
+        let mut pending = context.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let event = (!pending.is_empty()).then(|| pending.remove(0))?;
+        *context.unapplied.lock().unwrap_or_else(|e| e.into_inner()) = Some(event.clone());
+        Some(event)
     }
 
     /// Gives up `tasks` (after a [`Rebalance::Revoke`]): librdkafka stops fetching them and the
@@ -181,11 +204,13 @@ impl Source {
     /// # Errors
     /// When librdkafka refuses.
     pub fn unassign(&self, tasks: &[TaskId]) -> Result<(), KafkaError> {
-        let mut list = TopicPartitionList::new();
-        for task in tasks {
-            list.add_partition(&task.topic, task.partition);
-        }
-        self.consumer.incremental_unassign(&list)
+        self.applied();
+        self.consumer.incremental_unassign(&partition_list(tasks))
+    }
+
+    /// The taken event is being applied.
+    fn applied(&self) {
+        *self.consumer.context().unapplied.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The underlying consumer, for polling.
@@ -281,6 +306,7 @@ impl Source {
     /// # Errors
     /// When librdkafka refuses the assignment.
     pub fn assign_more(&self, positions: &BTreeMap<TaskId, i64>) -> Result<(), KafkaError> {
+        self.applied();
         self.consumer.incremental_assign(&Self::position_list(positions)?)
     }
 
@@ -401,8 +427,19 @@ impl Source {
 }
 
 impl Drop for Source {
-    /// Closing the consumer serves the group's last revocation: applied at once from now on.
+    /// Closing the consumer waits for the rebalance in progress and serves the group's last
+    /// revocation: an event the runner did not apply (it failed first) is applied now, and
+    /// later ones at once.
     fn drop(&mut self) {
-        self.consumer.context().defer.store(false, Ordering::Release);
+        let context = self.consumer.context();
+        context.defer.store(false, Ordering::Release);
+        let unapplied = context.unapplied.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let pending = std::mem::take(&mut *context.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for event in unapplied.into_iter().chain(pending) {
+            let tasks = match &event {
+                Rebalance::Assign(tasks) | Rebalance::Revoke { tasks, .. } => tasks,
+            };
+            apply(&self.consumer, &event, &partition_list(tasks));
+        }
     }
 }

@@ -29,7 +29,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Longest time without a committed checkpoint while positions stand still: an idle pipeline
 /// commits its offsets again so that the group's offsets, recovery's evidence, never expire
 /// (the broker's `offsets.retention.minutes`, 7 days by default, counts from the last commit of
-/// a group without members, which Weir's group always is).
+/// a group without members, which Weir's group is while the pipeline is stopped).
 const OFFSET_KEEP_ALIVE: Duration = Duration::from_secs(24 * 3600);
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -391,7 +391,8 @@ impl<'a> Runner<'a> {
         }
         let config = self.config;
         // Partitions added to a source topic while running need changelog partitions.
-        let known = self.tasks.iter().map(Task::id).chain(assigned.iter());
+        let all = self.source_tasks()?;
+        let known = all.iter().chain(assigned.iter());
         ensure_changelog_partitions(config, &self.changelog, self.changelog.partitions_needed(known))?;
         let recover = RecoverOptions {
             timeout: config.checkpoint.timeout,
@@ -417,7 +418,6 @@ impl<'a> Runner<'a> {
         }
         // Whether the pipeline ever committed a checkpoint, on any instance: a partition without
         // an offset then was added since, and starts at its earliest offset.
-        let all = self.source_tasks()?;
         let pipeline_group = self
             .source
             .group_offsets(&all, config.checkpoint.timeout)
@@ -1017,8 +1017,11 @@ fn start_positions(
         }
     };
     for (task, offset) in resolved {
-        let why = if first_start { format!("source.start = {start}") } else { "added since the last run".into() };
-        tracing::info!(partition = %task, offset, "{why}: the partition starts here; its position is fixed by the next checkpoint");
+        if first_start {
+            tracing::info!(partition = %task, offset, "source.start = {start}: the partition starts here; its position is fixed by the next checkpoint");
+        } else {
+            tracing::info!(partition = %task, offset, "source partition added while running or stopped (no checkpoint has its offset): reading it from its earliest offset");
+        }
         positions.insert(task, offset);
     }
     Ok(positions)
