@@ -161,11 +161,7 @@ fn write_text(out: &mut impl Write, status: &Status) -> std::io::Result<()> {
         status.changelog_topic
     )?;
     writeln!(out, "last committed checkpoint: {}", status.committed_checkpoint)?;
-    writeln!(
-        out,
-        "{:<32} {:>12} {:>12} {:>12} {:>10}  {}",
-        "partition", "checkpoint", "group", "end", "lag", "instance"
-    )?;
+    writeln!(out, "{:<32} {:>12} {:>12} {:>12} {:>10}  instance", "partition", "checkpoint", "group", "end", "lag")?;
     let show = |o: Option<i64>| o.map_or_else(|| "-".to_owned(), |o| o.to_string());
     for p in &status.partitions {
         writeln!(

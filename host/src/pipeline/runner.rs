@@ -230,7 +230,6 @@ impl<'a> Runner<'a> {
         drop(fence);
         drop(earlier);
         db.set_transactional_ids(&current)?;
-        log_upgrades(&db, chain)?;
 
         // The pipeline's lineage, which every instance must agree on: the group's offsets name
         // it once a checkpoint committed; before, the state directory's, else the changelog
@@ -246,6 +245,7 @@ impl<'a> Runner<'a> {
             None => changelog_lineage(config, &changelog)?,
         };
         restore::claim(&db, &owner, &lineage)?;
+        log_upgrades(&db, chain)?;
         let lineage = Lineage { pipeline: config.name.clone(), lineage };
         let next = db.epoch_floor()?.max(db.committed()?.id).next();
         tracing::info!(pipeline = %config.name, instance, lineage = %lineage.lineage, next_epoch = %next, "recovered; joining the consumer group {}", config.group_id());
