@@ -16,8 +16,10 @@ const PARTITIONS: i32 = 4;
 
 /// Everything a state directory holds that the changelog restores: every state entry, and the
 /// committed checkpoint's id, offsets and snapshots.
+/// The state database of the process in state directory `dir` (`<state.dir>/<instance>`, the
+/// instance being the host's default).
 fn contents(dir: &Path) -> (Entries, Committed) {
-    let db = StateDb::open_read_only(dir).expect("open the state directory");
+    let db = StateDb::open_read_only(&dir.join(weir::pipeline::default_instance())).expect("open the state directory");
     let entries = db.scan_prefix(b"", usize::MAX).expect("scan");
     let committed = Committed { changelog_offsets: BTreeMap::new(), ..db.committed().expect("committed") };
     (entries, committed)

@@ -334,7 +334,11 @@ async fn status_json_has_the_facts_of_the_text_form() {
         let row = format!("{}[{index}]", pipeline.source);
         let line = text.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no row {row} in:\n{text}"));
         let cells: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cells[1..], [checkpoint.to_string(), checkpoint.to_string(), end.to_string(), lag.to_string()]);
+        let instance = p["instance"].as_str().expect("the instance that committed the partition").to_owned();
+        assert_eq!(
+            cells[1..],
+            [checkpoint.to_string(), checkpoint.to_string(), end.to_string(), lag.to_string(), instance]
+        );
         total += lag;
     }
     assert_eq!(partitions[1]["lag"], 2, "the two records produced after the run");

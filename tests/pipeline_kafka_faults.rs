@@ -4,17 +4,15 @@
 //! stop the pipeline with an error naming the thing at fault, never retry forever.
 
 use std::process::{Child, Command, ExitStatus};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, wait_exit};
+use weir_tests::pipeline::{
+    Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, wait_exit,
+};
 use weir_tests::{Isolation, bootstrap, create_topic, flight_rows, repo_root, unique_name};
 
 /// How long a pipeline may take to stop on a lasting error (its start-up included).
@@ -138,51 +136,6 @@ async fn exactly_once_refuses_a_sink_on_another_cluster_but_not_the_same_cluster
     run_to_completion(&at_least_once, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
     assert_eq!(reader.records.len(), input.len(), "every record, on the other cluster");
-}
-
-/// Writes records `<prefix>-0`, `<prefix>-1`, … to `topic` until stopped, so a pipeline
-/// reading it keeps writing transactions.
-struct Feeder {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<u64>>,
-}
-
-impl Feeder {
-    fn start(topic: &str, prefix: &str) -> Self {
-        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
-            .set("enable.idempotence", "true")
-            .create()
-            .expect("producer");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (topic, prefix, stopped) = (topic.to_owned(), prefix.to_owned(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut sent = 0;
-            while !stopped.load(Ordering::Relaxed) {
-                for _ in 0..20 {
-                    let value = format!("{prefix}-{sent}");
-                    producer.send(BaseRecord::<str, str>::to(&topic).payload(&value)).expect("queue a record");
-                    sent += 1;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            producer.flush(Duration::from_secs(30)).expect("flush the input");
-            sent
-        });
-        Self { stop, thread: Some(thread) }
-    }
-
-    /// Stops writing; returns how many records were written.
-    fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().expect("running").join().expect("feeder thread")
-    }
-}
-
-impl Drop for Feeder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 fn values(reader: &Reader) -> Vec<String> {

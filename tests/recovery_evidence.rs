@@ -41,7 +41,10 @@ fn open_transaction_in(topic: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_consumer_group_is_committed_again_from_the_changelog() {
-    let pipeline = TestPipeline::new("weir-nogroup", &Spec::new("passthrough"));
+    // The crashed process leaves the group after its session timeout (6 s, the broker's least).
+    let mut spec = Spec::new("passthrough");
+    spec.source.push_str("\n[source.consumer]\n\"session.timeout.ms\" = \"6000\"");
+    let pipeline = TestPipeline::new("weir-nogroup", &spec);
     let input = input();
     produce(&pipeline.source, PARTITIONS, &input).await;
     // Checkpoint 3 committed in Kafka, not applied to the state directory.

@@ -49,6 +49,13 @@ pub enum PipelineError {
     /// The consumer group's offsets disagree with the state directory.
     #[error("refusing to start: {0}")]
     Inconsistent(String),
+    /// The consumer group gave this process's partitions to another member while the process
+    /// held their open epoch (it missed `session.timeout.ms` or `max.poll.interval.ms`): the
+    /// epoch must not commit, so the process recovers and rejoins the group.
+    #[error(
+        "the consumer group gave {0} partition(s) of this process to another member (it missed session.timeout.ms or max.poll.interval.ms); the open epoch is aborted and the process rejoins the group"
+    )]
+    AssignmentLost(usize),
     /// A checkpoint's phase took longer than `checkpoint.timeout_ms`.
     #[error("checkpoint {id} timed out after {elapsed:?} in {phase}")]
     CheckpointTimeout {
@@ -96,7 +103,7 @@ impl PipelineError {
                         | ErrorClass::Fenced
                 )
             }
-            PipelineError::CheckpointTimeout { .. } => true,
+            PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
             // A guest that refuses its configuration will refuse it again, an output too large
             // for the sink is made again from the same input, and a record without a readable
             // event time stays without one.

@@ -88,11 +88,21 @@ pub async fn add_partitions(topic: &str, total: usize) {
     }
 }
 
-/// Deletes consumer group `group` (it must have no active members).
+/// Deletes consumer group `group`, once it has no members: a `weir run` that crashed stays a
+/// static member until its `session.timeout.ms` passes (waits at most two minutes).
 pub async fn delete_group(group: &str) {
-    let results = admin().delete_groups(&[group], &options()).await.expect("delete_groups");
-    for result in results {
-        result.unwrap_or_else(|(g, e)| panic!("delete_groups of {g}: {e}"));
+    let started = std::time::Instant::now();
+    loop {
+        let results = admin().delete_groups(&[group], &options()).await.expect("delete_groups");
+        match results.into_iter().next().expect("one result") {
+            Ok(_) => return,
+            Err((_, rdkafka::types::RDKafkaErrorCode::NonEmptyGroup))
+                if started.elapsed() < Duration::from_secs(120) =>
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err((g, e)) => panic!("delete_groups of {g}: {e}"),
+        }
     }
 }
 

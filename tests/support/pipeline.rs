@@ -114,7 +114,26 @@ impl TestPipeline {
 
     /// Starts `weir run <file> <args>` with extra environment variables.
     pub fn spawn_with(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        self.spawn_logged(args, env, &self.log)
+    }
+
+    /// Starts `weir run <file> --instance <instance>`, one process of the pipeline among several;
+    /// its output goes to [`Self::instance_log`].
+    pub fn spawn_instance(&self, instance: &str, env: &[(&str, &str)]) -> Child {
+        self.spawn_logged(&["--instance", instance], env, &self.instance_log_path(instance))
+    }
+
+    /// The log of instance `instance` so far.
+    pub fn instance_log(&self, instance: &str) -> String {
+        std::fs::read_to_string(self.instance_log_path(instance)).unwrap_or_default()
+    }
+
+    fn instance_log_path(&self, instance: &str) -> PathBuf {
+        self.dir.path().join(format!("weir-{instance}.log"))
+    }
+
+    fn spawn_logged(&self, args: &[&str], env: &[(&str, &str)], log: &std::path::Path) -> Child {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
         let child = Command::new(weir_binary())
             .arg("run")
             .arg(&self.file)
@@ -264,5 +283,47 @@ impl Reader {
             self.records.push(Consumed::from_message(&message));
         }
         self.records.len()
+    }
+}
+
+/// Writes records `<prefix>-<n>` (no key) to a topic until stopped, 20 every 20 ms.
+pub struct Feeder {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Feeder {
+    /// Starts writing to `topic`.
+    pub fn start(topic: &str, prefix: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        let producer = crate::admin::producer(&[]);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (topic, prefix, stopped) = (topic.to_owned(), prefix.to_owned(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut sent = 0;
+            while !stopped.load(Ordering::Relaxed) {
+                for _ in 0..20 {
+                    let value = format!("{prefix}-{sent}");
+                    crate::admin::send_waiting(&producer, BaseRecord::<str, str>::to(&topic).payload(&value));
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            producer.flush(Duration::from_secs(30)).expect("flush the input");
+            sent
+        });
+        Self { stop, thread: Some(thread) }
+    }
+
+    /// Stops writing; returns how many records were written.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().expect("running").join().expect("feeder thread")
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }

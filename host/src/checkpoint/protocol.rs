@@ -13,9 +13,10 @@
 //! 4. [`apply`]: write the checkpoint into RocksDB (one unsynced batch), with the changelog
 //!    offsets it reaches.
 //!
-//! [`recover`] runs on every start: it fences every producer the pipeline used, fetches the
-//! group's committed offsets, brings RocksDB up to each task's changelog partition
-//! ([`super::restore`]) and checks that the group's offsets agree with the restored positions.
+//! [`fence`] runs on every start: it fences every producer the process used. [`recover_tasks`]
+//! runs for the tasks of every assignment the group makes: it fetches the group's committed
+//! offsets, brings RocksDB up to each task's changelog partition ([`super::restore`]) and checks
+//! that the group's offsets agree with the restored positions.
 //! Output, offsets and state of an epoch commit or abort together in Kafka, so nothing on disk
 //! needs deciding. A failure in phases 2–4 sends the pipeline into recovery; none is ignored.
 
@@ -193,24 +194,19 @@ fn poisoned() -> PipelineError {
     PipelineError::State(crate::state::StateError { message: "task overlay lock poisoned (a bug in Weir)".into() })
 }
 
-/// The state a pipeline starts from after [`recover`].
+/// The state tasks start from after [`recover_tasks`].
 #[derive(Debug)]
 pub struct Recovered {
-    /// The committed checkpoint, as restored from the changelog.
+    /// The committed checkpoint of the tasks, as restored from the changelog: the database's
+    /// checkpoint id, and the offsets and snapshots of the recovered tasks only.
     pub committed: Committed,
-    /// The first checkpoint id of this run (never reused).
+    /// The lowest checkpoint id the process may use next (above every checkpoint seen).
     pub next: CheckpointId,
-    /// The group's committed offsets, as fetched after fencing.
+    /// The group's committed offsets of the tasks, as fetched (stable, KIP-447).
     pub group: BTreeMap<TaskId, GroupOffset>,
-    /// The pipeline's lineage (adopted from the changelog when the state was restored from
-    /// scratch).
-    pub lineage: Lineage,
-    /// The state directory predates the changelog and holds state the changelog lacks: the
-    /// first checkpoint writes all of it.
-    pub seed: bool,
 }
 
-/// The options of [`recover`].
+/// The options of [`recover_tasks`].
 #[derive(Debug, Clone)]
 pub struct RecoverOptions {
     /// Bound of each Kafka call, and of a restore without progress.
@@ -225,51 +221,100 @@ pub struct RecoverOptions {
     pub start_from_group: bool,
 }
 
-/// Recovery, on every start: fences every producer the pipeline used (`fence`: this
-/// configuration's slots and every transactional id the state remembers), reads the group's
-/// committed offsets, restores each task's state from its changelog partition, and checks that
-/// the group's offsets and the restored positions agree.
+/// Fences every producer the process used (`fence`: this configuration's slots and every
+/// transactional id the state remembers): `init_transactions` aborts what they left open and
+/// finishes their in-flight commits. Runs once per start, before anything is read.
 ///
 /// # Errors
-/// [`PipelineError::Kafka`] when fencing, the offset fetch or the restore fails (retriable);
-/// [`PipelineError::Refused`] when the state directory belongs to another pipeline or the
-/// changelog topic cannot be used; [`PipelineError::Inconsistent`] when the group's offsets were
-/// not written with this changelog's checkpoints (unless `ignore_group_offsets`).
-pub fn recover(
-    db: &StateDb,
-    fence: &[&ProducerSlot],
-    source: &Source,
-    reader: &ChangelogReader,
-    tasks: &[TaskId],
-    owner: &Owner,
-    options: &RecoverOptions,
-) -> Result<Recovered, PipelineError> {
-    let timeout = options.timeout;
+/// [`PipelineError::Kafka`] when a transaction coordinator cannot be reached (retriable).
+pub fn fence(fence: &[&ProducerSlot], timeout: Duration) -> Result<(), PipelineError> {
     for slot in fence {
         let id = slot.transactional_id.as_deref().unwrap_or_default();
         slot.fence(timeout).map_err(PipelineError::kafka(format!("init_transactions for transactional id {id}")))?;
     }
+    Ok(())
+}
+
+/// Recovery of the tasks the group gives this process (every start, and every assignment):
+/// reads the group's committed offsets of `tasks` (read_committed asks for stable offsets,
+/// KIP-447: the fetch waits for a transaction of the partitions' previous owner to end), then
+/// restores each task's state from its changelog partition up to its last stable offset, and
+/// checks that the group's offsets and the restored positions agree.
+///
+/// `lineage` is the pipeline's. When the changelog names another one and `adoptable` (the
+/// lineage was not read from the group, and no task runs yet), the changelog's is adopted.
+///
+/// # Errors
+/// [`PipelineError::Kafka`] when the offset fetch or the restore fails (retriable);
+/// [`PipelineError::Inconsistent`] when the group's offsets were not written with this
+/// changelog's checkpoints (unless `ignore_group_offsets`), or the changelog names another
+/// lineage than the running tasks'.
+#[allow(clippy::too_many_arguments)] // each is a distinct input of the tasks' recovery
+pub fn recover_tasks(
+    db: &StateDb,
+    source: &Source,
+    reader: &ChangelogReader,
+    tasks: &[TaskId],
+    owner: &Owner,
+    lineage: &mut Lineage,
+    adoptable: bool,
+    options: &RecoverOptions,
+) -> Result<Recovered, PipelineError> {
+    let timeout = options.timeout;
     let group =
         source.group_offsets(tasks, timeout).map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
-    let Restored { lineage, seed } = restore::restore(db, reader, tasks, owner, timeout)?;
-    let lineage = Lineage { pipeline: owner.pipeline.clone(), lineage };
-    let committed = db.committed()?;
-    let first_start = committed.id == CheckpointId(0) && committed.offsets.is_empty();
+    let Restored { lineage: found } = restore::restore(db, reader, tasks, &lineage.lineage, timeout)?;
+    if let Some(found) = found.filter(|found| *found != lineage.lineage) {
+        if !adoptable {
+            return Err(PipelineError::Inconsistent(format!(
+                "changelog topic {} names lineage {found} for some of {} task(s), but the pipeline runs as lineage {}:                  the changelog topic was recreated while the pipeline ran; stop every instance and start again",
+                reader.changelog().topic,
+                tasks.len(),
+                lineage.lineage
+            )));
+        }
+        lineage.lineage = found;
+        db.set_owner(Some(owner), &lineage.lineage)?;
+    }
+    let all = db.committed()?;
+    let committed = Committed {
+        id: all.id,
+        offsets: all.offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
+        snapshots: all.snapshots.into_iter().filter(|((_, t), _)| tasks.contains(t)).collect(),
+        changelog_offsets: all.changelog_offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
+    };
+    let first_start = committed.offsets.is_empty() && !group.values().any(|g| is_ours(g, lineage));
     if options.check_group && !options.ignore_group_offsets && !(first_start && options.start_from_group) {
-        check_group_agrees(&committed, &group, &lineage, &reader.changelog().topic)?;
+        check_group_agrees(&committed, &group, lineage, &reader.changelog().topic)?;
     }
     // A checkpoint that moved no position (an idle keep-alive) is only in the group's metadata.
     let in_group = group
         .values()
         .filter_map(|g| CheckpointMetadata::parse(&g.metadata))
-        .filter(|m| m.is_of(&lineage))
+        .filter(|m| m.is_of(lineage))
         .map(|m| m.checkpoint)
         .max();
     if let Some(id) = in_group {
         db.raise_epoch_floor(id)?;
     }
     let next = db.epoch_floor()?.max(committed.id).next();
-    Ok(Recovered { committed, next, group, lineage, seed })
+    Ok(Recovered { committed, next, group })
+}
+
+/// Whether `offset` was committed by a checkpoint of `lineage`.
+fn is_ours(offset: &GroupOffset, lineage: &Lineage) -> bool {
+    CheckpointMetadata::parse(&offset.metadata).is_some_and(|m| m.is_of(lineage))
+}
+
+/// The pipeline's lineage as the group's offsets of `tasks` name it: that of the highest
+/// checkpoint of pipeline `pipeline` among them; `None` when no offset names one.
+pub fn group_lineage(group: &BTreeMap<TaskId, GroupOffset>, pipeline: &str) -> Option<String> {
+    group
+        .values()
+        .filter_map(|g| CheckpointMetadata::parse(&g.metadata))
+        .filter_map(|m| m.lineage.filter(|l| l.pipeline == pipeline).map(|l| (m.checkpoint, l.lineage)))
+        .max()
+        .map(|(_, lineage)| lineage)
 }
 
 /// Every group offset must be one Weir committed with the restored checkpoint: the group's

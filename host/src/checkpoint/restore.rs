@@ -1,12 +1,14 @@
-//! Restore: brings a pipeline's RocksDB state up to its changelog topic before any task runs
-//! (DESIGN.md, "State").
+//! Restore: brings the RocksDB state of the tasks a process is given up to their changelog
+//! partitions before they run (DESIGN.md, "State").
 //!
 //! For each task, the state reflects its changelog partition up to a recorded offset. A task that
-//! is behind replays the partition from there, read_committed, to its last stable offset (the
-//! producers were fenced first, so no transaction of the pipeline is open). A state directory
-//! that is new, or of another life of the pipeline (its lineage is not the changelog's, or the
-//! changelog is shorter than what it reflects), is wiped and restored from the start of every
-//! partition. A state directory of another pipeline, or of another changelog topic, is refused.
+//! is behind replays the partition from there, read_committed, to its last stable offset (a
+//! transaction still open on it is left out: it commits before the group's offsets that name it
+//! can be read, see [`super::protocol::recover_tasks`]). A task whose recorded offset is outside
+//! its partition's log (the topic was recreated, or records it needs were deleted), or whose
+//! partition names another lineage than the pipeline's, is wiped and restored from the start of
+//! its partition; other tasks of the database are left alone, since they may be running. A
+//! state directory of another pipeline, or of another changelog topic, is refused.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -22,32 +24,47 @@ const RESTORE_BATCH: usize = 4096;
 /// What [`restore`] found.
 #[derive(Debug)]
 pub struct Restored {
-    /// The pipeline's lineage: the changelog's, or the state directory's when the changelog
-    /// names none (a new pipeline).
-    pub lineage: String,
-    /// The state directory predates the changelog and the changelog is empty: its state must be
-    /// written to the changelog by the first checkpoint.
-    pub seed: bool,
+    /// The lineage the replayed positions name last, if any position was replayed.
+    pub lineage: Option<String>,
 }
 
-/// Brings `db` up to the changelog for `tasks`; see the module doc.
+/// Refuses a state directory claimed by another pipeline or changelog topic; wipes one that
+/// caches another lineage than `lineage` (an earlier life of the pipeline) whole; claims it for
+/// `owner` with `lineage`. Runs once per start, before any task.
 ///
 /// # Errors
 /// [`PipelineError::Refused`] for a state directory of another pipeline or changelog topic;
+/// [`PipelineError::State`] when RocksDB fails.
+pub fn claim(db: &StateDb, owner: &Owner, lineage: &str) -> Result<(), PipelineError> {
+    let claimed = db.owner()?;
+    if let Some(theirs) = &claimed {
+        check_owner(db, theirs, owner)?;
+    }
+    let local = db.lineage()?.unwrap_or_default();
+    if claimed.is_none() || local != lineage {
+        if claimed.is_some() {
+            tracing::warn!(dir = %db.dir().display(), changelog = %owner.changelog_topic, cached = %local, pipeline = %lineage, "the state directory is of another life of the pipeline; its tasks are restored from scratch");
+        }
+        db.wipe()?;
+    }
+    db.set_owner(Some(owner), lineage)?;
+    Ok(())
+}
+
+/// Brings `db` up to the changelog for `tasks` (see the module doc); `lineage` is the
+/// pipeline's, which every position replayed incrementally must name.
+///
+/// # Errors
 /// [`PipelineError::Kafka`] when the changelog cannot be read; [`PipelineError::Inconsistent`]
 /// for a changelog record Weir did not write; [`PipelineError::State`] when RocksDB fails.
 pub fn restore(
     db: &StateDb,
     reader: &ChangelogReader,
     tasks: &[TaskId],
-    owner: &Owner,
+    lineage: &str,
     timeout: Duration,
 ) -> Result<Restored, PipelineError> {
     let changelog = reader.changelog();
-    let claimed = db.owner()?;
-    if let Some(theirs) = &claimed {
-        check_owner(db, theirs, owner)?;
-    }
     let ranges = tasks
         .iter()
         .map(|task| {
@@ -59,39 +76,35 @@ pub fn restore(
             Ok((task.clone(), range))
         })
         .collect::<Result<BTreeMap<TaskId, (i64, i64)>, PipelineError>>()?;
-    let changelog_empty = ranges.values().all(|(low, high)| low == high);
     let committed = db.committed()?;
-    let local = db.lineage()?.unwrap_or_default();
-    if claimed.is_none() && committed.id.0 > 0 && changelog_empty {
-        tracing::warn!(dir = %db.dir().display(), changelog = %changelog.topic, checkpoint = %committed.id, "the state directory predates the changelog; the first checkpoint writes its state to the changelog");
-        db.set_owner(Some(owner), &local)?;
-        return Ok(Restored { lineage: local, seed: true });
+    // A task whose recorded offset is outside its partition's log (a shorter log means the topic
+    // was recreated; an offset before the log start means records it still needs were deleted)
+    // starts from scratch.
+    let outside: Vec<TaskId> = ranges
+        .iter()
+        .filter(|(task, (low, high))| {
+            committed.changelog_offsets.get(*task).is_some_and(|offset| !(*low..=*high).contains(offset))
+        })
+        .map(|(task, _)| task.clone())
+        .collect();
+    if !outside.is_empty() {
+        tracing::warn!(changelog = %changelog.topic, tasks = ?outside, "the state of these tasks is of another life of the changelog; restoring them from scratch");
+        db.wipe_tasks(&outside)?;
     }
-    // Incremental when the directory already caches this changelog and no task's recorded offset
-    // is outside its partition's log (a shorter log means the topic was recreated; an offset
-    // before the log start means records it still needs were deleted).
-    let incremental = claimed.is_some()
-        && ranges.iter().all(|(task, (low, high))| {
-            committed.changelog_offsets.get(task).is_none_or(|offset| (*low..=*high).contains(offset))
-        });
     let started = Instant::now();
-    let mut outcome = if incremental { replay(db, reader, &ranges, Some(&local), timeout)? } else { None };
+    let mut outcome = replay(db, reader, &ranges, Some(lineage), timeout)?;
     if outcome.is_none() {
-        if claimed.is_some() {
-            tracing::warn!(dir = %db.dir().display(), changelog = %changelog.topic, "the state directory is of another life of the changelog; restoring it from scratch");
-        }
-        db.wipe()?;
+        tracing::warn!(changelog = %changelog.topic, "a changelog partition names another lineage than the state; restoring these tasks from scratch");
+        db.wipe_tasks(tasks)?;
         outcome = replay(db, reader, &ranges, None, timeout)?;
     }
     let Some(Replayed { records, bytes, lineage }) = outcome else {
         unreachable!("a replay without an expected lineage always completes (this is a bug in Weir)")
     };
-    let lineage = lineage.unwrap_or(local);
-    db.set_owner(Some(owner), &lineage)?;
     if records > 0 {
-        tracing::info!(changelog = %changelog.topic, records, bytes, ms = started.elapsed().as_millis() as u64, "restored the state from the changelog");
+        tracing::info!(changelog = %changelog.topic, tasks = tasks.len(), records, bytes, ms = started.elapsed().as_millis() as u64, "restored the state from the changelog");
     }
-    Ok(Restored { lineage, seed: false })
+    Ok(Restored { lineage })
 }
 
 /// A state directory claimed by another pipeline or changelog topic is refused: the state

@@ -31,6 +31,17 @@ pub struct RunArgs {
     /// says which). See docs/observability.md.
     #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
     metrics: Option<SocketAddr>,
+    /// This process's instance id, to run the pipeline in several processes (on one machine or
+    /// many): each process is a static member of the pipeline's consumer group with this
+    /// `group.instance.id`, uses the transactional ids `<prefix>-<ID>-<slot>` and the state
+    /// directory `<state.dir>/<ID>`. Keep it across restarts; by default the host name (so two
+    /// processes on one host need one each). 1 to 100 characters of A-Z a-z 0-9 . _ -
+    #[arg(long, value_name = "ID", value_parser = parse_instance)]
+    instance: Option<String>,
+}
+
+fn parse_instance(text: &str) -> Result<String, String> {
+    weir::pipeline::check_instance(text).map(|()| text.to_owned())
 }
 
 /// Parses `--metrics <host>:<port>`, resolving a host name to its first address.
@@ -56,7 +67,12 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
             .map_err(|error| anyhow::anyhow!("cannot serve metrics at {address} (--metrics): {error}"))?;
         tracing::info!(pipeline = %config.name, "serving metrics at http://{bound}/metrics and the dashboard at http://{bound}/");
     }
-    let options = RunOptions { ignore_group_offsets: args.ignore_group_offsets, from_savepoint, metrics };
+    let options = RunOptions {
+        ignore_group_offsets: args.ignore_group_offsets,
+        from_savepoint,
+        metrics,
+        instance: args.instance,
+    };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,10 @@
-//! `weir status <pipeline.toml> [--json]`: last committed checkpoint, offsets per partition and
-//! lag, as text or as JSON (field names documented in docs/observability.md).
+//! `weir status <pipeline.toml> [--json]`: last committed checkpoint, offsets per partition, the
+//! instance that commits each partition, and lag per partition and per instance, as text or as
+//! JSON (field names documented in docs/observability.md).
+//!
+//! The consumer group's committed offsets are the pipeline's truth on every instance: each
+//! carries the checkpoint and the transactional id `<prefix>-<instance>-<slot>` that committed
+//! it, so the owner of a partition is the instance whose checkpoints commit it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,8 +14,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 use weir::config::PipelineConfig;
-use weir::kafka::{Admin, Source, TopicCheck};
-use weir::state::StateDb;
+use weir::kafka::{Admin, CheckpointMetadata, Source, TopicCheck};
 use weir::types::TaskId;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,7 +35,7 @@ struct Status {
     pipeline: String,
     /// The state directory (`state.dir`).
     state_dir: PathBuf,
-    /// Id of the last committed checkpoint (0: none yet).
+    /// Id of the last committed checkpoint of any instance (0: none yet), from the group's offsets.
     committed_checkpoint: u64,
     /// The compacted topic holding the pipeline's state (`state.changelog_topic`).
     changelog_topic: String,
@@ -39,6 +43,20 @@ struct Status {
     partitions: Vec<PartitionStatus>,
     /// Sum of `lag` over the partitions.
     total_lag: i64,
+    /// One entry per instance that commits partitions, in instance order.
+    instances: Vec<InstanceStatus>,
+}
+
+#[derive(Debug, Serialize)]
+struct InstanceStatus {
+    /// The instance id (`weir run --instance`).
+    instance: String,
+    /// How many partitions it commits.
+    partitions: usize,
+    /// Its checkpoint that committed them last.
+    checkpoint: u64,
+    /// Sum of `lag` over its partitions.
+    lag: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,6 +66,9 @@ struct PartitionStatus {
     /// Next offset to read according to the last committed checkpoint; null for a partition
     /// added since.
     checkpoint_offset: Option<i64>,
+    /// The instance whose checkpoint committed `checkpoint_offset` (its owner, or its last one);
+    /// null when none did, or under at-least-once and none.
+    instance: Option<String>,
     /// The consumer group's committed offset; null when it has none.
     group_offset: Option<i64>,
     /// End offset: the last stable offset (read_committed).
@@ -71,8 +92,6 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
-    let db = StateDb::open_read_only(&config.state.dir)?;
-    let committed = db.committed()?;
     let admin = Admin::new(&config.source.brokers, &config.source.consumer)?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
     let mut tasks = Vec::new();
@@ -83,18 +102,42 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
     }
     let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())?;
     let group = source.group_offsets(&tasks, TIMEOUT)?;
+    let prefix = format!("{}-", config.sink.transactional_id_prefix);
     let mut partitions = Vec::with_capacity(tasks.len());
+    let mut committed_checkpoint = 0;
+    let mut instances: std::collections::BTreeMap<String, InstanceStatus> = std::collections::BTreeMap::new();
     for task in tasks {
-        let ours = committed.offsets.get(&task).copied();
+        let offset = group.get(&task);
+        let ours = offset.and_then(|o| CheckpointMetadata::parse(&o.metadata).map(|m| (o.offset, m)));
         let (start, end) = source.watermarks(&task, TIMEOUT)?;
         // A partition without a checkpoint offset is one added since the last checkpoint: it is
         // read from its earliest offset, not from 0.
-        let lag = (end - ours.unwrap_or(start)).max(0);
+        let lag = (end - ours.as_ref().map_or(start, |(o, _)| *o)).max(0);
+        // `<prefix>-<instance>-<slot>`: the instance is between the prefix and the last dash.
+        let instance = ours.as_ref().and_then(|(_, m)| {
+            let id = m.transactional_id.as_deref()?.strip_prefix(&prefix)?;
+            Some(id.rsplit_once('-')?.0.to_owned())
+        });
+        if let Some((_, metadata)) = &ours {
+            committed_checkpoint = committed_checkpoint.max(metadata.checkpoint.0);
+            if let Some(name) = &instance {
+                let entry = instances.entry(name.clone()).or_insert_with(|| InstanceStatus {
+                    instance: name.clone(),
+                    partitions: 0,
+                    checkpoint: 0,
+                    lag: 0,
+                });
+                entry.partitions += 1;
+                entry.checkpoint = entry.checkpoint.max(metadata.checkpoint.0);
+                entry.lag += lag;
+            }
+        }
         partitions.push(PartitionStatus {
-            group_offset: group.get(&task).map(|g| g.offset),
+            group_offset: offset.map(|g| g.offset),
             topic: task.topic,
             partition: task.partition,
-            checkpoint_offset: ours,
+            checkpoint_offset: ours.map(|(o, _)| o),
+            instance,
             end_offset: end,
             lag,
         });
@@ -102,10 +145,11 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
     Ok(Status {
         pipeline: config.name.clone(),
         state_dir: config.state.dir.clone(),
-        committed_checkpoint: committed.id.0,
+        committed_checkpoint,
         changelog_topic: config.state.changelog_topic.clone(),
         total_lag: partitions.iter().map(|p| p.lag).sum(),
         partitions,
+        instances: instances.into_values().collect(),
     })
 }
 
@@ -118,18 +162,27 @@ fn write_text(out: &mut impl Write, status: &Status) -> std::io::Result<()> {
         status.changelog_topic
     )?;
     writeln!(out, "last committed checkpoint: {}", status.committed_checkpoint)?;
-    writeln!(out, "{:<32} {:>12} {:>12} {:>12} {:>10}", "partition", "checkpoint", "group", "end", "lag")?;
+    writeln!(out, "{:<32} {:>12} {:>12} {:>12} {:>10}  instance", "partition", "checkpoint", "group", "end", "lag")?;
     let show = |o: Option<i64>| o.map_or_else(|| "-".to_owned(), |o| o.to_string());
     for p in &status.partitions {
         writeln!(
             out,
-            "{:<32} {:>12} {:>12} {:>12} {:>10}",
+            "{:<32} {:>12} {:>12} {:>12} {:>10}  {}",
             TaskId { topic: p.topic.clone(), partition: p.partition }.to_string(),
             show(p.checkpoint_offset),
             show(p.group_offset),
             p.end_offset,
-            p.lag
+            p.lag,
+            p.instance.as_deref().unwrap_or("-")
         )?;
     }
-    writeln!(out, "total lag: {} (end = last stable offset, read_committed)", status.total_lag)
+    writeln!(out, "total lag: {} (end = last stable offset, read_committed)", status.total_lag)?;
+    for i in &status.instances {
+        writeln!(
+            out,
+            "instance {}: {} partition(s), checkpoint {}, lag {}",
+            i.instance, i.partitions, i.checkpoint, i.lag
+        )?;
+    }
+    Ok(())
 }

@@ -1,11 +1,15 @@
-//! `weir txn list|abort --prefix P`: a dead pipeline's transactions.
+//! `weir txn list|abort --prefix P [--instance ID]… [--group G --source-topic T…]`: a dead
+//! pipeline's transactions, or those of a pipeline's departed instances.
 //!
 //! An open transaction pins the last stable offset (LSO) of every partition it wrote to, so
 //! read_committed consumers stall there until the broker times it out
 //! (`transaction.timeout.ms`). librdkafka has no admin call to list transactions (KIP-664), so
 //! `list` shows the pipeline's transactional ids and, for the given topics, the partitions whose
 //! LSO lags their high watermark; `abort` fences each id with `init_transactions`, which aborts
-//! what it left open.
+//! what it left open. The transactional ids are `<prefix>-<instance>-<slot>` for each instance
+//! named with `--instance` (by default this host's default instance id) or found in the
+//! metadata of the `--group`'s committed offsets (each names the transactional id that committed
+//! it), and `<prefix>-<slot>` of Weir versions before instances.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -15,7 +19,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use weir::kafka::{Admin, ProducerSlot, TopicCheck};
+use weir::kafka::{Admin, CheckpointMetadata, ProducerSlot, Source, TopicCheck};
+use weir::pipeline::{default_instance, transactional_id};
+use weir::types::TaskId;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -41,6 +47,17 @@ pub struct TxnArgs {
     /// Topics whose partitions to inspect for pinned last stable offsets (list only).
     #[arg(long = "topic")]
     topics: Vec<String>,
+    /// An instance id of the pipeline (`weir run --instance`); repeat for several. By default
+    /// this host's default instance id (its host name).
+    #[arg(long = "instance")]
+    instances: Vec<String>,
+    /// The pipeline's consumer group (source.group_id; by default `weir-<name>`): every instance
+    /// whose transactional id committed one of its offsets of the `--source-topic`s is covered.
+    #[arg(long)]
+    group: Option<String>,
+    /// The pipeline's source topics, whose committed offsets `--group` reads.
+    #[arg(long = "source-topic")]
+    source_topics: Vec<String>,
 }
 
 pub fn execute(command: TxnCommand) -> anyhow::Result<ExitCode> {
@@ -50,12 +67,49 @@ pub fn execute(command: TxnCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn ids(args: &TxnArgs) -> Vec<String> {
-    (0..args.slots).map(|slot| format!("{}-{slot}", args.prefix)).collect()
+/// The pipeline's transactional ids: those of the instances named or found, and the ids of
+/// Weir versions before instances.
+fn ids(args: &TxnArgs) -> anyhow::Result<Vec<String>> {
+    let mut instances = args.instances.clone();
+    if instances.is_empty() {
+        instances.push(default_instance());
+    }
+    if let Some(group) = &args.group {
+        instances.extend(group_instances(args, group)?);
+    }
+    instances.sort();
+    instances.dedup();
+    let mut ids: Vec<String> = instances
+        .iter()
+        .flat_map(|instance| (0..args.slots).map(move |slot| transactional_id(&args.prefix, instance, slot)))
+        .collect();
+    ids.extend((0..args.slots).map(|slot| format!("{}-{slot}", args.prefix)));
+    Ok(ids)
+}
+
+/// The instances whose transactional ids committed `group`'s offsets of the source topics.
+fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
+    anyhow::ensure!(!args.source_topics.is_empty(), "--group needs the pipeline's source topics (--source-topic)");
+    let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
+    let names: Vec<&str> = args.source_topics.iter().map(String::as_str).collect();
+    let mut tasks = Vec::new();
+    for (topic, check) in admin.topics(&names)? {
+        if let TopicCheck::Exists(partitions) = check {
+            tasks.extend((0..partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
+        }
+    }
+    let source = Source::new(&args.brokers, &BTreeMap::new(), group)?;
+    let prefix = format!("{}-", args.prefix);
+    Ok(source
+        .group_offsets(&tasks, TIMEOUT)?
+        .values()
+        .filter_map(|offset| CheckpointMetadata::parse(&offset.metadata)?.transactional_id)
+        .filter_map(|id| Some(id.strip_prefix(&prefix)?.rsplit_once('-')?.0.to_owned()))
+        .collect())
 }
 
 fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
-    writeln!(std::io::stdout(), "transactional ids: {}", ids(args).join(", "))?;
+    writeln!(std::io::stdout(), "transactional ids: {}", ids(args)?.join(", "))?;
     let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer> {
         Ok(ClientConfig::new().set("bootstrap.servers", &args.brokers).set("isolation.level", isolation).create()?)
     };
@@ -85,8 +139,8 @@ fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
-    for (slot, id) in ids(args).iter().enumerate() {
-        let producer = ProducerSlot::transactional(&args.brokers, &BTreeMap::new(), slot, id, TIMEOUT)?;
+    for id in ids(args)? {
+        let producer = ProducerSlot::transactional(&args.brokers, &BTreeMap::new(), 0, &id, TIMEOUT)?;
         producer.fence(TIMEOUT).map_err(|e| anyhow::anyhow!("fencing transactional id {id}: {e}"))?;
         writeln!(std::io::stdout(), "{id}: fenced; any transaction it left open is aborted")?;
     }

@@ -81,6 +81,9 @@ pub const RESERVED_RDKAFKA_KEYS: &[&str] = &[
     "transaction.timeout.ms",
     "enable.auto.offset.store",
     "auto.offset.reset",
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "topic.metadata.refresh.interval.ms",
 ];
 
 /// Default `source.partition_discovery_interval_ms`: 10 s.

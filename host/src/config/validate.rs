@@ -358,6 +358,9 @@ fn check_reserved(table: &str, properties: &std::collections::BTreeMap<String, S
             "transaction.timeout.ms" => "use sink.transaction_timeout_ms",
             "transactional.id" => "use sink.transactional_id_prefix",
             "auto.offset.reset" => "use source.start and source.offset_reset",
+            "group.instance.id" => "use weir run --instance",
+            "partition.assignment.strategy" => "the group's rebalances need cooperative-sticky",
+            "topic.metadata.refresh.interval.ms" => "use source.partition_discovery_interval_ms",
             _ => "sink.guarantee decides it",
         };
         let mut key_path = table.to_owned();

@@ -131,6 +131,58 @@ impl Admin {
             .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::InvalidConfig))
     }
 
+    /// The topic id of `topic` (KIP-516): a UUID the cluster gives a topic when it is created,
+    /// never reused, so a topic deleted and created again has another. As 32 hex digits.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached within the request timeout, or refuses
+    /// (`DescribeTopics`; the topic is missing).
+    pub fn topic_id(&self, topic: &str) -> Result<String, KafkaError> {
+        use rdkafka::bindings as rdsys;
+        let name = std::ffi::CString::new(topic).map_err(|_| KafkaError::AdminOp(RDKafkaErrorCode::InvalidArgument))?;
+        let failed = |code: rdsys::rd_kafka_resp_err_t| KafkaError::AdminOp(code.into());
+        // SAFETY: every object created here is destroyed here; the description's strings are
+        // copied before the event that owns them is destroyed.
+        unsafe {
+            let client = self.client.inner().native_ptr();
+            let queue = rdsys::rd_kafka_queue_new(client);
+            let mut names = [name.as_ptr()];
+            let collection = rdsys::rd_kafka_TopicCollection_of_topic_names(names.as_mut_ptr(), 1);
+            rdsys::rd_kafka_DescribeTopics(client, collection, std::ptr::null(), queue);
+            let event = rdsys::rd_kafka_queue_poll(queue, REQUEST_TIMEOUT.as_millis() as i32);
+            rdsys::rd_kafka_TopicCollection_destroy(collection);
+            rdsys::rd_kafka_queue_destroy(queue);
+            if event.is_null() {
+                return Err(KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut));
+            }
+            let outcome = (|| {
+                let error = rdsys::rd_kafka_event_error(event);
+                if error != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    return Err(failed(error));
+                }
+                let result = rdsys::rd_kafka_event_DescribeTopics_result(event);
+                let mut count = 0;
+                let topics = rdsys::rd_kafka_DescribeTopics_result_topics(result, &mut count);
+                if result.is_null() || count == 0 {
+                    return Err(KafkaError::AdminOp(RDKafkaErrorCode::UnknownTopicOrPartition));
+                }
+                let description = *topics;
+                let error = rdsys::rd_kafka_TopicDescription_error(description);
+                if !error.is_null()
+                    && rdsys::rd_kafka_error_code(error) != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                {
+                    return Err(failed(rdsys::rd_kafka_error_code(error)));
+                }
+                let id = rdsys::rd_kafka_TopicDescription_topic_id(description);
+                let (high, low) =
+                    (rdsys::rd_kafka_Uuid_most_significant_bits(id), rdsys::rd_kafka_Uuid_least_significant_bits(id));
+                Ok(format!("{:016x}{:016x}", high as u64, low as u64))
+            })();
+            rdsys::rd_kafka_event_destroy(event);
+            outcome
+        }
+    }
+
     fn options(&self) -> AdminOptions {
         AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT))
     }

@@ -91,7 +91,7 @@ pub fn hint(class: ErrorClass) -> &'static str {
 /// A transactional producer that another producer with the same `transactional.id` fenced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fenced {
-    /// The fenced producer's `transactional.id`, `<prefix>-<slot>`.
+    /// The fenced producer's `transactional.id`, `<prefix>-<instance>-<slot>`.
     pub transactional_id: String,
     /// `sink.transactional_id_prefix`.
     pub prefix: String,
@@ -104,10 +104,12 @@ impl fmt::Display for Fenced {
         write!(
             f,
             "transactional id `{id}` was taken over by another producer ({reason}): another process uses \
-             sink.transactional_id_prefix = \"{prefix}\" — this pipeline started twice, or another pipeline with \
+             sink.transactional_id_prefix = \"{prefix}\" with the same instance id — this pipeline started twice \
+             with one --instance (two processes on one host need an --instance each), or another pipeline with \
              the same prefix. Two such processes would fence each other forever, so this one stops: stop the \
-             other process, or give each pipeline its own sink.transactional_id_prefix (it must be unique on the \
-             cluster), then restart; the pipeline resumes from its last committed checkpoint",
+             other process, give each process its own --instance, or give each pipeline its own \
+             sink.transactional_id_prefix (it must be unique on the cluster), then restart; the pipeline resumes \
+             from its last committed checkpoint",
             id = self.transactional_id,
             reason = self.reason,
             prefix = self.prefix,

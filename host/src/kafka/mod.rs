@@ -22,7 +22,7 @@ pub use metadata::{CheckpointMetadata, Lineage};
 pub use reader::{RecordBatch, TopicReader};
 pub use record_limit::sink_record_limit;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
-pub use source::{GroupOffset, Source};
+pub use source::{GroupContext, GroupOffset, Membership, Rebalance, Source};
 
 use std::collections::BTreeMap;
 

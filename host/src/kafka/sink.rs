@@ -92,6 +92,9 @@ pub struct ProducerSlot {
     transaction_timeout: Duration,
     /// When the open transaction began (no earlier than the coordinator saw it begin).
     transaction_began: Mutex<Option<Instant>>,
+    /// `sink.transactional_id_prefix`, for the message of [`Fenced`]; by default the
+    /// transactional id without its `-<slot>`.
+    prefix: Option<String>,
 }
 
 impl ProducerSlot {
@@ -147,7 +150,15 @@ impl ProducerSlot {
             changelog,
             transaction_timeout: Duration::ZERO,
             transaction_began: Mutex::new(None),
+            prefix: None,
         })
+    }
+
+    /// Names the `sink.transactional_id_prefix` its transactional id was made from (reported
+    /// when another producer fences this one).
+    pub fn with_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Some(prefix.to_owned());
+        self
     }
 
     /// `init_transactions`: fences any earlier producer with the same `transactional.id`,
@@ -327,7 +338,10 @@ impl ProducerSlot {
             return None;
         }
         let suffix = format!("-{}", self.slot);
-        let prefix = transactional_id.strip_suffix(&suffix).unwrap_or(transactional_id).to_owned();
+        let prefix = self
+            .prefix
+            .clone()
+            .unwrap_or_else(|| transactional_id.strip_suffix(&suffix).unwrap_or(transactional_id).to_owned());
         Some(Fenced { transactional_id: transactional_id.clone(), prefix, reason })
     }
 

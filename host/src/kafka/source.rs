@@ -1,13 +1,101 @@
-//! The source: one read_committed consumer with every source partition assigned manually.
+//! The source: one read_committed consumer, a static member of the pipeline's consumer group
+//! (KIP-345) with the cooperative-sticky assignor (KIP-429), or a plain client of the group for
+//! its offsets (`weir status`).
+//!
+//! # Rebalances
+//! The group's rebalance events are not applied by the consumer: [`GroupContext`] keeps them,
+//! and the runner takes each with [`Source::take_rebalance`] after a poll, finishes or drops the
+//! work of revoked partitions, restores assigned ones, and only then calls
+//! [`Source::unassign`] or [`Source::assign_more`]. librdkafka waits for that call (its
+//! `WAIT_ASSIGN_CALL` / `WAIT_UNASSIGN_CALL` states) and pauses the assignment meanwhile.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
-use rdkafka::error::KafkaError;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::bindings as rdsys;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata, RebalanceProtocol};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::types::TaskId;
+
+/// A change of the partitions the group gives this process, to apply between polls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rebalance {
+    /// These partitions are now this process's (cooperative: in addition to those it has).
+    Assign(Vec<TaskId>),
+    /// These partitions must be given up. `lost`: the group already gave them to another member
+    /// (this process missed `session.timeout.ms` or `max.poll.interval.ms`), so nothing of them
+    /// may be committed any more.
+    Revoke {
+        /// The partitions.
+        tasks: Vec<TaskId>,
+        /// Whether the assignment was lost rather than revoked in order.
+        lost: bool,
+    },
+}
+
+/// The source consumer's context: keeps the group's rebalance events for the runner (see the
+/// module doc) while `defer` is set; applies them at once otherwise (on close).
+#[derive(Default)]
+pub struct GroupContext {
+    /// Events received and not yet taken, oldest first.
+    pending: Mutex<Vec<Rebalance>>,
+    /// The event taken last, until the runner applies it: librdkafka waits for that call, even
+    /// to close the consumer.
+    unapplied: Mutex<Option<Rebalance>>,
+    defer: AtomicBool,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let tasks: Vec<TaskId> =
+            tpl.elements().iter().map(|e| TaskId { topic: e.topic().to_owned(), partition: e.partition() }).collect();
+        let event = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(tasks),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                Rebalance::Revoke { tasks, lost: consumer.assignment_lost() }
+            }
+            _ => {
+                tracing::error!(error = %RDKafkaErrorCode::from(err), "consumer group rebalance failed");
+                return;
+            }
+        };
+        if self.defer.load(Ordering::Acquire) {
+            self.pending.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+            return;
+        }
+        // Closing: nothing runs any more, so the assignment is applied as librdkafka asks.
+        apply(consumer, &event, tpl);
+    }
+}
+
+/// Applies `event` (of the partitions of `tpl`) as librdkafka's default rebalance does.
+fn apply(consumer: &BaseConsumer<GroupContext>, event: &Rebalance, tpl: &TopicPartitionList) {
+    let applied = match (event, consumer.rebalance_protocol()) {
+        (Rebalance::Assign(_), RebalanceProtocol::Cooperative) => consumer.incremental_assign(tpl),
+        (Rebalance::Assign(_), _) => consumer.assign(tpl),
+        (Rebalance::Revoke { .. }, RebalanceProtocol::Cooperative) => consumer.incremental_unassign(tpl),
+        (Rebalance::Revoke { .. }, _) => consumer.unassign(),
+    };
+    if let Err(error) = applied {
+        tracing::warn!(%error, "applying a rebalance while closing the source consumer");
+    }
+}
+
+/// The partitions of `tasks`, without offsets.
+fn partition_list(tasks: &[TaskId]) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    for task in tasks {
+        list.add_partition(&task.topic, task.partition);
+    }
+    list
+}
 
 /// A committed offset of the pipeline's consumer group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,21 +106,66 @@ pub struct GroupOffset {
     pub metadata: String,
 }
 
-/// The pipeline's consumer: `isolation.level=read_committed`, no auto commit, manual assignment
-/// (the group is used for its committed offsets only; it never rebalances), and
+/// The pipeline's consumer: `isolation.level=read_committed`, no auto commit, and
 /// `auto.offset.reset=error`: a position out of the log's range is an error for Weir's
-/// `source.offset_reset` policy to handle, never a silent jump.
+/// `source.offset_reset` policy to handle, never a silent jump. As a member of the group
+/// ([`Source::member`]) it subscribes to the source topics; otherwise it only reads the group's
+/// offsets and the partitions' watermarks.
 pub struct Source {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<GroupContext>,
+}
+
+/// How a member of the group is configured: see [`Source::member`].
+#[derive(Debug, Clone)]
+pub struct Membership<'a> {
+    /// `group.instance.id` (KIP-345 static membership): `weir run --instance`.
+    pub instance: &'a str,
+    /// `topic.metadata.refresh.interval.ms`: how soon partitions added to a source topic reach
+    /// the group (`source.partition_discovery_interval_ms`).
+    pub discovery_interval: Duration,
 }
 
 impl Source {
-    /// A consumer of `brokers` in group `group_id`, with librdkafka `overrides`.
+    /// A client of `brokers` for group `group_id`'s offsets, with librdkafka `overrides`; it never
+    /// joins the group.
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
     pub fn new(brokers: &str, overrides: &BTreeMap<String, String>, group_id: &str) -> Result<Self, KafkaError> {
+        Self::create(brokers, overrides, group_id, &[])
+    }
+
+    /// A member of group `group_id`: static (`group.instance.id` = `membership.instance`), with
+    /// the `cooperative-sticky` assignor, so a restart within `session.timeout.ms` keeps its
+    /// partitions and a rebalance moves only the partitions that change owner. Call
+    /// [`Source::subscribe`] to join.
+    ///
+    /// # Errors
+    /// When librdkafka rejects the configuration.
+    pub fn member(
+        brokers: &str,
+        overrides: &BTreeMap<String, String>,
+        group_id: &str,
+        membership: &Membership<'_>,
+    ) -> Result<Self, KafkaError> {
+        let refresh = membership.discovery_interval.as_millis().to_string();
         let own = [
+            ("group.instance.id", membership.instance),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("topic.metadata.refresh.interval.ms", refresh.as_str()),
+        ];
+        let source = Self::create(brokers, overrides, group_id, &own)?;
+        source.consumer.context().defer.store(true, Ordering::Release);
+        Ok(source)
+    }
+
+    fn create(
+        brokers: &str,
+        overrides: &BTreeMap<String, String>,
+        group_id: &str,
+        member: &[(&str, &str)],
+    ) -> Result<Self, KafkaError> {
+        let mut own = vec![
             ("group.id", group_id),
             ("isolation.level", "read_committed"),
             ("enable.auto.commit", "false"),
@@ -40,11 +173,48 @@ impl Source {
             ("enable.partition.eof", "false"),
             ("auto.offset.reset", "error"),
         ];
-        Ok(Self { consumer: super::client_config(brokers, overrides, &own).create()? })
+        own.extend_from_slice(member);
+        let consumer = super::client_config(brokers, overrides, &own).create_with_context(GroupContext::default())?;
+        Ok(Self { consumer })
+    }
+
+    /// Joins the group for `topics`; the assignment arrives as a [`Rebalance`] from a later poll.
+    ///
+    /// # Errors
+    /// When librdkafka refuses the subscription.
+    pub fn subscribe(&self, topics: &[String]) -> Result<(), KafkaError> {
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+        self.consumer.subscribe(&topics)
+    }
+
+    /// The next rebalance event received by a poll and not yet taken, oldest first. The
+    /// consumer waits until it is applied with [`Source::unassign`] or [`Source::assign_more`]
+    /// (or the source is dropped).
+    pub fn take_rebalance(&self) -> Option<Rebalance> {
+        let context = self.consumer.context();
+        let mut pending = context.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let event = (!pending.is_empty()).then(|| pending.remove(0))?;
+        *context.unapplied.lock().unwrap_or_else(|e| e.into_inner()) = Some(event.clone());
+        Some(event)
+    }
+
+    /// Gives up `tasks` (after a [`Rebalance::Revoke`]): librdkafka stops fetching them and the
+    /// group may hand them to another member.
+    ///
+    /// # Errors
+    /// When librdkafka refuses.
+    pub fn unassign(&self, tasks: &[TaskId]) -> Result<(), KafkaError> {
+        self.applied();
+        self.consumer.incremental_unassign(&partition_list(tasks))
+    }
+
+    /// The taken event is being applied.
+    fn applied(&self) {
+        *self.consumer.context().unapplied.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The underlying consumer, for polling.
-    pub fn consumer(&self) -> &BaseConsumer {
+    pub fn consumer(&self) -> &BaseConsumer<GroupContext> {
         &self.consumer
     }
 
@@ -130,20 +300,13 @@ impl Source {
             .collect())
     }
 
-    /// Assigns every partition of `positions`, starting at the given offsets (replacing any
-    /// earlier assignment).
-    ///
-    /// # Errors
-    /// When librdkafka refuses the assignment.
-    pub fn assign(&self, positions: &BTreeMap<TaskId, i64>) -> Result<(), KafkaError> {
-        self.consumer.assign(&Self::position_list(positions)?)
-    }
-
-    /// Adds the partitions of `positions` to the assignment, starting at the given offsets.
+    /// Adds the partitions of `positions` to the assignment, starting at the given offsets
+    /// (after a [`Rebalance::Assign`], once their tasks are restored).
     ///
     /// # Errors
     /// When librdkafka refuses the assignment.
     pub fn assign_more(&self, positions: &BTreeMap<TaskId, i64>) -> Result<(), KafkaError> {
+        self.applied();
         self.consumer.incremental_assign(&Self::position_list(positions)?)
     }
 
@@ -192,12 +355,41 @@ impl Source {
         Ok(counts)
     }
 
-    /// The group metadata to pass to `send_offsets_to_transaction`.
+    /// The live group metadata (generation, member id, `group.instance.id`) to pass to
+    /// `send_offsets_to_transaction`: with it the group coordinator refuses the offsets of a
+    /// member the group has moved on from (KIP-447), so a zombie cannot commit.
     ///
     /// # Errors
-    /// When the consumer has no group (a bug: [`Source::new`] always sets one).
+    /// [`RDKafkaErrorCode::IllegalGeneration`] when the consumer is not a member of the group
+    /// right now (generation -1: it never joined, or it was removed and not yet back): the
+    /// coordinator does not check offsets sent with generation -1, so they are never sent.
     pub fn group_metadata(&self) -> Result<ConsumerGroupMetadata, KafkaError> {
-        self.consumer.group_metadata().ok_or(KafkaError::ClientCreation("the source consumer has no group.id".into()))
+        let before = self.generation();
+        let metadata = self
+            .consumer
+            .group_metadata()
+            .ok_or(KafkaError::ClientCreation("the source consumer has no group.id (a bug in Weir)".into()))?;
+        // The generation is read on both sides of the metadata: equal, it is the metadata's.
+        let after = self.generation();
+        if before < 0 || before != after {
+            return Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::IllegalGeneration));
+        }
+        Ok(metadata)
+    }
+
+    /// The consumer's current group generation; -1 when it is not a member.
+    pub fn generation(&self) -> i32 {
+        // SAFETY: the client pointer is valid while the consumer lives; the metadata returned is
+        // owned here and destroyed after reading it.
+        unsafe {
+            let metadata = rdsys::rd_kafka_consumer_group_metadata(self.consumer.client().native_ptr());
+            if metadata.is_null() {
+                return -1;
+            }
+            let generation = rdsys::rd_kafka_consumer_group_metadata_generation_id(metadata);
+            rdsys::rd_kafka_consumer_group_metadata_destroy(metadata);
+            generation
+        }
     }
 
     /// The offset list of a checkpoint: next offset per partition, each with `metadata` (a
@@ -231,5 +423,23 @@ impl Source {
     /// When the leader cannot be reached within `timeout`.
     pub fn watermarks(&self, task: &TaskId, timeout: Duration) -> Result<(i64, i64), KafkaError> {
         self.consumer.fetch_watermarks(&task.topic, task.partition, timeout)
+    }
+}
+
+impl Drop for Source {
+    /// Closing the consumer waits for the rebalance in progress and serves the group's last
+    /// revocation: an event the runner did not apply (it failed first) is applied now, and
+    /// later ones at once.
+    fn drop(&mut self) {
+        let context = self.consumer.context();
+        context.defer.store(false, Ordering::Release);
+        let unapplied = context.unapplied.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let pending = std::mem::take(&mut *context.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for event in unapplied.into_iter().chain(pending) {
+            let tasks = match &event {
+                Rebalance::Assign(tasks) | Rebalance::Revoke { tasks, .. } => tasks,
+            };
+            apply(&self.consumer, &event, &partition_list(tasks));
+        }
     }
 }

@@ -8,6 +8,12 @@
 //! barrier before the checkpoint is written, so a crash replays (and duplicates) at most one
 //! epoch. Under `none` nothing waits for the sink: a crash may lose output.
 //!
+//! # Scale-out
+//! Every `weir run` of a pipeline is a static member of its consumer group (`--instance`); the
+//! group hands each process its partitions, and the runner recovers, runs and gives up their
+//! tasks as the group rebalances (KIP-447 fencing: offsets are sent with the live group
+//! metadata). Each process has its own transactional ids and state directory.
+//!
 //! # Failure
 //! A retriable failure (Kafka, an operator under `on_error = "fail"`, a checkpoint timeout)
 //! drops everything and runs recovery again, with exponential back-off; anything else stops
@@ -19,5 +25,5 @@
 mod runner;
 mod task;
 
-pub use runner::{RunOptions, run};
+pub use runner::{RunOptions, check_instance, default_instance, run, transactional_id};
 pub use task::{DeadLetter, Task};

@@ -11,15 +11,16 @@ use rdkafka::message::{BorrowedMessage, Message};
 use super::task::{DeadLetter, Task};
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
+use crate::checkpoint::restore;
 use crate::checkpoint::savepoint::{self, Savepoint};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
 use crate::kafka::{
-    Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, ProducerSlot, Source,
-    TopicCheck, classify, record_headers, sink_record_limit,
+    Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, Membership, ProducerSlot,
+    Rebalance, Source, TopicCheck, classify, record_headers, sink_record_limit,
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
-use crate::state::{Committed, Owner, StateDb, TaskOverlays, Writes, state_prefix};
+use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{Header, InputRecord, OutputRecord, RecordLimit, TransformComponent, WasmEngine};
@@ -29,7 +30,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Longest time without a committed checkpoint while positions stand still: an idle pipeline
 /// commits its offsets again so that the group's offsets, recovery's evidence, never expire
 /// (the broker's `offsets.retention.minutes`, 7 days by default, counts from the last commit of
-/// a group without members, which Weir's group always is).
+/// a group without members, which Weir's group is while the pipeline is stopped).
 const OFFSET_KEEP_ALIVE: Duration = Duration::from_secs(24 * 3600);
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -43,9 +44,44 @@ pub struct RunOptions {
     /// Start from this savepoint (`weir run --from-savepoint`): its state and positions replace
     /// the pipeline's, and its first checkpoint rewrites the changelog and the group's offsets. A
     /// pipeline whose lineage is already the savepoint's id started from it before and ignores it.
+    /// Only a process that is given every partition of the pipeline loads it.
     pub from_savepoint: Option<Savepoint>,
     /// Where the pipeline reports its metrics and state (see [`crate::metrics`]).
     pub metrics: Arc<Metrics>,
+    /// This process's instance id (`weir run --instance`; [`default_instance`] when `None`): its
+    /// `group.instance.id`, its transactional ids `<prefix>-<instance>-<slot>` and its state
+    /// directory `<state.dir>/<instance>`.
+    pub instance: Option<String>,
+}
+
+/// The instance id of a process started without `--instance`: the host name (from
+/// `/proc/sys/kernel/hostname`, else `$HOSTNAME`), else `weir`. Stable across restarts on one
+/// machine; two processes of one pipeline on one machine need an `--instance` each.
+pub fn default_instance() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "weir".to_owned())
+}
+
+/// Checks an instance id: 1 to 100 characters of `A-Z a-z 0-9 . _ -` (it goes into
+/// transactional ids, `group.instance.id` and a directory name).
+///
+/// # Errors
+/// A message naming the rule.
+pub fn check_instance(instance: &str) -> Result<(), String> {
+    let valid = !instance.is_empty()
+        && instance.len() <= 100
+        && instance.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && instance != "."
+        && instance != "..";
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("instance id {instance:?} must be 1 to 100 characters of A-Z, a-z, 0-9, '.', '_' and '-'"))
+    }
 }
 
 /// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
@@ -63,6 +99,10 @@ pub fn run(
     shutdown: &AtomicBool,
 ) -> Result<(), PipelineError> {
     let metrics = options.metrics.pipeline(config);
+    let instance = options.instance.clone().unwrap_or_else(default_instance);
+    check_instance(&instance)
+        .map_err(|why| PipelineError::Refused(format!("{why} (weir run --instance)")))
+        .inspect_err(|error| metrics.failed(error, false))?;
     let chain: Vec<(Arc<TransformComponent>, TransformConfig)> = config
         .transforms
         .iter()
@@ -70,14 +110,12 @@ pub fn run(
         .collect::<Result<_, PipelineError>>()
         .inspect_err(|error| metrics.failed(error, false))?;
     let mut backoff = Duration::from_secs(1);
-    // The savepoint applies until a start commits its first checkpoint; a recovery after that
-    // resumes from the changelog.
-    let mut savepoint = options.from_savepoint.as_ref();
     loop {
         let attempt = Instant::now();
         metrics.set_state(PipelineState::Starting);
-        let result = Runner::start(config, &chain, options, savepoint, shutdown, &metrics).and_then(|mut runner| {
-            savepoint = None;
+        // A savepoint applies until its first checkpoint commits: from then on the pipeline's
+        // lineage is the savepoint's id, and every start ignores it.
+        let result = Runner::start(config, &chain, options, &instance, shutdown, &metrics).and_then(|mut runner| {
             metrics.set_state(PipelineState::Running);
             runner.run(shutdown)
         });
@@ -123,27 +161,39 @@ struct Epoch {
 /// The chain of operators: each transform's component and configuration.
 type Chain = [(Arc<TransformComponent>, TransformConfig)];
 
-/// One incarnation of a pipeline, from recovery to a failure or shutdown.
+/// One incarnation of a pipeline's process, from recovery to a failure or shutdown. It runs the
+/// tasks of the partitions the consumer group gives it; [`Runner::rebalance`] adds and drops them.
 struct Runner<'a> {
     config: &'a PipelineConfig,
     chain: &'a Chain,
+    options: &'a RunOptions,
     outputs: Vec<String>,
     /// The largest output record the sink can write.
     max_record: RecordLimit,
     lineage: Lineage,
+    /// Whether the lineage was read from the group's offsets (else from the state directory or
+    /// the changelog topic's id, and a changelog naming another one is adopted).
+    lineage_from_group: bool,
+    owner: Owner,
     db: Arc<StateDb>,
     changelog: Changelog,
+    reader: ChangelogReader,
     source: Source,
     slots: Vec<ProducerSlot>,
     tasks: Vec<Task>,
     task_index: HashMap<(String, i32), usize>,
     overlays: Vec<Arc<Mutex<TaskOverlays>>>,
     epoch: Epoch,
+    /// The lowest id the next epoch may have: above every checkpoint the restored tasks' state
+    /// or the group's offsets named.
+    floor: CheckpointId,
     /// The offsets of the last committed checkpoint: an epoch that moves none of them and has
     /// no input has nothing to commit.
     recorded: BTreeMap<TaskId, i64>,
+    /// A savepoint being loaded: the database is released from its owner until the first
+    /// checkpoint writes the savepoint to the changelog.
+    loading_savepoint: bool,
     last_commit: Instant,
-    last_discovery: Instant,
     /// When tasks were last checked for idleness (it asks the broker for end offsets).
     last_idle_check: Instant,
     /// The tables joined with every source record (`[[source.tables]]`).
@@ -152,14 +202,13 @@ struct Runner<'a> {
 }
 
 impl<'a> Runner<'a> {
-    /// Start-up checks, recovery, tasks, assignment, and the first epoch's transaction. A
-    /// partition that starts without a committed offset has its position committed at once, so
-    /// that it is fixed whatever happens next.
+    /// Start-up checks, fencing, the lineage, the first epoch's transaction, and the subscription:
+    /// tasks come with the group's first assignment ([`Runner::rebalance`]).
     fn start(
         config: &'a PipelineConfig,
         chain: &'a Chain,
-        options: &RunOptions,
-        savepoint: Option<&Savepoint>,
+        options: &'a RunOptions,
+        instance: &str,
         shutdown: &AtomicBool,
         metrics: &Arc<PipelineMetrics>,
     ) -> Result<Self, PipelineError> {
@@ -168,134 +217,89 @@ impl<'a> Runner<'a> {
         ensure_changelog(config, &changelog, &task_ids)?;
         let max_record = block_on(sink_record_limit(&config.sink))
             .map_err(PipelineError::kafka("reading the sink topics' max.message.bytes"))?;
-        let db = Arc::new(StateDb::open(&config.state.dir)?);
+        let db = Arc::new(StateDb::open(&config.state.dir.join(instance))?);
         let owner = Owner { pipeline: config.name.clone(), changelog_topic: changelog.topic.clone() };
-        let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())
+        let membership = Membership { instance, discovery_interval: config.source.partition_discovery_interval };
+        let source = Source::member(&config.source.brokers, &config.source.consumer, &config.group_id(), &membership)
             .map_err(PipelineError::kafka("creating the source consumer"))?;
         let reader = ChangelogReader::new(&config.sink.brokers, &config.sink.producer, changelog.clone())
             .map_err(PipelineError::kafka("creating the changelog reader"))?;
-        let slots = producer_slots(config)?;
+        let slots = producer_slots(config, instance)?;
         let current: Vec<String> = slots.iter().filter_map(|s| s.transactional_id.clone()).collect();
         let earlier = earlier_producers(config, &db, &current)?;
         let fence: Vec<&ProducerSlot> =
             slots.iter().filter(|s| s.transactional_id.is_some()).chain(earlier.iter()).collect();
-        let recover = RecoverOptions {
-            timeout: config.checkpoint.timeout,
-            check_group: config.sink.guarantee == Guarantee::ExactlyOnce,
-            // A savepoint's positions replace the group's offsets.
-            ignore_group_offsets: options.ignore_group_offsets || savepoint.is_some(),
-            start_from_group: config.source.start == StartPosition::Group,
-        };
-        let Recovered { mut committed, mut next, group, mut lineage, seed } =
-            protocol::recover(&db, &fence, &source, &reader, &task_ids, &owner, &recover)?;
+        protocol::fence(&fence, config.checkpoint.timeout)?;
         drop(fence);
-        drop((earlier, reader));
+        drop(earlier);
         db.set_transactional_ids(&current)?;
-        log_upgrades(&db, chain)?;
-        let mut seeds = BTreeMap::new();
-        if seed {
-            for task in &task_ids {
-                seeds.insert(task.clone(), committed_state(&db, chain, task)?);
-            }
-        }
-        let loaded = savepoint.filter(|s| {
-            let applied = s.manifest.id == lineage.lineage;
-            if applied {
-                tracing::info!(savepoint = %s.manifest.id, "the pipeline started from this savepoint before; --from-savepoint is ignored");
-            }
-            !applied
-        });
-        if let Some(savepoint) = loaded {
-            seeds = savepoint::load(&db, savepoint, &config.source.topics)?;
-            lineage.lineage = savepoint.manifest.id.clone();
-            committed = db.committed()?;
-            next = next.max(db.epoch_floor()?.next());
-            tracing::info!(savepoint = %savepoint.manifest.id, of = %savepoint.manifest.pipeline, checkpoint = %savepoint::checkpoint(savepoint), tasks = savepoint.tasks.len(), "starting from a savepoint; the first checkpoint writes it to the changelog and the group");
-        }
-        tracing::info!(pipeline = %config.name, checkpoint = %committed.id, next_epoch = %next, "recovered");
-        metrics.restored(committed.id);
 
+        // The pipeline's lineage, which every instance must agree on: the group's offsets name
+        // it once a checkpoint committed; before, the state directory's, else the changelog
+        // topic's id (the same for every instance, and new when the topic is recreated).
+        let group = source
+            .group_offsets(&task_ids, config.checkpoint.timeout)
+            .map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
+        let from_group = protocol::group_lineage(&group, &config.name);
+        let lineage_from_group = from_group.is_some();
+        let lineage = match from_group {
+            Some(lineage) => lineage,
+            None if db.owner()?.is_some() => db.lineage()?.unwrap_or_default(),
+            None => changelog_lineage(config, &changelog)?,
+        };
+        restore::claim(&db, &owner, &lineage)?;
+        log_upgrades(&db, chain)?;
+        let lineage = Lineage { pipeline: config.name.clone(), lineage };
+        let next = db.epoch_floor()?.max(db.committed()?.id).next();
+        tracing::info!(pipeline = %config.name, instance, lineage = %lineage.lineage, next_epoch = %next, "recovered; joining the consumer group {}", config.group_id());
+        metrics.restored(db.committed()?.id);
         let tables = Tables::load(&config.source, config.checkpoint.timeout)?;
-        let positions = start_positions(config, &source, &task_ids, &committed, &group)?;
-        let outputs: Vec<String> = config.sink.outputs.keys().cloned().collect();
-        let mut tasks = Vec::with_capacity(task_ids.len());
-        for id in &task_ids {
-            let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
-            let mut task = Task::new(
-                id.clone(),
-                chain,
-                &outputs,
-                &max_record,
-                db.clone(),
-                snapshot,
-                positions.get(id).copied(),
-                config.source.watermark.as_ref(),
-                metrics,
-            )?;
-            if let Some(writes) = seeds.remove(id) {
-                task.seed_changelog(writes);
-            }
-            tasks.push(task);
-        }
-        source.assign(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
         if shutdown.load(Ordering::Relaxed) {
             tracing::info!("shutdown requested during start-up");
         }
-
-        let task_index = task_ids.iter().enumerate().map(|(i, t)| ((t.topic.clone(), t.partition), i)).collect();
-        let overlays = tasks.iter().map(|t| t.overlays().clone()).collect();
-        // A changelog being seeded lacks every task's position: the first checkpoint writes all.
-        let seeding = seed || loaded.is_some();
-        let recorded = if seeding { BTreeMap::new() } else { committed.offsets };
         let mut runner = Self {
             config,
             chain,
-            outputs,
+            options,
+            outputs: config.sink.outputs.keys().cloned().collect(),
             max_record,
             lineage,
+            lineage_from_group,
+            owner,
             db,
             changelog,
+            reader,
             source,
             slots,
-            tasks,
-            task_index,
-            overlays,
+            tasks: Vec::new(),
+            task_index: HashMap::new(),
+            overlays: Vec::new(),
             epoch: Epoch { id: next, records: 0, timer_rounds: 0, output_bytes: 0, started: Instant::now() },
-            recorded,
+            floor: next,
+            recorded: BTreeMap::new(),
+            loading_savepoint: false,
             last_commit: Instant::now(),
-            last_discovery: Instant::now(),
             last_idle_check: Instant::now(),
             metrics: metrics.clone(),
             tables,
         };
         runner.begin_epoch(next)?;
-        // Commit at once positions that are new or moved, and offsets the group lost (deleted,
-        // expired): they are the next recovery's evidence.
-        let moved = runner.tasks.iter().any(|t| t.next_offset() != runner.recorded.get(t.id()).copied());
-        let lost = recover.check_group && runner.tasks.iter().any(|t| !group.contains_key(t.id()));
-        if moved || lost || seeding {
-            runner.checkpoint()?;
-        }
-        if loaded.is_some() {
-            // The changelog now holds the savepoint: the state directory mirrors it again.
-            runner.db.set_owner(Some(&owner), &runner.lineage.lineage)?;
-        }
+        runner.source.subscribe(&config.source.topics).map_err(PipelineError::kafka("subscribing to source.topics"))?;
         Ok(runner)
     }
 
     /// Polls, processes and checkpoints until shutdown; then commits the open epoch.
     fn run(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
         let batch_size = self.config.source.batch_size;
-        let mut batches: Vec<Vec<InputRecord>> = vec![Vec::new(); self.tasks.len()];
+        let mut batches: Vec<Vec<InputRecord>> = Vec::new();
         while !shutdown.load(Ordering::Relaxed) {
-            if self.last_discovery.elapsed() >= self.config.source.partition_discovery_interval {
-                self.discover_partitions()?;
-                batches.resize_with(self.tasks.len(), Vec::new);
-            }
+            batches.resize_with(self.tasks.len(), Vec::new);
             self.tables.poll()?;
             let mut timeout = POLL_TIMEOUT;
             let mut polled = 0;
-            while polled < batch_size * self.tasks.len() {
+            // A rebalance event ends the poll (it returns nothing): the batches are processed
+            // in the open epoch, then the rebalance applied.
+            while polled < batch_size * self.tasks.len().max(1) {
                 let Some(message) = self.source.consumer().poll(timeout) else { break };
                 timeout = Duration::ZERO;
                 match message {
@@ -322,6 +326,9 @@ impl<'a> Runner<'a> {
                     self.process(index, std::mem::take(batch))?;
                 }
             }
+            while let Some(event) = self.source.take_rebalance() {
+                self.rebalance(event)?;
+            }
             self.fire_timers()?;
             if self.epoch.records > 0 {
                 inject(FaultPoint::MidEpoch, self.epoch.id);
@@ -333,6 +340,180 @@ impl<'a> Runner<'a> {
             }
         }
         self.finish()
+    }
+
+    /// Applies a change of the group's assignment (see [`crate::kafka::Rebalance`]).
+    ///
+    /// Revoked partitions: the open epoch commits first (the group's generation still names
+    /// this process as their owner, and the next owner's stable offset fetch waits for the
+    /// commit), then their tasks are dropped and the partitions given up, so no later
+    /// transaction carries them. Lost partitions: the group already gave them to another member,
+    /// and the open epoch holds their work, so nothing may commit: the runner fails into
+    /// recovery, which aborts the epoch and rejoins.
+    ///
+    /// Assigned partitions: recovered ([`protocol::recover_tasks`]), given tasks, and read from
+    /// their restored positions; positions that are new are committed at once.
+    ///
+    /// # Errors
+    /// [`PipelineError::AssignmentLost`] for lost partitions; any error of a checkpoint or of
+    /// recovery.
+    fn rebalance(&mut self, event: Rebalance) -> Result<(), PipelineError> {
+        match event {
+            Rebalance::Revoke { tasks, lost: true } => {
+                tracing::warn!(
+                    partitions = tasks.len(),
+                    "the consumer group gave this process's partitions to another member; aborting the open epoch"
+                );
+                Err(PipelineError::AssignmentLost(tasks.len()))
+            }
+            Rebalance::Revoke { tasks, lost: false } => self.revoke(&tasks),
+            Rebalance::Assign(tasks) => self.assign(tasks),
+        }
+    }
+
+    /// Commits the open epoch if it has work, then drops the tasks of `revoked` and gives up
+    /// their partitions.
+    fn revoke(&mut self, revoked: &[TaskId]) -> Result<(), PipelineError> {
+        if self.has_work()? {
+            self.checkpoint()?;
+        }
+        self.tasks.retain(|t| !revoked.contains(t.id()));
+        self.recorded.retain(|t, _| !revoked.contains(t));
+        self.reindex();
+        self.source.unassign(revoked).map_err(PipelineError::kafka("giving up revoked source partitions"))?;
+        tracing::info!(partitions = ?revoked.iter().map(ToString::to_string).collect::<Vec<_>>(), kept = self.tasks.len(), "partitions revoked by the consumer group; their open epoch committed");
+        Ok(())
+    }
+
+    /// Recovers the tasks of `assigned`, creates them, and starts reading their partitions.
+    fn assign(&mut self, assigned: Vec<TaskId>) -> Result<(), PipelineError> {
+        let assigned: Vec<TaskId> =
+            assigned.into_iter().filter(|t| !self.task_index.contains_key(&index_key(t))).collect();
+        if assigned.is_empty() {
+            return self
+                .source
+                .assign_more(&BTreeMap::new())
+                .map_err(PipelineError::kafka("acknowledging an empty assignment"));
+        }
+        let config = self.config;
+        // Partitions added to a source topic while running need changelog partitions.
+        let all = self.source_tasks()?;
+        let known = all.iter().chain(assigned.iter());
+        ensure_changelog_partitions(config, &self.changelog, self.changelog.partitions_needed(known))?;
+        let recover = RecoverOptions {
+            timeout: config.checkpoint.timeout,
+            check_group: config.sink.guarantee == Guarantee::ExactlyOnce,
+            // A savepoint's positions replace the group's offsets.
+            ignore_group_offsets: self.options.ignore_group_offsets || self.savepoint().is_some(),
+            start_from_group: config.source.start == StartPosition::Group,
+        };
+        let adoptable = self.tasks.is_empty() && (!self.lineage_from_group || recover.ignore_group_offsets);
+        let Recovered { mut committed, next, group } = protocol::recover_tasks(
+            &self.db,
+            &self.source,
+            &self.reader,
+            &assigned,
+            &self.owner,
+            &mut self.lineage,
+            adoptable,
+            &recover,
+        )?;
+        self.floor = self.floor.max(next);
+        if self.tasks.is_empty() {
+            self.renumber()?;
+        }
+        // Whether the pipeline ever committed a checkpoint, on any instance: a partition without
+        // an offset then was added since, and starts at its earliest offset.
+        let pipeline_group = self
+            .source
+            .group_offsets(&all, config.checkpoint.timeout)
+            .map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
+        let first_start =
+            committed.offsets.is_empty() && protocol::group_lineage(&pipeline_group, &config.name).is_none();
+
+        let mut seeds = BTreeMap::new();
+        if let Some(savepoint) = self.savepoint() {
+            if !self.tasks.is_empty() || all.iter().any(|t| !assigned.contains(t)) {
+                return Err(PipelineError::Refused(format!(
+                    "--from-savepoint loads the savepoint into every partition of the pipeline at once, but this process was given {} of the {} partitions; start the pipeline from the savepoint with one instance, then add the others",
+                    assigned.len(),
+                    all.len()
+                )));
+            }
+            seeds = savepoint::load(&self.db, savepoint, &config.source.topics)?;
+            self.lineage.lineage = savepoint.manifest.id.clone();
+            let restored = self.db.committed()?;
+            committed.offsets = restored.offsets;
+            committed.snapshots = restored.snapshots;
+            self.floor = self.floor.max(self.db.epoch_floor()?.next());
+            self.loading_savepoint = true;
+            self.renumber()?;
+            tracing::info!(savepoint = %savepoint.manifest.id, of = %savepoint.manifest.pipeline, checkpoint = %savepoint::checkpoint(savepoint), tasks = savepoint.tasks.len(), "starting from a savepoint; the first checkpoint writes it to the changelog and the group");
+        }
+        let positions = start_positions(config, &self.source, &assigned, &committed, &group, first_start)?;
+        for id in &assigned {
+            let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
+            let mut task = Task::new(
+                id.clone(),
+                self.chain,
+                &self.outputs,
+                &self.max_record,
+                self.db.clone(),
+                snapshot,
+                positions.get(id).copied(),
+                config.source.watermark.as_ref(),
+                &self.metrics,
+            )?;
+            if let Some(writes) = seeds.remove(id) {
+                task.seed_changelog(writes);
+            }
+            self.tasks.push(task);
+        }
+        if !self.loading_savepoint {
+            self.recorded
+                .extend(committed.offsets.iter().filter(|(t, _)| assigned.contains(t)).map(|(t, o)| (t.clone(), *o)));
+        }
+        self.reindex();
+        self.source.assign_more(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
+        tracing::info!(partitions = ?assigned.iter().map(ToString::to_string).collect::<Vec<_>>(), tasks = self.tasks.len(), checkpoint = %committed.id, "partitions assigned by the consumer group; their state is restored");
+        self.metrics.restored(committed.id);
+        // Commit at once positions that are new or moved, and offsets the group lost (deleted,
+        // expired): they are the next recovery's evidence.
+        let moved = assigned.iter().any(|t| positions.get(t) != self.recorded.get(t));
+        let lost = recover.check_group && assigned.iter().any(|t| !group.contains_key(t));
+        if moved || lost || self.loading_savepoint {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// The savepoint to load, unless the pipeline already started from it.
+    fn savepoint(&self) -> Option<&'a Savepoint> {
+        self.options.from_savepoint.as_ref().filter(|s| {
+            let applied = s.manifest.id == self.lineage.lineage;
+            if applied && !self.loading_savepoint {
+                tracing::info!(savepoint = %s.manifest.id, "the pipeline started from this savepoint before; --from-savepoint is ignored");
+            }
+            !applied
+        })
+    }
+
+    /// Every partition of the source topics, from the cluster's metadata.
+    fn source_tasks(&self) -> Result<Vec<TaskId>, PipelineError> {
+        let counts = self
+            .source
+            .partition_counts(&self.config.source.topics, self.config.checkpoint.timeout)
+            .map_err(PipelineError::kafka("reading the source topics' metadata"))?;
+        Ok(counts
+            .into_iter()
+            .flat_map(|(topic, n)| (0..n).map(move |partition| TaskId { topic: topic.clone(), partition }))
+            .collect())
+    }
+
+    /// Rebuilds the index of tasks by partition and the list of their overlays.
+    fn reindex(&mut self) {
+        self.task_index = self.tasks.iter().enumerate().map(|(i, t)| (index_key(t.id()), i)).collect();
+        self.overlays = self.tasks.iter().map(|t| t.overlays().clone()).collect();
     }
 
     /// Whether the open epoch has anything to commit: input, fired timers, or a partition position that moved
@@ -353,60 +534,11 @@ impl<'a> Runner<'a> {
             || self.last_commit.elapsed() >= OFFSET_KEEP_ALIVE)
     }
 
-    /// Looks for partitions added to the source topics; gives each a task that reads it from its
-    /// earliest offset (its position is committed with the next checkpoint).
-    fn discover_partitions(&mut self) -> Result<(), PipelineError> {
-        self.last_discovery = Instant::now();
-        let timeout = self.config.checkpoint.timeout;
-        let counts = self
-            .source
-            .partition_counts(&self.config.source.topics, timeout)
-            .map_err(PipelineError::kafka("reading the source topics' metadata"))?;
-        let mut added = Vec::new();
-        for (topic, count) in counts {
-            let known = self.task_index.keys().filter(|(t, _)| *t == topic).count() as i32;
-            added.extend((known..count).map(|partition| TaskId { topic: topic.clone(), partition }));
-        }
-        if added.is_empty() {
-            return Ok(());
-        }
-        // A partition just added may have no leader yet: try again at the next discovery.
-        let positions = match earliest_offsets(&self.source, &added, timeout) {
-            Ok(positions) => positions,
-            Err(error) => {
-                tracing::warn!(%error, "source partitions were added; reading their offsets failed, trying again at the next discovery");
-                return Ok(());
-            }
-        };
-        let all = self.tasks.iter().map(Task::id).chain(added.iter());
-        let needed = self.changelog.partitions_needed(all);
-        ensure_changelog_partitions(self.config, &self.changelog, needed)?;
-        for id in added {
-            let offset = positions[&id];
-            tracing::info!(partition = %id, offset, "source partition added while running; reading it from its earliest offset");
-            let task = Task::new(
-                id.clone(),
-                self.chain,
-                &self.outputs,
-                &self.max_record,
-                self.db.clone(),
-                |_| None,
-                Some(offset),
-                self.config.source.watermark.as_ref(),
-                &self.metrics,
-            )?;
-            self.task_index.insert((id.topic.clone(), id.partition), self.tasks.len());
-            self.overlays.push(task.overlays().clone());
-            self.tasks.push(task);
-        }
-        self.source.assign_more(&positions).map_err(PipelineError::kafka("assigning the added source partitions"))
-    }
-
     /// Index of the task owning `message`'s partition.
     fn task_of(&self, message: &BorrowedMessage<'_>) -> Result<usize, PipelineError> {
         self.task_index.get(&(message.topic().to_owned(), message.partition())).copied().ok_or_else(|| {
             PipelineError::Inconsistent(format!(
-                "a record of {}[{}] arrived, which no task owns (partitions added while running?)",
+                "a record of {}[{}] arrived, which no task owns (a bug in Weir)",
                 message.topic(),
                 message.partition()
             ))
@@ -595,7 +727,27 @@ impl<'a> Runner<'a> {
         });
         self.recorded = sealed.checkpoint.offsets;
         self.last_commit = Instant::now();
-        self.begin_epoch(id.next())
+        if self.loading_savepoint {
+            // The changelog now holds the savepoint: the state directory mirrors it again.
+            self.db.set_owner(Some(&self.owner), &self.lineage.lineage)?;
+            self.loading_savepoint = false;
+        }
+        self.begin_epoch(id.next().max(self.floor))
+    }
+
+    /// Moves the open epoch, which has no work, up to the floor: its (empty) transaction is
+    /// aborted and the epoch begun again under the new id.
+    fn renumber(&mut self) -> Result<(), PipelineError> {
+        if self.epoch.id >= self.floor {
+            return Ok(());
+        }
+        if self.config.sink.guarantee == Guarantee::ExactlyOnce {
+            let id = self.epoch.id;
+            self.slot()
+                .abort(self.config.checkpoint.timeout)
+                .map_err(PipelineError::kafka(format!("abort_transaction of empty epoch {id}")))?;
+        }
+        self.begin_epoch(self.floor)
     }
 
     /// Shutdown: commits the open epoch, or aborts its (empty) transaction.
@@ -620,16 +772,6 @@ impl<'a> Runner<'a> {
         }
         Ok(())
     }
-}
-
-/// The committed state of `task` for every operator of the chain, as writes.
-fn committed_state(db: &StateDb, chain: &Chain, task: &TaskId) -> Result<Writes, PipelineError> {
-    let mut writes = Vec::new();
-    for (_, config) in chain {
-        let entries = db.scan_prefix(&state_prefix(&config.name, task), usize::MAX)?;
-        writes.extend(entries.into_iter().map(|(key, value)| (key, Some(value))));
-    }
-    Ok(writes)
 }
 
 /// Logs each operator whose component changed since the last start (an upgrade: its state and
@@ -772,14 +914,36 @@ fn check_same_cluster(source: &Admin, sink: &Admin) -> Result<(), PipelineError>
     Ok(())
 }
 
-/// The producers of the sink: k transactional slots `<prefix>-<slot>`, or one plain producer.
-fn producer_slots(config: &PipelineConfig) -> Result<Vec<ProducerSlot>, PipelineError> {
+/// The key of a task in the runner's index.
+fn index_key(task: &TaskId) -> (String, i32) {
+    (task.topic.clone(), task.partition)
+}
+
+/// The lineage of a pipeline that no instance committed a checkpoint of yet: the changelog
+/// topic's id, which every instance reads alike and which a recreated topic changes.
+fn changelog_lineage(config: &PipelineConfig, changelog: &Changelog) -> Result<String, PipelineError> {
+    let admin = Admin::new(&config.sink.brokers, &config.sink.producer)
+        .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))?;
+    admin
+        .topic_id(&changelog.topic)
+        .map_err(PipelineError::kafka(format!("reading the topic id of {}", changelog.topic)))
+}
+
+/// The transactional id of producer `slot` of `instance`: `<prefix>-<instance>-<slot>`.
+pub fn transactional_id(prefix: &str, instance: &str, slot: usize) -> String {
+    format!("{prefix}-{instance}-{slot}")
+}
+
+/// The producers of the sink: k transactional slots `<prefix>-<instance>-<slot>`, or one plain
+/// producer.
+fn producer_slots(config: &PipelineConfig, instance: &str) -> Result<Vec<ProducerSlot>, PipelineError> {
     let sink = &config.sink;
     match sink.guarantee {
         Guarantee::ExactlyOnce => (0..sink.producer_slots)
             .map(|slot| {
-                let id = format!("{}-{slot}", sink.transactional_id_prefix);
+                let id = transactional_id(&sink.transactional_id_prefix, instance, slot);
                 ProducerSlot::transactional(&sink.brokers, &sink.producer, slot, &id, sink.transaction_timeout)
+                    .map(|producer| producer.with_prefix(&sink.transactional_id_prefix))
                     .map_err(PipelineError::kafka(format!("creating producer slot {id}")))
             })
             .collect(),
@@ -815,16 +979,17 @@ fn earlier_producers(
 
 /// Where each task starts: its committed offset (checked against the log's range, see
 /// [`in_range`]), else — for a partition without one — the configured `source.start` on the
-/// pipeline's first start and the earliest offset afterwards (the partition was added since).
+/// pipeline's `first_start` (no instance ever committed a checkpoint) and the earliest offset
+/// afterwards (the partition was added since).
 fn start_positions(
     config: &PipelineConfig,
     source: &Source,
     tasks: &[TaskId],
     committed: &Committed,
     group: &BTreeMap<TaskId, GroupOffset>,
+    first_start: bool,
 ) -> Result<BTreeMap<TaskId, i64>, PipelineError> {
     let timeout = config.checkpoint.timeout;
-    let first_start = committed.id == CheckpointId(0) && committed.offsets.is_empty();
     let mut positions = BTreeMap::new();
     let mut fresh = Vec::new();
     for task in tasks {
@@ -859,8 +1024,11 @@ fn start_positions(
         }
     };
     for (task, offset) in resolved {
-        let why = if first_start { format!("source.start = {start}") } else { "added since the last run".into() };
-        tracing::info!(partition = %task, offset, "{why}: the partition starts here; its position is fixed by the next checkpoint");
+        if first_start {
+            tracing::info!(partition = %task, offset, "source.start = {start}: the partition starts here; its position is fixed by the next checkpoint");
+        } else {
+            tracing::info!(partition = %task, offset, "source partition added while running or stopped (no checkpoint has its offset): reading it from its earliest offset");
+        }
         positions.insert(task, offset);
     }
     Ok(positions)

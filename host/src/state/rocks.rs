@@ -284,6 +284,35 @@ impl StateDb {
         self.db.write(batch).map_err(|e| self.error(format!("cannot wipe the state: {e}")))
     }
 
+    /// Deletes the state, offsets, snapshots and changelog offsets of `tasks`, in one write
+    /// batch, before they are restored from scratch. Other tasks, the checkpoint id, the owner
+    /// and the lineage are kept.
+    ///
+    /// # Errors
+    /// When RocksDB fails.
+    pub fn wipe_tasks(&self, tasks: &[TaskId]) -> Result<(), StateError> {
+        let _transition = self.lock();
+        let (state, meta) = (self.cf(CF_STATE), self.cf(CF_META));
+        let mut batch = WriteBatch::default();
+        self.for_each(state, &[], |key, _| {
+            if keys::task_of_state_key(key).is_some_and(|task| tasks.contains(&task)) {
+                batch.delete_cf(state, key);
+            }
+            Ok(true)
+        })?;
+        self.for_each(meta, META_SNAPSHOT, |key, _| {
+            if keys::decode_operator_task(&key[META_SNAPSHOT.len()..]).is_some_and(|(_, task)| tasks.contains(&task)) {
+                batch.delete_cf(meta, key);
+            }
+            Ok(true)
+        })?;
+        for task in tasks {
+            batch.delete_cf(meta, task_key(META_OFFSET, task));
+            batch.delete_cf(meta, task_key(META_CHANGELOG_OFFSET, task));
+        }
+        self.db.write(batch).map_err(|e| self.error(format!("cannot wipe the state of {} task(s): {e}", tasks.len())))
+    }
+
     /// The pipeline and changelog topic the database caches; `None` when no pipeline claimed it
     /// yet (a new database, or one written before the changelog).
     ///

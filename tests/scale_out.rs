@@ -1,0 +1,167 @@
+//! Several `weir run` processes of one pipeline share its partitions through the consumer group
+//! (issue 14): a process frozen past `session.timeout.ms` (a zombie) commits nothing once the
+//! group moved its partitions, and processes killed, added and removed while the flights flow
+//! leave every key's output exact.
+
+use std::collections::BTreeSet;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use weir_tests::flights::verify;
+use weir_tests::pipeline::{Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, signal, wait_exit};
+use weir_tests::{Isolation, create_topic, flight_rows};
+
+/// The group notices a process gone after 6 s (the broker's `group.min.session.timeout.ms`).
+const CONSUMER: &str = "[source.consumer]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"";
+
+/// A pipeline of `plugin` whose processes leave the group after 6 s of silence, and whose open
+/// transactions the broker aborts after 20 s (a killed process's open transaction pins its
+/// partitions' last stable offset until then).
+fn spec(plugin: &'static str) -> Spec {
+    let mut spec = Spec::new(plugin);
+    spec.source.push_str(&format!("\n{CONSUMER}"));
+    spec.sink = "transaction_timeout_ms = 20000".into();
+    spec.checkpoint = "interval_ms = 100\ntimeout_ms = 10000".into();
+    spec
+}
+
+/// How often `text` appears in the log of `instance`.
+fn count(pipeline: &TestPipeline, instance: &str, text: &str) -> usize {
+    pipeline.instance_log(instance).matches(text).count()
+}
+
+/// Waits until `text` appears in the log of `instance` more than `before` times.
+fn wait_for(pipeline: &TestPipeline, instance: &str, text: &str, before: usize) {
+    let started = Instant::now();
+    while count(pipeline, instance, text) <= before {
+        assert!(
+            started.elapsed() < RUN_TIMEOUT,
+            "`{text}` did not appear in the log of instance {instance}:\n{}",
+            pipeline.instance_log(instance)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zombie_past_the_session_timeout_commits_nothing() {
+    const ASSIGNED: &str = "partitions assigned by the consumer group";
+    const COMMITTED: &str = "checkpoint committed";
+    let pipeline = TestPipeline::new("weir-zombie", &spec("passthrough"));
+    create_topic(&pipeline.source, 4).await;
+    let feeder = Feeder::start(&pipeline.source, "v");
+    let mut a = pipeline.spawn_instance("a", &[]);
+    wait_for(&pipeline, "a", COMMITTED, 0);
+    let mut b = pipeline.spawn_instance("b", &[]);
+    wait_for(&pipeline, "b", COMMITTED, 0);
+    // The group gave b some of a's partitions: a keeps the others, with epochs open on them.
+    wait_for(&pipeline, "a", COMMITTED, count(&pipeline, "a", COMMITTED));
+
+    signal(&a, "STOP");
+    let assigned = count(&pipeline, "b", ASSIGNED);
+    wait_for(&pipeline, "b", ASSIGNED, assigned);
+    // b runs a's partitions and commits them.
+    wait_for(&pipeline, "b", COMMITTED, count(&pipeline, "b", COMMITTED));
+    let recoveries = count(&pipeline, "a", "recovering after back-off");
+    signal(&a, "CONT");
+    // a learns that it lost its partitions: from the coordinator's refusal of its offsets
+    // (KIP-447: its generation is gone) or from the lost assignment; either way its open epoch
+    // aborts and it rejoins.
+    wait_for(&pipeline, "a", "recovering after back-off", recoveries);
+    let log = pipeline.instance_log("a");
+    let refused = ["send_offsets_to_transaction", "reading the group metadata", "gave"];
+    let why = refused.iter().find(|why| log.contains(*why));
+    assert!(why.is_some(), "the zombie's late epoch is refused or aborted; its log:\n{log}");
+    eprintln!("the zombie's epoch ended by: {why:?}");
+    wait_for(&pipeline, "a", ASSIGNED, count(&pipeline, "a", ASSIGNED));
+
+    let sent = feeder.stop() as usize;
+    let mut reader = Reader::new(&pipeline.sink, 4, Isolation::ReadCommitted);
+    let read = reader.read_until(sent, RUN_TIMEOUT);
+    for (name, child) in [("a", &mut a), ("b", &mut b)] {
+        let status = pipeline.stop(child, Duration::from_secs(60));
+        assert!(status.success(), "instance {name} stops cleanly; log:\n{}", pipeline.instance_log(name));
+    }
+    reader.drain(Duration::from_secs(2));
+    let values: Vec<String> = reader.records.iter().filter_map(|r| r.value.clone()).collect();
+    let distinct: BTreeSet<&String> = values.iter().collect();
+    assert!(read >= sent, "every input comes out: {read} of {sent}");
+    assert_eq!(values.len(), distinct.len(), "nothing the zombie produced became visible next to its replay");
+    let want: BTreeSet<String> = (0..sent).map(|i| format!("v-{i}")).collect();
+    assert_eq!(distinct.into_iter().cloned().collect::<BTreeSet<_>>(), want, "every input once");
+}
+
+/// One running `weir run --instance`.
+struct Process {
+    instance: String,
+    child: Child,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_killed_added_and_removed_keep_every_flight_exactly_once() {
+    const PARTITIONS: i32 = 12;
+    let actions: usize = std::env::var("WEIR_SCALE_ACTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let pipeline = TestPipeline::new("weir-scale", &spec("flight-delays"));
+    let rows = flight_rows(1_500 * actions as u64);
+    let chunks: Vec<_> = rows.chunks(1_500).collect();
+    produce(&pipeline.source, PARTITIONS, &keyed(chunks[0])).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    let mut running: Vec<Process> = ["a", "b", "c"]
+        .iter()
+        .map(|instance| Process { instance: (*instance).into(), child: pipeline.spawn_instance(instance, &[]) })
+        .collect();
+    let mut added = 0;
+    let mut log = Vec::new();
+    for (step, chunk) in chunks.iter().enumerate().skip(1) {
+        produce(&pipeline.source, PARTITIONS, &keyed(chunk)).await;
+        // Let some output through between two actions.
+        reader.read_until(step * 1_500 / 2, RUN_TIMEOUT);
+        let victim = step % running.len();
+        match step % 4 {
+            // A crash and a restart under the same instance id.
+            0 => {
+                let process = &mut running[victim];
+                signal(&process.child, "KILL");
+                wait_exit(&mut process.child, RUN_TIMEOUT);
+                process.child = pipeline.spawn_instance(&process.instance, &[]);
+                log.push(format!("{step}: killed and restarted {}", process.instance));
+            }
+            // A new process joins.
+            1 => {
+                added += 1;
+                let instance = format!("n{added}");
+                log.push(format!("{step}: added {instance}"));
+                running.push(Process { child: pipeline.spawn_instance(&instance, &[]), instance });
+            }
+            // A process leaves cleanly.
+            2 if running.len() > 1 => {
+                let mut process = running.remove(victim);
+                let status = pipeline.stop(&mut process.child, Duration::from_secs(60));
+                assert!(
+                    status.success(),
+                    "{} stops cleanly:\n{}",
+                    process.instance,
+                    pipeline.instance_log(&process.instance)
+                );
+                log.push(format!("{step}: removed {}", process.instance));
+            }
+            // A process crashes for good.
+            _ if running.len() > 1 => {
+                let mut process = running.remove(victim);
+                signal(&process.child, "KILL");
+                wait_exit(&mut process.child, RUN_TIMEOUT);
+                log.push(format!("{step}: killed {}", process.instance));
+            }
+            _ => log.push(format!("{step}: nothing (one process left)")),
+        }
+    }
+    let read = reader.read_until(rows.len(), RUN_TIMEOUT * 3);
+    for process in &mut running {
+        let status = pipeline.stop(&mut process.child, Duration::from_secs(60));
+        assert!(status.success(), "{} stops cleanly:\n{}", process.instance, pipeline.instance_log(&process.instance));
+    }
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(read >= rows.len(), "{read} of {} outputs; actions:\n{}", rows.len(), log.join("\n"));
+    assert!(verdict.is_exactly_once(), "{verdict:?}\nactions:\n{}", log.join("\n"));
+}
