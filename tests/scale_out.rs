@@ -165,3 +165,42 @@ async fn processes_killed_added_and_removed_keep_every_flight_exactly_once() {
     assert!(read >= rows.len(), "{read} of {} outputs; actions:\n{}", rows.len(), log.join("\n"));
     assert!(verdict.is_exactly_once(), "{verdict:?}\nactions:\n{}", log.join("\n"));
 }
+
+/// Per output partition, the records (key, value) in log order.
+fn by_partition(
+    records: &[weir_tests::Consumed],
+) -> std::collections::BTreeMap<i32, Vec<(Option<String>, Option<String>)>> {
+    let mut partitions = std::collections::BTreeMap::<i32, Vec<_>>::new();
+    let mut sorted: Vec<_> = records.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    for record in sorted {
+        partitions.entry(record.partition).or_default().push((record.key.clone(), record.value.clone()));
+    }
+    partitions
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_worker_thread_and_two_write_the_same_output_partition_by_partition() {
+    const PARTITIONS: i32 = 8;
+    let rows = flight_rows(20_000);
+    let mut outputs = Vec::new();
+    for workers in [1, 2] {
+        let pipeline = TestPipeline::new(&format!("weir-workers-{workers}"), &Spec::new("flight-delays"));
+        let text = std::fs::read_to_string(&pipeline.file).expect("pipeline file");
+        std::fs::write(&pipeline.file, format!("{text}\n[runtime]\nworkers = {workers}\n")).expect("pipeline file");
+        produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+        let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+        weir_tests::pipeline::run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+        reader.drain(Duration::from_secs(1));
+        let log = pipeline.log_text();
+        assert!(log.contains(&format!("workers={workers}")), "{workers} worker threads ran; log:\n{log}");
+        let verdict = verify(&rows, &reader.records, 15);
+        assert!(verdict.is_exactly_once(), "workers = {workers}: {verdict:?}");
+        outputs.push(by_partition(&reader.records));
+    }
+    assert_eq!(outputs[0].len(), PARTITIONS as usize, "every output partition has records");
+    for (partition, records) in &outputs[0] {
+        assert!(outputs[1][partition] == *records, "partition {partition} differs between 1 and 2 worker threads");
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}

@@ -127,6 +127,10 @@ async fn start_latest_is_fixed_once_per_partition_even_for_a_partition_without_i
 async fn partitions_added_while_running_or_stopped_are_read_from_their_earliest_offset() {
     let mut spec = Spec::new("passthrough");
     spec.source.push_str("\nstart = \"latest\"\npartition_discovery_interval_ms = 500");
+    // The restart comes back within the session (5 minutes), so the group hands the static
+    // member its old assignment without a rebalance: the case where nobody owns the partitions
+    // added while it was stopped until the process rejoins.
+    spec.source.push_str("\n[source.consumer]\n\"session.timeout.ms\" = \"300000\"");
     let pipeline = TestPipeline::new("weir-grow", &spec);
     create_topic(&pipeline.source, 2).await;
     let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
@@ -151,6 +155,11 @@ async fn partitions_added_while_running_or_stopped_are_read_from_their_earliest_
     run_to_completion(&pipeline, &mut reader, 110, &[]);
     reader.drain(Duration::from_secs(1));
     assert_eq!(distinct_values(&reader).len(), 110);
+    assert!(
+        pipeline.log_text().contains("source partitions without an owner in the consumer group"),
+        "the restart kept its old assignment and rejoined for the added partitions; log:\n{}",
+        pipeline.log_text()
+    );
 }
 
 /// Polls `weir status` until it reports a total lag of 0; returns the last output.

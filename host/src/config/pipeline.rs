@@ -110,6 +110,8 @@ pub struct PipelineConfig {
     pub checkpoint: CheckpointConfig,
     /// `[state]`: where the pipeline's RocksDB database lives; optional.
     pub state: StateConfig,
+    /// `[runtime]`: how a process runs its tasks; optional.
+    pub runtime: RuntimeConfig,
 }
 
 /// `[source]`: the Kafka topics a pipeline reads, always with `isolation.level=read_committed`
@@ -386,6 +388,28 @@ pub struct StateConfig {
     /// per task, on the sink's cluster; `<name>-changelog` by default. Created at start when
     /// missing.
     pub changelog_topic: String,
+}
+
+/// Most `runtime.workers`.
+pub const MAX_WORKERS: usize = 1024;
+
+/// `[runtime]`: how a `weir run` process runs the tasks the consumer group gives it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// `runtime.workers`: threads that run the tasks' transforms, 1 to [`MAX_WORKERS`]; by
+    /// default the machine's available cores (`std::thread::available_parallelism`). A process
+    /// never starts more than the source topics have partitions, and a task stays on one thread
+    /// while it is assigned. Polling, producing and checkpoints run on the process's own thread.
+    pub workers: Option<usize>,
+}
+
+impl RuntimeConfig {
+    /// The threads to start for `tasks` partitions: `workers` (or the available cores), at most
+    /// `tasks`, at least 1.
+    pub fn workers_for(&self, tasks: usize) -> usize {
+        let cores = || std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        self.workers.unwrap_or_else(cores).min(tasks).max(1)
+    }
 }
 
 impl PipelineConfig {

@@ -67,6 +67,8 @@ pub(super) struct PipelineFile {
     checkpoint: CheckpointFile,
     #[serde(default)]
     state: StateFile,
+    #[serde(default)]
+    runtime: RuntimeFile,
 }
 
 #[derive(Deserialize)]
@@ -144,6 +146,12 @@ struct CheckpointFile {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RuntimeFile {
+    workers: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct StateFile {
     dir: Option<PathBuf>,
     changelog_topic: Option<String>,
@@ -152,7 +160,7 @@ struct StateFile {
 impl PipelineFile {
     /// Fills in defaults and resolves relative paths against `base_dir`. Validates nothing.
     pub(super) fn resolve(self, base_dir: &Path) -> PipelineConfig {
-        let PipelineFile { name, source, transforms, sink, checkpoint, state } = self;
+        let PipelineFile { name, source, transforms, sink, checkpoint, state, runtime } = self;
         let source = SourceConfig {
             brokers: source.brokers,
             topics: source.topics,
@@ -213,7 +221,8 @@ impl PipelineFile {
         let dir = state.dir.unwrap_or_else(|| Path::new(DEFAULT_STATE_PARENT).join(&name));
         let changelog_topic = state.changelog_topic.unwrap_or_else(|| format!("{name}-changelog"));
         let state = StateConfig { dir: base_dir.join(dir), changelog_topic };
-        PipelineConfig { name, source, transforms, sink, checkpoint, state }
+        let runtime = RuntimeConfig { workers: runtime.workers };
+        PipelineConfig { name, source, transforms, sink, checkpoint, state, runtime }
     }
 }
 

@@ -98,6 +98,9 @@ fn full_example_parses() {
         [state]
         dir = "/var/lib/weir/delays"
         changelog_topic = "delays-state"
+
+        [runtime]
+        workers = 2
     "#;
     let config = PipelineConfig::from_toml_str(text, Path::new("/srv/pipelines/delays")).unwrap();
     let strings = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
@@ -159,6 +162,7 @@ fn full_example_parses() {
             max_epoch_bytes: 32 << 20,
         },
         state: StateConfig { dir: PathBuf::from("/var/lib/weir/delays"), changelog_topic: "delays-state".into() },
+        runtime: RuntimeConfig { workers: Some(2) },
     };
     assert_eq!(config, expected);
     assert_eq!(config.group_id(), "delays");
@@ -425,8 +429,10 @@ fn numeric_ranges() {
         ("checkpoint", "interval_ms = 9", "checkpoint.interval_ms"),
         ("checkpoint", "timeout_ms = 99", "checkpoint.timeout_ms"),
         ("checkpoint", "max_epoch_bytes = 1048575", "checkpoint.max_epoch_bytes"),
+        ("runtime", "workers = 0", "runtime.workers"),
+        ("runtime", "workers = 1025", "runtime.workers"),
     ];
-    let with_checkpoint = format!("{MINIMAL}\n[checkpoint]\n");
+    let with_checkpoint = format!("{MINIMAL}\n[checkpoint]\n[runtime]\n");
     for (table, line, expected) in cases {
         let header = if table == "transforms" { "[[transforms]]\n".to_owned() } else { format!("[{table}]\n") };
         let text = with_checkpoint.replacen(&header, &format!("{header}{line}\n"), 1);
@@ -441,6 +447,7 @@ fn numeric_ranges() {
     ] {
         parse_with(table, line).unwrap();
     }
+    parse(&format!("{MINIMAL}\n[runtime]\nworkers = 1\n")).unwrap();
     // One producer slot is enough without transactions.
     parse_with("sink", "guarantee = \"at-least-once\"\nproducer_slots = 1").unwrap();
 }

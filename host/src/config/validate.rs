@@ -29,6 +29,7 @@ impl PipelineConfig {
         self.validate_transforms()?;
         self.validate_sink()?;
         self.validate_tables()?;
+        self.validate_runtime()?;
         self.validate_checkpoint()
     }
 
@@ -250,6 +251,16 @@ impl PipelineConfig {
             ));
         }
         Ok(())
+    }
+
+    fn validate_runtime(&self) -> Result<(), ConfigError> {
+        match self.runtime.workers {
+            Some(workers) if !(1..=MAX_WORKERS).contains(&workers) => Err(ConfigError::invalid(
+                "runtime.workers",
+                format!("must be 1 to {MAX_WORKERS}, got {workers}; or leave it out for one per available core"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn validate_checkpoint(&self) -> Result<(), ConfigError> {

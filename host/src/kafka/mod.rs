@@ -7,6 +7,7 @@
 mod admin;
 mod changelog;
 mod failure;
+mod group;
 mod headers;
 mod metadata;
 mod reader;

@@ -9,7 +9,7 @@
 //! [`Source::unassign`] or [`Source::assign_more`]. librdkafka waits for that call (its
 //! `WAIT_ASSIGN_CALL` / `WAIT_UNASSIGN_CALL` states) and pauses the assignment meanwhile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,6 +20,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::group::decode_assignment;
 use crate::types::TaskId;
 
 /// A change of the partitions the group gives this process, to apply between polls.
@@ -113,6 +114,7 @@ pub struct GroupOffset {
 /// offsets and the partitions' watermarks.
 pub struct Source {
     consumer: BaseConsumer<GroupContext>,
+    group_id: String,
 }
 
 /// How a member of the group is configured: see [`Source::member`].
@@ -175,7 +177,7 @@ impl Source {
         ];
         own.extend_from_slice(member);
         let consumer = super::client_config(brokers, overrides, &own).create_with_context(GroupContext::default())?;
-        Ok(Self { consumer })
+        Ok(Self { consumer, group_id: group_id.to_owned() })
     }
 
     /// Joins the group for `topics`; the assignment arrives as a [`Rebalance`] from a later poll.
@@ -185,6 +187,45 @@ impl Source {
     pub fn subscribe(&self, topics: &[String]) -> Result<(), KafkaError> {
         let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
         self.consumer.subscribe(&topics)
+    }
+
+    /// Leaves the group and joins it again for `topics`, so that the leader assigns every
+    /// partition anew: a static member that rejoins keeps its old assignment without a
+    /// rebalance (KIP-345), which leaves partitions added meanwhile without an owner. Every
+    /// partition is revoked first (a [`Rebalance::Revoke`], to apply as usual); librdkafka sends
+    /// `LeaveGroup` once that is applied (a static member leaves only when it unsubscribes, never
+    /// on close) and then joins with the subscription.
+    ///
+    /// # Errors
+    /// When librdkafka refuses the subscription.
+    pub fn rejoin(&self, topics: &[String]) -> Result<(), KafkaError> {
+        self.consumer.unsubscribe();
+        self.subscribe(topics)
+    }
+
+    /// Which of `tasks` no member of the group owns, as the group coordinator describes the
+    /// group (`DescribeGroups`). `None` while the group is not `Stable` (its assignments are
+    /// being replaced) or when a member's assignment cannot be decoded.
+    ///
+    /// # Errors
+    /// When the coordinator cannot be reached within `timeout`.
+    pub fn unowned(&self, tasks: &[TaskId], timeout: Duration) -> Result<Option<Vec<TaskId>>, KafkaError> {
+        let groups = self.consumer.fetch_group_list(Some(&self.group_id), timeout)?;
+        let Some(group) = groups.groups().iter().find(|g| g.name() == self.group_id) else { return Ok(None) };
+        if group.state() != "Stable" {
+            return Ok(None);
+        }
+        let mut owned = BTreeSet::new();
+        for member in group.members() {
+            match decode_assignment(member.assignment().unwrap_or_default()) {
+                Ok(assigned) => owned.extend(assigned),
+                Err(error) => {
+                    tracing::debug!(member = member.id(), %error, "cannot read a group member's assignment");
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(tasks.iter().filter(|t| !owned.contains(t)).cloned().collect()))
     }
 
     /// The next rebalance event received by a poll and not yet taken, oldest first. The

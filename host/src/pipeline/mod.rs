@@ -24,6 +24,7 @@
 
 mod runner;
 mod task;
+mod workers;
 
 pub use runner::{RunOptions, check_instance, default_instance, run, transactional_id};
 pub use task::{DeadLetter, Task};

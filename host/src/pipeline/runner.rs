@@ -9,6 +9,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 
 use super::task::{DeadLetter, Task};
+use super::workers::Workers;
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
 use crate::checkpoint::restore;
@@ -148,6 +149,17 @@ fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
     }
 }
 
+/// What a task's output was made from, for its metrics.
+struct Input {
+    /// Input records (none for fired timers) and their key and value bytes.
+    records: u64,
+    bytes: u64,
+    /// The last input record's timestamp: outputs without one get it.
+    last_timestamp: Option<i64>,
+    /// How long the task worked on it.
+    took: Duration,
+}
+
 /// The records, bytes and start of the open epoch.
 struct Epoch {
     id: CheckpointId,
@@ -182,6 +194,9 @@ struct Runner<'a> {
     slots: Vec<ProducerSlot>,
     tasks: Vec<Task>,
     task_index: HashMap<(String, i32), usize>,
+    /// The worker threads, and the one each task runs on while assigned.
+    workers: Workers,
+    lanes: HashMap<TaskId, usize>,
     overlays: Vec<Arc<Mutex<TaskOverlays>>>,
     epoch: Epoch,
     /// The lowest id the next epoch may have: above every checkpoint the restored tasks' state
@@ -196,6 +211,10 @@ struct Runner<'a> {
     last_commit: Instant,
     /// When tasks were last checked for idleness (it asks the broker for end offsets).
     last_idle_check: Instant,
+    /// When the group's ownership of the source partitions was last checked.
+    last_ownership_check: Instant,
+    /// The source partitions no member owned at that check.
+    unowned: Vec<TaskId>,
     /// The tables joined with every source record (`[[source.tables]]`).
     tables: Tables,
     metrics: Arc<PipelineMetrics>,
@@ -254,6 +273,9 @@ impl<'a> Runner<'a> {
         tracing::info!(pipeline = %config.name, instance, lineage = %lineage.lineage, next_epoch = %next, "recovered; joining the consumer group {}", config.group_id());
         metrics.restored(db.committed()?.id);
         let tables = Tables::load(&config.source, config.checkpoint.timeout)?;
+        let workers = Workers::start(config.runtime.workers_for(task_ids.len()))
+            .map_err(|e| PipelineError::Refused(format!("cannot start the worker threads (runtime.workers): {e}")))?;
+        tracing::info!(workers = workers.len(), "worker threads started");
         if shutdown.load(Ordering::Relaxed) {
             tracing::info!("shutdown requested during start-up");
         }
@@ -273,6 +295,8 @@ impl<'a> Runner<'a> {
             slots,
             tasks: Vec::new(),
             task_index: HashMap::new(),
+            workers,
+            lanes: HashMap::new(),
             overlays: Vec::new(),
             epoch: Epoch { id: next, records: 0, timer_rounds: 0, output_bytes: 0, started: Instant::now() },
             floor: next,
@@ -280,6 +304,8 @@ impl<'a> Runner<'a> {
             loading_savepoint: false,
             last_commit: Instant::now(),
             last_idle_check: Instant::now(),
+            last_ownership_check: Instant::now(),
+            unowned: Vec::new(),
             metrics: metrics.clone(),
             tables,
         };
@@ -291,8 +317,9 @@ impl<'a> Runner<'a> {
     /// Polls, processes and checkpoints until shutdown; then commits the open epoch.
     fn run(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
         let batch_size = self.config.source.batch_size;
-        let mut batches: Vec<Vec<InputRecord>> = Vec::new();
         while !shutdown.load(Ordering::Relaxed) {
+            // Per task, the batches of this round: full ones, then the one filling.
+            let mut batches: Vec<Vec<Vec<InputRecord>>> = Vec::new();
             batches.resize_with(self.tasks.len(), Vec::new);
             self.tables.poll()?;
             let mut timeout = POLL_TIMEOUT;
@@ -305,11 +332,11 @@ impl<'a> Runner<'a> {
                 match message {
                     Ok(message) => {
                         polled += 1;
-                        let index = self.task_of(&message)?;
-                        batches[index].push(input_record(&message));
-                        if batches[index].len() >= batch_size {
-                            self.process(index, std::mem::take(&mut batches[index]))?;
+                        let task_batches = &mut batches[self.task_of(&message)?];
+                        if task_batches.last().is_none_or(|batch| batch.len() >= batch_size) {
+                            task_batches.push(Vec::with_capacity(batch_size));
                         }
+                        task_batches.last_mut().expect("a batch was pushed").push(input_record(&message));
                     }
                     // librdkafka recovers from transient errors itself. A topic that vanished
                     // does not come back by polling: recovery checks the topics again and
@@ -321,13 +348,12 @@ impl<'a> Runner<'a> {
                     Err(error) => return Err(PipelineError::kafka("reading the source")(error)),
                 }
             }
-            for (index, batch) in batches.iter_mut().enumerate() {
-                if !batch.is_empty() {
-                    self.process(index, std::mem::take(batch))?;
-                }
-            }
+            self.process(batches)?;
             while let Some(event) = self.source.take_rebalance() {
                 self.rebalance(event)?;
+            }
+            if self.last_ownership_check.elapsed() >= self.config.source.partition_discovery_interval {
+                self.check_ownership()?;
             }
             self.fire_timers()?;
             if self.epoch.records > 0 {
@@ -371,6 +397,33 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Rejoins the group when source partitions have no owner at two checks in a row (one
+    /// `source.partition_discovery_interval_ms` apart): a static member that came back kept its
+    /// old assignment, so partitions added meanwhile were never assigned ([`Source::rejoin`]).
+    /// Partitions added while the group runs are found by the members' own metadata refreshes,
+    /// which rebalance the group before the second check.
+    fn check_ownership(&mut self) -> Result<(), PipelineError> {
+        self.last_ownership_check = Instant::now();
+        let all = self.source_tasks()?;
+        let unowned = match self.source.unowned(&all, self.config.checkpoint.timeout) {
+            Ok(unowned) => unowned.unwrap_or_default(),
+            Err(error) => {
+                tracing::debug!(%error, "cannot describe the consumer group; its ownership is checked again later");
+                Vec::new()
+            }
+        };
+        if unowned.iter().any(|t| self.unowned.contains(t)) {
+            tracing::info!(partitions = ?unowned.iter().map(ToString::to_string).collect::<Vec<_>>(), "source partitions without an owner in the consumer group (added while a static member was away); rejoining the group so that they are assigned");
+            self.unowned.clear();
+            return self
+                .source
+                .rejoin(&self.config.source.topics)
+                .map_err(PipelineError::kafka("rejoining the consumer group"));
+        }
+        self.unowned = unowned;
+        Ok(())
+    }
+
     /// Commits the open epoch if it has work, then drops the tasks of `revoked` and gives up
     /// their partitions.
     fn revoke(&mut self, revoked: &[TaskId]) -> Result<(), PipelineError> {
@@ -378,6 +431,7 @@ impl<'a> Runner<'a> {
             self.checkpoint()?;
         }
         self.tasks.retain(|t| !revoked.contains(t.id()));
+        self.lanes.retain(|t, _| !revoked.contains(t));
         self.recorded.retain(|t, _| !revoked.contains(t));
         self.reindex();
         self.source.unassign(revoked).map_err(PipelineError::kafka("giving up revoked source partitions"))?;
@@ -467,6 +521,9 @@ impl<'a> Runner<'a> {
             if let Some(writes) = seeds.remove(id) {
                 task.seed_changelog(writes);
             }
+            // The least busy worker takes the task for as long as it is assigned.
+            let lane = (0..self.workers.len()).min_by_key(|lane| self.lanes.values().filter(|l| *l == lane).count());
+            self.lanes.insert(id.clone(), lane.unwrap_or(0));
             self.tasks.push(task);
         }
         if !self.loading_savepoint {
@@ -545,17 +602,66 @@ impl<'a> Runner<'a> {
         })
     }
 
-    /// Runs one batch through its task and sends the output to the epoch's slot.
-    fn process(&mut self, index: usize, mut batch: Vec<InputRecord>) -> Result<(), PipelineError> {
-        let started = Instant::now();
-        self.tables.join(&mut batch);
-        let count = batch.len() as u64;
-        let bytes_in = batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum();
-        let last_timestamp = batch.last().map(|r| r.timestamp);
-        let (outputs, dead_letters) = self.tasks[index].process(batch)?;
-        self.send(index, &outputs, &dead_letters, last_timestamp, (count, bytes_in, started))?;
-        self.epoch.records += count;
+    /// Runs a round of batches (per task index, in order) through their tasks, each task on its
+    /// worker thread, then sends the outputs to the epoch's slot task by task, in index order:
+    /// what a task writes, and in which order, does not depend on the number of workers.
+    fn process(&mut self, mut batches: Vec<Vec<Vec<InputRecord>>>) -> Result<(), PipelineError> {
+        for batch in batches.iter_mut().flatten() {
+            self.tables.join(batch);
+        }
+        let work = batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).collect();
+        let results = self.on_workers(work, |task, batches| {
+            let mut processed = Vec::with_capacity(batches.len());
+            for batch in batches {
+                let started = Instant::now();
+                let input = Input {
+                    records: batch.len() as u64,
+                    bytes: batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum(),
+                    last_timestamp: batch.last().map(|r| r.timestamp),
+                    took: Duration::ZERO,
+                };
+                let (outputs, dead_letters) = task.process(batch)?;
+                processed.push((outputs, dead_letters, Input { took: started.elapsed(), ..input }));
+            }
+            Ok::<_, PipelineError>(processed)
+        });
+        for (index, result) in results {
+            for (outputs, dead_letters, input) in result? {
+                self.send(index, &outputs, &dead_letters, &input)?;
+                self.epoch.records += input.records;
+            }
+        }
         Ok(())
+    }
+
+    /// Runs `work` on each task named in `inputs` (task index, input) on the task's worker
+    /// thread, all at once; the tasks come back to the runner. Results are in `inputs`' order.
+    fn on_workers<I, R>(&mut self, inputs: Vec<(usize, I)>, work: fn(&mut Task, I) -> R) -> Vec<(usize, R)>
+    where
+        I: Send + 'static,
+        R: Send + 'static,
+    {
+        let mut tasks: Vec<Option<Task>> = std::mem::take(&mut self.tasks).into_iter().map(Some).collect();
+        let items = inputs
+            .into_iter()
+            .map(|(index, input)| {
+                let task = tasks[index].take().expect("one input per task");
+                (self.lanes[task.id()], (index, task, input))
+            })
+            .collect();
+        let done = self.workers.run(items, move |(index, mut task, input)| {
+            let result = work(&mut task, input);
+            (index, task, result)
+        });
+        let results = done
+            .into_iter()
+            .map(|(index, task, result)| {
+                tasks[index] = Some(task);
+                (index, result)
+            })
+            .collect();
+        self.tasks = tasks.into_iter().map(|t| t.expect("every task comes back from its worker")).collect();
+        results
     }
 
     /// Fires every task's due timers ([`Task::fire_timers`]) and sends their output to the
@@ -584,26 +690,31 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        for index in 0..self.tasks.len() {
+        let work = (0..self.tasks.len()).map(|index| (index, now_ms)).collect();
+        let fired = self.on_workers(work, |task, now_ms| {
             let started = Instant::now();
-            if let Some((outputs, dead_letters)) = self.tasks[index].fire_timers(now_ms)? {
-                self.send(index, &outputs, &dead_letters, None, (0, 0, started))?;
+            let fired = task.fire_timers(now_ms)?;
+            Ok::<_, PipelineError>(fired.map(|emitted| (emitted, started.elapsed())))
+        });
+        for (index, fired) in fired {
+            if let Some(((outputs, dead_letters), took)) = fired? {
+                let input = Input { records: 0, bytes: 0, last_timestamp: None, took };
+                self.send(index, &outputs, &dead_letters, &input)?;
                 self.epoch.timer_rounds += 1;
             }
         }
         Ok(())
     }
 
-    /// Sends a task's output and dead letters to the epoch's slot; `last_timestamp` applies to
-    /// outputs without one. `input` is the records and bytes that made them (none for timers)
-    /// and when their work started, for the task's metrics.
+    /// Sends a task's output and dead letters to the epoch's slot; `input.last_timestamp`
+    /// applies to outputs without one. `input` is what made them (no records for timers), for
+    /// the task's metrics.
     fn send(
         &mut self,
         index: usize,
         outputs: &[OutputRecord],
         dead_letters: &[DeadLetter],
-        last_timestamp: Option<i64>,
-        (records_in, bytes_in, started): (u64, u64, Instant),
+        input: &Input,
     ) -> Result<(), PipelineError> {
         let slot = self.slot();
         let sink = &self.config.sink;
@@ -613,7 +724,8 @@ impl<'a> Runner<'a> {
                 Some(name) => &sink.outputs[name],
                 None => &sink.topic,
             };
-            slot.send(topic, output, last_timestamp).map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+            slot.send(topic, output, input.last_timestamp)
+                .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
             output_bytes += record_bytes(&output.key, &output.value);
         }
         if let Some(topic) = &sink.dead_letter_topic {
@@ -628,12 +740,12 @@ impl<'a> Runner<'a> {
         }
         let task = &self.tasks[index];
         task.metrics().batch(&BatchFigures {
-            records_in,
-            bytes_in,
+            records_in: input.records,
+            bytes_in: input.bytes,
             records_out: outputs.len() as u64,
             bytes_out: output_bytes,
             dead_letters: dead_letters.len() as u64,
-            duration: started.elapsed(),
+            duration: input.took,
         });
         task.metrics().position(task.next_offset());
         Ok(())
@@ -667,7 +779,12 @@ impl<'a> Runner<'a> {
             us
         };
         let (pre_commit_us, commit_us);
-        let barriers = self.tasks.iter_mut().map(|t| t.barrier(id)).collect::<Result<Vec<_>, _>>()?;
+        let work = (0..self.tasks.len()).map(|index| (index, id)).collect();
+        let barriers = self
+            .on_workers(work, Task::barrier)
+            .into_iter()
+            .map(|(_, barrier)| barrier)
+            .collect::<Result<Vec<_>, _>>()?;
         let mut sealed = protocol::barrier(id, barriers, &self.recorded, &self.lineage);
         let state_bytes: usize =
             sealed.checkpoint.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();

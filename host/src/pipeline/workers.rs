@@ -1,0 +1,111 @@
+//! Worker threads (`[runtime] workers`): each runs the tasks placed on it, so a task's operator
+//! instances are only ever called from one thread while the task is assigned. The runner's
+//! thread polls, produces and checkpoints; it hands the workers a round of work at a time and
+//! waits for the round (a barrier is such a round, so it reaches every thread).
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed set of threads, numbered from 0 (a task's lane).
+pub struct Workers {
+    lanes: Vec<mpsc::Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Starts `count` threads (at least one), named `weir-worker-<n>`.
+    ///
+    /// # Errors
+    /// When the operating system refuses a thread.
+    pub fn start(count: usize) -> std::io::Result<Self> {
+        let mut lanes = Vec::new();
+        let mut threads = Vec::new();
+        for n in 0..count.max(1) {
+            let (jobs, inbox) = mpsc::channel::<Job>();
+            threads.push(std::thread::Builder::new().name(format!("weir-worker-{n}")).spawn(move || {
+                for job in inbox {
+                    job();
+                }
+            })?);
+            lanes.push(jobs);
+        }
+        Ok(Self { lanes, threads })
+    }
+
+    /// The number of threads.
+    pub fn len(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Runs `work` on every item, each on the lane it names (modulo the number of lanes), the
+    /// items of one lane in order; returns the results in the order of `items` once all are done.
+    ///
+    /// # Panics
+    /// When `work` panicked on a worker thread (the thread is gone with it).
+    pub fn run<T, R, F>(&self, items: Vec<(usize, T)>, work: F) -> Vec<R>
+    where
+        T: Send + 'static,
+        R: Send + 'static,
+        F: Fn(T) -> R + Clone + Send + 'static,
+    {
+        let count = items.len();
+        let mut per_lane: Vec<Vec<(usize, T)>> = (0..self.lanes.len()).map(|_| Vec::new()).collect();
+        for (position, (lane, item)) in items.into_iter().enumerate() {
+            per_lane[lane % self.lanes.len()].push((position, item));
+        }
+        let (done, results) = mpsc::channel::<(usize, R)>();
+        for (lane, items) in self.lanes.iter().zip(per_lane).filter(|(_, items)| !items.is_empty()) {
+            let (done, work) = (done.clone(), work.clone());
+            let job: Job = Box::new(move || {
+                for (position, item) in items {
+                    // The receiver outlives the round: a failed send means the runner is gone.
+                    let _ = done.send((position, work(item)));
+                }
+            });
+            lane.send(job).expect("a worker thread panicked earlier (a bug in Weir or a transform host call)");
+        }
+        drop(done);
+        let mut ordered: Vec<Option<R>> = (0..count).map(|_| None).collect();
+        for (position, result) in results {
+            ordered[position] = Some(result);
+        }
+        ordered
+            .into_iter()
+            .map(|r| r.expect("a worker thread panicked (a bug in Weir or a transform host call)"))
+            .collect()
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.lanes.clear();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_come_back_in_item_order_and_each_lane_keeps_one_thread() {
+        let workers = Workers::start(3).unwrap();
+        let items: Vec<(usize, u32)> = (0..20).map(|i| (i % 3, i as u32)).collect();
+        let results = workers.run(items, |i| (i, std::thread::current().name().unwrap().to_owned()));
+        assert_eq!(results.iter().map(|(i, _)| *i).collect::<Vec<_>>(), (0..20).collect::<Vec<_>>());
+        for (i, thread) in &results {
+            assert_eq!(thread, &format!("weir-worker-{}", i % 3));
+        }
+    }
+
+    #[test]
+    fn an_empty_round_returns_nothing() {
+        let workers = Workers::start(0).unwrap();
+        assert_eq!(workers.len(), 1);
+        assert!(workers.run(Vec::<(usize, ())>::new(), |()| ()).is_empty());
+    }
+}
