@@ -335,9 +335,13 @@ async fn status_json_has_the_facts_of_the_text_form() {
         let line = text.lines().find(|l| l.starts_with(&row)).unwrap_or_else(|| panic!("no row {row} in:\n{text}"));
         let cells: Vec<&str> = line.split_whitespace().collect();
         let instance = p["instance"].as_str().expect("the instance that committed the partition").to_owned();
+        // The stopped process stays the group's member (static) until its session times out.
+        let unknown = if json["owners_known"] == true { "-" } else { "(rebalancing)" };
+        let owner = p["owner"].as_str().unwrap_or(unknown).to_owned();
+        assert!(owner == instance || owner == unknown, "owner {owner} of {row}, committed by {instance}");
         assert_eq!(
             cells[1..],
-            [checkpoint.to_string(), checkpoint.to_string(), end.to_string(), lag.to_string(), instance]
+            [checkpoint.to_string(), checkpoint.to_string(), end.to_string(), lag.to_string(), instance, owner]
         );
         total += lag;
     }

@@ -13,7 +13,7 @@ pub struct Child {
     name: String,
 }
 
-/// What /proc says about a process: CPU time (user + system, all threads) and peak RSS.
+/// What /proc says about a process tree: CPU time (user + system, all threads) and peak RSS.
 #[derive(Debug, Clone, Copy)]
 pub struct Usage {
     /// utime + stime, in seconds.
@@ -56,26 +56,18 @@ impl Child {
         Ok(())
     }
 
-    /// CPU time and peak RSS so far, read from /proc/PID/stat and /proc/PID/status.
+    /// CPU time and peak RSS so far of the process and every process it started (a system of
+    /// several processes, such as `bench/processes.sh`): the sum over the tree, read from
+    /// /proc/PID/stat and /proc/PID/status.
     pub fn usage(&self) -> anyhow::Result<Usage> {
-        let pid = self.pid();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .with_context(|| format!("could not read /proc/{pid}/stat of {} (Linux only)", self.name))?;
-        // Fields after the parenthesised command name: state is field 3; utime and stime are 14 and 15.
-        let rest = &stat[stat.rfind(')').context("malformed /proc/PID/stat")? + 2..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks =
-            |i: usize| -> anyhow::Result<f64> { Ok(fields.get(i - 3).context("short /proc/PID/stat")?.parse()?) };
-        // SAFETY: sysconf has no preconditions.
-        let clock_ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let cpu_s = (ticks(14)? + ticks(15)?) / clock_ticks;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let hwm_kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmHWM in /proc/PID/status")?;
-        Ok(Usage { cpu_s, peak_rss_mib: hwm_kib / 1024.0 })
+        let mut total = Usage { cpu_s: 0.0, peak_rss_mib: 0.0 };
+        for pid in tree(self.pid()) {
+            let usage =
+                process_usage(pid).with_context(|| format!("reading /proc/{pid} of {} (Linux only)", self.name))?;
+            total.cpu_s += usage.cpu_s;
+            total.peak_rss_mib += usage.peak_rss_mib;
+        }
+        Ok(total)
     }
 
     /// SIGTERM, then SIGKILL if the process is still running after `grace`.
@@ -98,6 +90,48 @@ impl Child {
         self.child.kill()?;
         Ok(self.child.wait()?)
     }
+}
+
+/// `root` and its descendants, from the parent pids in /proc/*/stat.
+fn tree(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, stat_fields(pid).ok()?.get(1)?.parse().ok()?)))
+        .collect();
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(parents.iter().filter(|(_, ppid)| *ppid == parent).map(|(pid, _)| *pid));
+        next += 1;
+    }
+    found
+}
+
+/// The fields of /proc/PID/stat after the parenthesised command name (field 3, the state, first).
+fn stat_fields(pid: u32) -> anyhow::Result<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = &stat[stat.rfind(')').context("malformed /proc/PID/stat")? + 2..];
+    Ok(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// One process's CPU time (utime + stime, fields 14 and 15) and peak RSS (VmHWM).
+fn process_usage(pid: u32) -> anyhow::Result<Usage> {
+    let fields = stat_fields(pid)?;
+    let ticks = |i: usize| -> anyhow::Result<f64> { Ok(fields.get(i - 3).context("short /proc/PID/stat")?.parse()?) };
+    // SAFETY: sysconf has no preconditions.
+    let clock_ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu_s = (ticks(14)? + ticks(15)?) / clock_ticks;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let hwm_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmHWM in /proc/PID/status")?;
+    Ok(Usage { cpu_s, peak_rss_mib: hwm_kib / 1024.0 })
 }
 
 /// The last `lines` lines of a log file (for error messages).

@@ -267,7 +267,7 @@ pub fn recover_tasks(
     if let Some(found) = found.filter(|found| *found != lineage.lineage) {
         if !adoptable {
             return Err(PipelineError::Inconsistent(format!(
-                "changelog topic {} names lineage {found} for some of {} task(s), but the pipeline runs as lineage {}:                  the changelog topic was recreated while the pipeline ran; stop every instance and start again",
+                "changelog topic {} names lineage {found} for some of {} task(s), but the pipeline runs as lineage {}: the changelog topic was recreated while the pipeline ran; stop every instance and start again",
                 reader.changelog().topic,
                 tasks.len(),
                 lineage.lineage

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 use weir::checkpoint::savepoint;
-use weir::config::PipelineConfig;
+use weir::config::{MAX_WORKERS, PipelineConfig};
 use weir::metrics::{Metrics, start_sampler};
 use weir::pipeline::{RunOptions, run};
 use weir::wasm::{EngineConfig, WasmEngine};
@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// processes on one host need one each). 1 to 100 characters of A-Z a-z 0-9 . _ -
     #[arg(long, value_name = "ID", value_parser = parse_instance)]
     instance: Option<String>,
+    /// Worker threads of this process, in place of the file's `runtime.workers` (one pipeline
+    /// file can serve machines of several sizes). 1 to 1024; by default the available cores.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=MAX_WORKERS as i64))]
+    workers: Option<u16>,
 }
 
 fn parse_instance(text: &str) -> Result<String, String> {
@@ -54,7 +58,10 @@ fn parse_address(text: &str) -> Result<SocketAddr, String> {
 }
 
 pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let config = PipelineConfig::from_file(&args.pipeline)?;
+    let mut config = PipelineConfig::from_file(&args.pipeline)?;
+    if let Some(workers) = args.workers {
+        config.runtime.workers = Some(workers.into());
+    }
     let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone())?;

@@ -1,10 +1,10 @@
 //! `weir status <pipeline.toml> [--json]`: last committed checkpoint, offsets per partition, the
-//! instance that commits each partition, and lag per partition and per instance, as text or as
-//! JSON (field names documented in docs/observability.md).
+//! instance that committed each partition and the one that owns it now, and lag per partition
+//! and per instance, as text or as JSON (field names documented in docs/observability.md).
 //!
 //! The consumer group's committed offsets are the pipeline's truth on every instance: each
 //! carries the checkpoint and the transactional id `<prefix>-<instance>-<slot>` that committed
-//! it, so the owner of a partition is the instance whose checkpoints commit it.
+//! it. The group's coordinator says which member owns each partition now (`DescribeGroups`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -43,17 +43,19 @@ struct Status {
     partitions: Vec<PartitionStatus>,
     /// Sum of `lag` over the partitions.
     total_lag: i64,
-    /// One entry per instance that commits partitions, in instance order.
+    /// One entry per instance that owns or commits partitions, in instance order.
     instances: Vec<InstanceStatus>,
+    /// Whether `owner` is known: false while the group rebalances.
+    owners_known: bool,
 }
 
 #[derive(Debug, Serialize)]
 struct InstanceStatus {
     /// The instance id (`weir run --instance`).
     instance: String,
-    /// How many partitions it commits.
+    /// How many partitions it owns (else commits: see `PartitionStatus::owner`).
     partitions: usize,
-    /// Its checkpoint that committed them last.
+    /// Its checkpoint that committed partitions last (0: none yet).
     checkpoint: u64,
     /// Sum of `lag` over its partitions.
     lag: i64,
@@ -69,6 +71,9 @@ struct PartitionStatus {
     /// The instance whose checkpoint committed `checkpoint_offset` (its owner, or its last one);
     /// null when none did, or under at-least-once and none.
     instance: Option<String>,
+    /// The instance the consumer group assigns the partition to now (`DescribeGroups`); null
+    /// when no member has it, or while the group rebalances.
+    owner: Option<String>,
     /// The consumer group's committed offset; null when it has none.
     group_offset: Option<i64>,
     /// End offset: the last stable offset (read_committed).
@@ -102,6 +107,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
     }
     let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())?;
     let group = source.group_offsets(&tasks, TIMEOUT)?;
+    let owners = source.owners(TIMEOUT)?;
     let prefix = format!("{}-", config.sink.transactional_id_prefix);
     let mut partitions = Vec::with_capacity(tasks.len());
     let mut committed_checkpoint = 0;
@@ -118,19 +124,24 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
             let id = m.transactional_id.as_deref()?.strip_prefix(&prefix)?;
             Some(id.rsplit_once('-')?.0.to_owned())
         });
+        let owner = owners.as_ref().and_then(|owners| owners.get(&task).cloned());
         if let Some((_, metadata)) = &ours {
             committed_checkpoint = committed_checkpoint.max(metadata.checkpoint.0);
-            if let Some(name) = &instance {
-                let entry = instances.entry(name.clone()).or_insert_with(|| InstanceStatus {
-                    instance: name.clone(),
-                    partitions: 0,
-                    checkpoint: 0,
-                    lag: 0,
-                });
-                entry.partitions += 1;
+        }
+        // A partition counts for its owner; for the instance that committed it when the group
+        // says nothing (no member has it, or it rebalances).
+        if let Some(name) = owner.as_ref().or(instance.as_ref()) {
+            let entry = instances.entry(name.clone()).or_insert_with(|| InstanceStatus {
+                instance: name.clone(),
+                partitions: 0,
+                checkpoint: 0,
+                lag: 0,
+            });
+            entry.partitions += 1;
+            if let Some((_, metadata)) = ours.as_ref().filter(|_| instance.as_ref() == Some(name)) {
                 entry.checkpoint = entry.checkpoint.max(metadata.checkpoint.0);
-                entry.lag += lag;
             }
+            entry.lag += lag;
         }
         partitions.push(PartitionStatus {
             group_offset: offset.map(|g| g.offset),
@@ -138,6 +149,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
             partition: task.partition,
             checkpoint_offset: ours.map(|(o, _)| o),
             instance,
+            owner,
             end_offset: end,
             lag,
         });
@@ -150,6 +162,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
         total_lag: partitions.iter().map(|p| p.lag).sum(),
         partitions,
         instances: instances.into_values().collect(),
+        owners_known: owners.is_some(),
     })
 }
 
@@ -162,18 +175,23 @@ fn write_text(out: &mut impl Write, status: &Status) -> std::io::Result<()> {
         status.changelog_topic
     )?;
     writeln!(out, "last committed checkpoint: {}", status.committed_checkpoint)?;
-    writeln!(out, "{:<32} {:>12} {:>12} {:>12} {:>10}  instance", "partition", "checkpoint", "group", "end", "lag")?;
+    writeln!(
+        out,
+        "{:<32} {:>12} {:>12} {:>12} {:>10}  {:<16} owner",
+        "partition", "checkpoint", "group", "end", "lag", "committed by"
+    )?;
     let show = |o: Option<i64>| o.map_or_else(|| "-".to_owned(), |o| o.to_string());
     for p in &status.partitions {
         writeln!(
             out,
-            "{:<32} {:>12} {:>12} {:>12} {:>10}  {}",
+            "{:<32} {:>12} {:>12} {:>12} {:>10}  {:<16} {}",
             TaskId { topic: p.topic.clone(), partition: p.partition }.to_string(),
             show(p.checkpoint_offset),
             show(p.group_offset),
             p.end_offset,
             p.lag,
-            p.instance.as_deref().unwrap_or("-")
+            p.instance.as_deref().unwrap_or("-"),
+            p.owner.as_deref().unwrap_or(if status.owners_known { "-" } else { "(rebalancing)" })
         )?;
     }
     writeln!(out, "total lag: {} (end = last stable offset, read_committed)", status.total_lag)?;

@@ -35,6 +35,24 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<BTreeSet<TaskId>, String> {
     Ok(tasks)
 }
 
+/// The `group.instance.id` of a static member from its member id, `<group.instance.id>-<uuid>`
+/// (Kafka's group coordinator names static members so); another member id whole.
+pub fn instance_of(member_id: &str) -> String {
+    let at = member_id.len().saturating_sub(37);
+    match (member_id.get(..at), member_id.get(at..)) {
+        (Some(instance), Some(rest)) if !instance.is_empty() && rest.strip_prefix('-').is_some_and(is_uuid) => {
+            instance.to_owned()
+        }
+        _ => member_id.to_owned(),
+    }
+}
+
+/// Whether `text` is a UUID in its 8-4-4-4-12 hexadecimal form.
+fn is_uuid(text: &str) -> bool {
+    text.len() == 36
+        && text.char_indices().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
+}
+
 /// A cursor over big-endian protocol bytes.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -91,6 +109,13 @@ mod tests {
             tasks,
             BTreeSet::from([task("flights", 0), task("flights", 3), task("flights", 5), task("weather", 1)])
         );
+    }
+
+    #[test]
+    fn a_static_member_id_names_its_instance() {
+        assert_eq!(instance_of("host-a-6f1d0c1e-5b7a-4c1e-9f3a-0123456789ab"), "host-a");
+        assert_eq!(instance_of("rdkafka-client-6f1d0c1e"), "rdkafka-client-6f1d0c1e");
+        assert_eq!(instance_of("-6f1d0c1e-5b7a-4c1e-9f3a-0123456789ab"), "-6f1d0c1e-5b7a-4c1e-9f3a-0123456789ab");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! [`Source::unassign`] or [`Source::assign_more`]. librdkafka waits for that call (its
 //! `WAIT_ASSIGN_CALL` / `WAIT_UNASSIGN_CALL` states) and pauses the assignment meanwhile.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,7 +20,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::group::decode_assignment;
+use super::group::{decode_assignment, instance_of};
 use crate::types::TaskId;
 
 /// A change of the partitions the group gives this process, to apply between polls.
@@ -203,29 +203,35 @@ impl Source {
         self.subscribe(topics)
     }
 
-    /// Which of `tasks` no member of the group owns, as the group coordinator describes the
-    /// group (`DescribeGroups`). `None` while the group is not `Stable` (its assignments are
-    /// being replaced) or when a member's assignment cannot be decoded.
+    /// The group's assignment as its coordinator describes it (`DescribeGroups`): each partition
+    /// a member owns, with the member's `group.instance.id` (the coordinator names a static
+    /// member `<group.instance.id>-<uuid>`; a dynamic member's whole member id is given). `None`
+    /// while the group is not `Stable` (its assignments are being replaced) or when a member's
+    /// assignment cannot be decoded; empty when the group has no member.
     ///
     /// # Errors
     /// When the coordinator cannot be reached within `timeout`.
-    pub fn unowned(&self, tasks: &[TaskId], timeout: Duration) -> Result<Option<Vec<TaskId>>, KafkaError> {
+    pub fn owners(&self, timeout: Duration) -> Result<Option<BTreeMap<TaskId, String>>, KafkaError> {
         let groups = self.consumer.fetch_group_list(Some(&self.group_id), timeout)?;
-        let Some(group) = groups.groups().iter().find(|g| g.name() == self.group_id) else { return Ok(None) };
-        if group.state() != "Stable" {
-            return Ok(None);
+        let Some(group) = groups.groups().iter().find(|g| g.name() == self.group_id) else {
+            return Ok(Some(BTreeMap::new()));
+        };
+        match group.state() {
+            "Stable" => {}
+            "Empty" | "Dead" => return Ok(Some(BTreeMap::new())),
+            _ => return Ok(None),
         }
-        let mut owned = BTreeSet::new();
+        let mut owners = BTreeMap::new();
         for member in group.members() {
             match decode_assignment(member.assignment().unwrap_or_default()) {
-                Ok(assigned) => owned.extend(assigned),
+                Ok(assigned) => owners.extend(assigned.into_iter().map(|task| (task, instance_of(member.id())))),
                 Err(error) => {
                     tracing::debug!(member = member.id(), %error, "cannot read a group member's assignment");
                     return Ok(None);
                 }
             }
         }
-        Ok(Some(tasks.iter().filter(|t| !owned.contains(t)).cloned().collect()))
+        Ok(Some(owners))
     }
 
     /// The next rebalance event received by a poll and not yet taken, oldest first. The

@@ -404,9 +404,14 @@ impl<'a> Runner<'a> {
     /// which rebalance the group before the second check.
     fn check_ownership(&mut self) -> Result<(), PipelineError> {
         self.last_ownership_check = Instant::now();
+        if self.source.generation() < 0 {
+            return Ok(()); // not a member yet (or between two generations): nothing to compare
+        }
         let all = self.source_tasks()?;
-        let unowned = match self.source.unowned(&all, self.config.checkpoint.timeout) {
-            Ok(unowned) => unowned.unwrap_or_default(),
+        let unowned = match self.source.owners(self.config.checkpoint.timeout) {
+            Ok(owners) => {
+                owners.map_or_else(Vec::new, |owners| all.into_iter().filter(|t| !owners.contains_key(t)).collect())
+            }
             Err(error) => {
                 tracing::debug!(%error, "cannot describe the consumer group; its ownership is checked again later");
                 Vec::new()
