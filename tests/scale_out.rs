@@ -166,10 +166,11 @@ async fn processes_killed_added_and_removed_keep_every_flight_exactly_once() {
     assert!(verdict.is_exactly_once(), "{verdict:?}\nactions:\n{}", log.join("\n"));
 }
 
+/// A record's key and value.
+type KeyValue = (Option<String>, Option<String>);
+
 /// Per output partition, the records (key, value) in log order.
-fn by_partition(
-    records: &[weir_tests::Consumed],
-) -> std::collections::BTreeMap<i32, Vec<(Option<String>, Option<String>)>> {
+fn by_partition(records: &[weir_tests::Consumed]) -> std::collections::BTreeMap<i32, Vec<KeyValue>> {
     let mut partitions = std::collections::BTreeMap::<i32, Vec<_>>::new();
     let mut sorted: Vec<_> = records.iter().collect();
     sorted.sort_by_key(|r| (r.partition, r.offset));
