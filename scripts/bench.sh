@@ -11,7 +11,10 @@
 # process's CPU seconds and peak RSS (from /proc: Linux only). Every system must write exactly
 # 336,776 × BENCH_COPIES records, and the flight-delays systems' last value per key must equal
 # Weir's; the script fails loudly otherwise. Then Weir flight-delays is SIGKILLed mid-run and
-# restarted, BENCH_REPS times, for the recovery time (restart → first new committed output).
+# restarted, BENCH_REPS times, for the recovery time (restart → first new committed output); and
+# it runs as two processes of which one is SIGKILLed mid-run, BENCH_REPS times, for the rebalance
+# cost (kill → every output partition has committed output again, the dead process's from the
+# other one).
 #
 # Needs, besides what scripts/test.sh needs: Java 17 and Maven (bench/kstreams, bench/flink) and,
 # for BENCH_PROFILE, perf (Debian's linux-perf).
@@ -22,6 +25,9 @@
 #                        program is built; see the list below
 #   BENCH_RECOVERY       0 to skip the recovery runs
 #   BENCH_KILL_AFTER_S   when the recovery runs SIGKILL Weir, default 5
+#   BENCH_REBALANCE      0 to skip the rebalance runs
+#   BENCH_REBALANCE_KILL_AFTER_S  when the rebalance runs SIGKILL one of the two processes,
+#                        default 10
 #   BENCH_BUILD          0 to skip the builds (cargo, plugins, Maven)
 #   BENCH_COPIES         load the flights this many times (default 1): longer runs, so that the
 #                        wait for the last transaction commit (up to the 1 s interval) weighs less
@@ -189,6 +195,11 @@ recovery=$(printf '%s\n' "${selected[@]}" | grep '^weir-flight-delays |' || true
 if [[ ${BENCH_RECOVERY:-1} != 0 && -n $recovery ]]; then
     for ((rep = 1; rep <= reps; rep++)); do
         measure "$recovery" "$rep" recovery --kill-after-s "${BENCH_KILL_AFTER_S:-5}"
+    done
+fi
+if [[ ${BENCH_REBALANCE:-1} != 0 && -n $recovery ]]; then
+    for ((rep = 1; rep <= reps; rep++)); do
+        measure "$recovery" "$rep" rebalance --kill-after-s "${BENCH_REBALANCE_KILL_AFTER_S:-10}"
     done
 fi
 

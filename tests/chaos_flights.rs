@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use weir_tests::broker::{Transaction, kafka_sh, transactions};
 use weir_tests::flights::verify;
-use weir_tests::pipeline::{Reader, Spec, TestPipeline, produce, signal};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, produce, signal};
 use weir_tests::{Isolation, flight_rows};
 
 const PARTITIONS: i32 = 8;
@@ -114,6 +114,9 @@ fn aborted_while_frozen(prefix: &str, open: &[String]) -> Option<Transaction> {
     }
 }
 
+/// What a process logs when it restored state from the changelog.
+const RESTORED: &str = "restored the state from the changelog";
+
 #[tokio::test(flavor = "multi_thread")]
 async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts() {
     let kills: u32 = std::env::var("WEIR_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
@@ -149,12 +152,23 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
         signal(&child, "KILL");
         child.wait().expect("reap");
         killed += 1;
-        // Every third restart finds no state directory: the state is the changelog's.
-        if killed % 3 == 1 {
+        // Every third restart finds no state directory: the state is the changelog's. The next
+        // kill waits for the restore (it runs once the group assigns the partitions), so that
+        // every deletion is provably restored from the changelog.
+        let restores = pipeline.log_text().matches(RESTORED).count();
+        let wipe = killed % 3 == 1;
+        if wipe {
             std::fs::remove_dir_all(pipeline.dir().join("state")).expect("delete the state directory");
             wiped += 1;
         }
         child = pipeline.spawn(&[]);
+        if wipe {
+            let waited = Instant::now();
+            while pipeline.log_text().matches(RESTORED).count() == restores {
+                assert!(waited.elapsed() < RUN_TIMEOUT, "no restore after the state directory was deleted");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     let read = reader.read_until(rows.len(), Duration::from_secs(900));
@@ -165,7 +179,7 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     let verdict = verify(&rows, &reader.records, 15);
     let log = pipeline.log_text();
     let recoveries = log.matches("recovered").count();
-    let restores = log.matches("restored the state from the changelog").count() as u32;
+    let restores = log.matches(RESTORED).count() as u32;
     println!(
         "chaos: kills {killed}, state directories deleted {wiped}, restores {restores}, broker restarts {broker_restarts}, transaction timeout forced after {freezes} freeze(s), recoveries {recoveries}, records in {}, records out {}, duplicates {}, gaps {}, wrong finals {}, wall {:.0} s, {:.0} records/s (seed {seed})",
         verdict.records_in,
@@ -177,7 +191,7 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
         verdict.records_in as f64 / elapsed.as_secs_f64()
     );
     assert!(read >= rows.len(), "only {read} outputs; log tail:\n{}", &log[log.len().saturating_sub(5000)..]);
-    assert!(status.success(), "the final run stops cleanly");
+    assert!(status.success(), "the final run stops cleanly ({status}); log tail:\n{}", &log[log.len().saturating_sub(8000)..]);
     assert!(verdict.is_exactly_once(), "{verdict:?}");
     assert!(wiped >= kills / 3 && restores >= wiped, "every deleted state directory was restored: {restores} restores");
 }

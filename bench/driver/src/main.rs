@@ -5,6 +5,9 @@
 //!   peak RSS from /proc (Linux only), stops it and prints one JSON line.
 //! - `recovery`: the same with a SIGKILL mid-run and a restart; prints the time from restart to
 //!   the first new committed output.
+//! - `rebalance`: the system as two processes (`--instance p1`, `--instance p2`), p2 SIGKILLed
+//!   mid-run; prints the time from the kill until every output partition has committed output
+//!   again (p2's partitions resume once the group moved them to p1).
 //! - `compare`: checks that two systems' final aggregates (last value per key) agree.
 //! - `table`: the markdown table of medians from the JSON lines.
 
@@ -40,6 +43,16 @@ enum Cmd {
         run: RunArgs,
         /// Seconds after the start at which to SIGKILL the system.
         #[arg(long, default_value_t = 5.0)]
+        kill_after_s: f64,
+    },
+    /// Measure a rebalance: the command runs twice, with `--instance p1` and `--instance p2`
+    /// appended; p2 is SIGKILLed mid-run; time from the kill until every output partition has
+    /// committed output again.
+    Rebalance {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Seconds after the start at which to SIGKILL p2.
+        #[arg(long, default_value_t = 10.0)]
         kill_after_s: f64,
     },
     /// Check that two finals files (from `--finals`) agree: same keys, integers exact, other
@@ -98,6 +111,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Run(args) => run(&args),
         Cmd::Recovery { run, kill_after_s } => recovery(&run, kill_after_s),
+        Cmd::Rebalance { run, kill_after_s } => rebalance(&run, kill_after_s),
         Cmd::Compare { reference, candidate } => report::compare(&reference, &candidate),
         Cmd::Table { results, baseline, baseline2 } => report::table(&results, &baseline, &baseline2),
     };
@@ -191,6 +205,43 @@ fn recovery(args: &RunArgs, kill_after_s: f64) -> anyhow::Result<()> {
         "records": tally.records,
         "records_before_kill": before,
         "recovery_s": secs_between(restarted, resumed),
+        "exit": status.code(),
+    });
+    add_checkpoints(&mut line, &args.log)?;
+    finish(args, &tally, &line)
+}
+
+fn rebalance(args: &RunArgs, kill_after_s: f64) -> anyhow::Result<()> {
+    output::create_topic(&args.bootstrap, &args.output, args.partitions)?;
+    let mut tracker = Tracker::start(&args.bootstrap, &args.output, args.partitions)?;
+    let started = Instant::now();
+    let instance = |id: &str| [args.command.clone(), vec!["--instance".into(), id.into()]].concat();
+    let mut survivor = Child::spawn(&args.name, &instance("p1"), &args.log)?;
+    let mut victim = Child::spawn(&args.name, &instance("p2"), &args.log)?;
+    let kill_at = started + Duration::from_secs_f64(kill_after_s);
+    wait_until(args, &mut victim, &mut tracker, started, "the kill time", |_| Instant::now() >= kill_at)?;
+    victim.kill()?;
+    let killed = SystemTime::now();
+    let before = tracker.records();
+    if before >= args.expect {
+        bail!("{}: the run finished before the kill at {kill_after_s} s; use a smaller --kill-after-s", args.name);
+    }
+    wait_until(args, &mut survivor, &mut tracker, started, "the expected output", |n| n >= args.expect)?;
+    let status = survivor.terminate(STOP_GRACE)?;
+    let tally = tracker.drain(QUIET)?;
+
+    // Per partition, the first output committed after the kill: the survivor's own partitions
+    // go on within a checkpoint interval; the victim's wait for the group and its transaction.
+    let resumed = tally.first_per_partition_after(killed);
+    let waits: Vec<f64> = resumed.values().map(|at| secs_between(killed, *at)).collect();
+    let slowest = waits.iter().copied().fold(0.0, f64::max);
+    let mut line = json!({
+        "name": args.name,
+        "kind": "rebalance",
+        "records": tally.records,
+        "records_before_kill": before,
+        "rebalance_s": slowest,
+        "partitions_after_kill": resumed.len(),
         "exit": status.code(),
     });
     add_checkpoints(&mut line, &args.log)?;

@@ -47,6 +47,8 @@ struct Seen {
     first_append_ms: Option<i64>,
     /// When the `n`th record was consumed is `history[n - 1]`.
     history: Vec<SystemTime>,
+    /// Its partition is `partitions[n - 1]`.
+    partitions: Vec<i32>,
     /// Wall-clock of the last record consumed.
     last_at: Option<Instant>,
     /// Last value per key.
@@ -68,6 +70,8 @@ pub struct Tally {
     pub first_append: Option<SystemTime>,
     /// When each record was consumed, in order.
     pub history: Vec<SystemTime>,
+    /// The partition of each record, in the same order.
+    pub partitions: Vec<i32>,
     /// Last value per key.
     pub finals: HashMap<Vec<u8>, Option<Vec<u8>>>,
 }
@@ -148,6 +152,7 @@ impl Tracker {
             records: seen.records,
             first_append: seen.first_append_ms.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64)),
             history: seen.history,
+            partitions: seen.partitions,
             finals: seen.finals,
         })
     }
@@ -161,6 +166,7 @@ fn consume(consumer: &BaseConsumer, seen: &Mutex<Seen>, stop: &AtomicBool) -> an
         let mut seen = seen.lock().unwrap();
         seen.records += 1;
         seen.history.push(now);
+        seen.partitions.push(message.partition());
         seen.last_at = Some(Instant::now());
         if let Some(ms) = message.timestamp().to_millis() {
             seen.first_append_ms = Some(seen.first_append_ms.map_or(ms, |m| m.min(ms)));
@@ -174,6 +180,15 @@ impl Tally {
     /// When the `n`th committed record was consumed (`n` ≥ 1).
     pub fn time_of(&self, n: u64) -> Option<SystemTime> {
         self.history.get(usize::try_from(n).ok()?.checked_sub(1)?).copied()
+    }
+
+    /// Per partition, when its first record consumed after `at` was consumed.
+    pub fn first_per_partition_after(&self, at: SystemTime) -> std::collections::BTreeMap<i32, SystemTime> {
+        let mut first = std::collections::BTreeMap::new();
+        for (when, partition) in self.history.iter().zip(&self.partitions).filter(|(when, _)| **when > at) {
+            first.entry(*partition).or_insert(*when);
+        }
+        first
     }
 
     /// The last value per key as JSON: `{key: value}`, values parsed as JSON when they are.

@@ -157,5 +157,21 @@ pub fn table(results: &Path, baseline: &str, baseline2: &str) -> anyhow::Result<
             );
         }
     }
+    let rebalanced: Vec<&str> = names.iter().copied().filter(|n| reps(n, "rebalance") > 0).collect();
+    if !rebalanced.is_empty() {
+        println!();
+        println!(
+            "| rebalance (two processes, one SIGKILLed mid-run) | runs | records before kill | kill → every partition's output again, s |"
+        );
+        println!("|---|---:|---:|---:|");
+        for name in rebalanced {
+            println!(
+                "| {name} | {} | {} | {} |",
+                reps(name, "rebalance"),
+                show(med(name, "rebalance", "records_before_kill"), 0),
+                show(med(name, "rebalance", "rebalance_s"), 2),
+            );
+        }
+    }
     Ok(())
 }

@@ -276,9 +276,6 @@ impl<'a> Runner<'a> {
         let workers = Workers::start(config.runtime.workers_for(task_ids.len()))
             .map_err(|e| PipelineError::Refused(format!("cannot start the worker threads (runtime.workers): {e}")))?;
         tracing::info!(workers = workers.len(), "worker threads started");
-        if shutdown.load(Ordering::Relaxed) {
-            tracing::info!("shutdown requested during start-up");
-        }
         let mut runner = Self {
             config,
             chain,
@@ -310,7 +307,12 @@ impl<'a> Runner<'a> {
             tables,
         };
         runner.begin_epoch(next)?;
-        runner.source.subscribe(&config.source.topics).map_err(PipelineError::kafka("subscribing to source.topics"))?;
+        if shutdown.load(Ordering::Relaxed) {
+            // Not joining: closing a consumer whose join is in flight waits for the group.
+            tracing::info!("shutdown requested during start-up");
+        } else {
+            runner.source.subscribe(&config.source.topics).map_err(PipelineError::kafka("subscribing to source.topics"))?;
+        }
         Ok(runner)
     }
 
