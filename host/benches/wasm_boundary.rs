@@ -7,12 +7,13 @@
 //! Needs the plugins (`scripts/build-plugins.sh`, `scripts/build-polyglot.sh`).
 //! Run: `cargo bench -p weir --bench wasm_boundary`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use weir::file::read_rows;
 use weir::state::MemoryState;
 use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, TransformComponent, WasmEngine};
@@ -70,30 +71,55 @@ fn operator(component: &Arc<TransformComponent>, plugin: &str, limits: OperatorL
     .expect("operator")
 }
 
-/// flight-delays as native Rust: same parsing, state (JSON in a map) and output.
+/// The fields flight-delays reads, borrowed from the record as the plugin does.
+#[derive(Deserialize)]
+struct Flight<'a> {
+    #[serde(borrow)]
+    origin: Cow<'a, str>,
+    #[serde(borrow)]
+    carrier: Cow<'a, str>,
+    #[serde(default)]
+    dep_delay: Option<i64>,
+}
+
+/// flight-delays' state per key, as the plugin keeps it.
+#[derive(Default, Serialize, Deserialize)]
+struct Stats {
+    flights: u64,
+    departed: u64,
+    delayed: u64,
+    total_dep_delay: i64,
+    max_dep_delay: Option<i64>,
+}
+
+/// flight-delays' output value, fields in the plugin's order.
+#[derive(Serialize)]
+struct Summary<'a> {
+    origin: &'a str,
+    carrier: &'a str,
+    #[serde(flatten)]
+    stats: &'a Stats,
+    mean_dep_delay: Option<f64>,
+}
+
+/// flight-delays as native Rust: the same parsing, state (JSON in a map) and output as the plugin.
 fn native_flight_delays(state: &mut HashMap<Vec<u8>, Vec<u8>>, record: &InputRecord) -> OutputRecord {
-    let flight: Value = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
-    let (origin, carrier) = (flight["origin"].as_str().unwrap(), flight["carrier"].as_str().unwrap());
-    let key = format!("{origin}|{carrier}").into_bytes();
-    let mut agg: [i64; 5] =
-        state.get(&key).map(|v| serde_json::from_slice(v).unwrap()).unwrap_or([0, 0, 0, 0, i64::MIN]);
-    agg[0] += 1;
-    if let Some(delay) = flight["dep_delay"].as_i64() {
-        agg[1] += 1;
-        agg[2] += i64::from(delay > 15);
-        agg[3] += delay;
-        agg[4] = agg[4].max(delay);
+    let flight: Flight = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
+    let key = format!("{}|{}", flight.origin, flight.carrier).into_bytes();
+    let mut stats: Stats = state.get(&key).map(|v| serde_json::from_slice(v).unwrap()).unwrap_or_default();
+    stats.flights += 1;
+    if let Some(delay) = flight.dep_delay {
+        stats.departed += 1;
+        stats.delayed += u64::from(delay > 15);
+        stats.total_dep_delay += delay;
+        stats.max_dep_delay = Some(stats.max_dep_delay.map_or(delay, |m| m.max(delay)));
     }
-    state.insert(key.clone(), serde_json::to_vec(&agg).unwrap());
-    let departed = agg[1] > 0;
-    let value = json!({
-        "origin": origin, "carrier": carrier, "flights": agg[0], "departed": agg[1], "delayed": agg[2],
-        "total_dep_delay": agg[3], "max_dep_delay": departed.then_some(agg[4]),
-        "mean_dep_delay": departed.then(|| agg[3] as f64 / agg[1] as f64),
-    });
+    state.insert(key.clone(), serde_json::to_vec(&stats).unwrap());
+    let mean_dep_delay = (stats.departed > 0).then(|| stats.total_dep_delay as f64 / stats.departed as f64);
+    let summary = Summary { origin: &flight.origin, carrier: &flight.carrier, stats: &stats, mean_dep_delay };
     OutputRecord {
         key: Some(key),
-        value: Some(serde_json::to_vec(&value).unwrap()),
+        value: Some(serde_json::to_vec(&summary).unwrap()),
         headers: Vec::new(),
         timestamp: None,
         output: None,
