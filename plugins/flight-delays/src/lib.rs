@@ -39,7 +39,7 @@ struct Summary<'a> {
 }
 
 /// The fields of one flight that the statistics use, borrowed from the record's value (a string
-/// with JSON escapes in it is unescaped into a copy). The other fields are skipped unparsed.
+/// with JSON escapes in it is unescaped into a copy). The other fields are skipped unbuilt.
 #[derive(Debug, PartialEq, Deserialize)]
 struct Flight<'a> {
     #[serde(borrow)]

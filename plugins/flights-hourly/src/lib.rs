@@ -35,7 +35,7 @@ pub struct FlightsHourly {
 }
 
 /// The fields of a flight that the hours use, borrowed from the record's value (a string with
-/// JSON escapes in it is unescaped into a copy). The other fields are skipped unparsed.
+/// JSON escapes in it is unescaped into a copy). The other fields are skipped unbuilt.
 #[derive(Debug, Deserialize)]
 struct Flight<'a> {
     #[serde(borrow)]
