@@ -84,7 +84,6 @@ struct Flight<'a> {
     origin: Cow<'a, str>,
     #[serde(borrow)]
     carrier: Cow<'a, str>,
-    #[serde(default)]
     dep_delay: Option<i64>,
 }
 

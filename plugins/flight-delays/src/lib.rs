@@ -47,7 +47,6 @@ struct Flight<'a> {
     #[serde(borrow)]
     carrier: Cow<'a, str>,
     /// `None` when the flight did not depart (`dep_delay` null or absent).
-    #[serde(default)]
     dep_delay: Option<i64>,
 }
 
@@ -179,6 +178,14 @@ mod tests {
         );
         let stats: Stats = state::get_json("EWR|UA").unwrap().unwrap();
         assert_eq!((stats.flights, stats.delayed), (4, 1));
+    }
+
+    #[test]
+    fn an_absent_dep_delay_is_a_flight_that_did_not_depart() {
+        let record = Record::new(None::<&str>, Some(r#"{"origin":"EWR","carrier":"UA"}"#));
+        let flight = Flight::read(&record).unwrap();
+        assert_eq!(flight, Flight { origin: "EWR".into(), carrier: "UA".into(), dep_delay: None });
+        assert!(matches!(flight.origin, Cow::Borrowed(_)), "read by the typed parse, borrowed");
     }
 
     #[test]

@@ -41,7 +41,6 @@ struct Flight<'a> {
     #[serde(borrow)]
     origin: Cow<'a, str>,
     /// `None` when the flight did not depart (`dep_delay` null or absent).
-    #[serde(default)]
     dep_delay: Option<i64>,
 }
 
