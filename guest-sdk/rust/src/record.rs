@@ -1,4 +1,4 @@
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::TransformError;
 use crate::bindings::weir::transform::types::InputRecord;
@@ -104,18 +104,47 @@ impl Record {
         self.value().and_then(|v| std::str::from_utf8(v).ok())
     }
 
-    /// Parses the value as JSON into `T`.
+    /// Parses the value as JSON into `T`, which may borrow from the record: declare only the
+    /// fields the transform reads, and only those are deserialised (serde skips the others
+    /// without building them), with `&'a str` or `Cow<'a, str>` fields pointing into the value
+    /// instead of copying it.
     ///
-    /// Fails, with this record's offset in the error, on a null value or a value that does
-    /// not deserialise into `T`.
-    pub fn value_json<T: DeserializeOwned>(&self) -> Result<T, TransformError> {
-        let offset = self.offset();
-        let value = self.value().ok_or_else(|| {
-            TransformError::new(format!("record at offset {offset} has a null value, not JSON")).with_offset(offset)
-        })?;
-        serde_json::from_slice(value).map_err(|e| {
-            TransformError::new(format!("value of record at offset {offset} is not valid JSON: {e}"))
+    /// ```
+    /// # use std::borrow::Cow;
+    /// # use serde::Deserialize;
+    /// # use weir_guest::{Record, TransformError};
+    /// #[derive(Deserialize)]
+    /// struct Flight<'a> {
+    ///     // `Cow` borrows unless the JSON string has escapes; a `&'a str` field refuses those.
+    ///     #[serde(borrow)]
+    ///     origin: Cow<'a, str>,
+    ///     dep_delay: Option<i64>,
+    /// }
+    ///
+    /// let record = Record::new(None::<&str>, Some(r#"{"origin":"EWR","dep_delay":2,"dest":"IAH"}"#));
+    /// let flight: Flight = record.value_json()?;
+    /// assert!(matches!(flight.origin, Cow::Borrowed("EWR")));
+    /// # Ok::<(), TransformError>(())
+    /// ```
+    ///
+    /// As with serde everywhere, a derived struct ignores unknown fields, and also accepts a
+    /// JSON array of its fields in declaration order.
+    ///
+    /// # Errors
+    ///
+    /// Fails, naming this record's partition and offset and carrying the offset, on a null
+    /// value, on a value that is not JSON, and on one that does not deserialise into `T`, with
+    /// serde's message (a missing field by name, a wrong type by line and column).
+    pub fn value_json<'a, T: Deserialize<'a>>(&'a self) -> Result<T, TransformError> {
+        let (partition, offset) = (self.partition(), self.offset());
+        let fail = |problem: String| {
+            TransformError::new(format!("record at partition {partition} offset {offset}: {problem}"))
                 .with_offset(offset)
+        };
+        let value = self.value().ok_or_else(|| fail("null value, expected JSON".into()))?;
+        serde_json::from_slice(value).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => fail(format!("value is not the expected JSON: {e}")),
+            _ => fail(format!("value is not valid JSON: {e}")),
         })
     }
 
@@ -162,5 +191,59 @@ impl Record {
     /// The record's offset in its source partition.
     pub fn offset(&self) -> i64 {
         self.0.offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+
+    use super::Record;
+
+    #[derive(Debug, Deserialize)]
+    struct Flight<'a> {
+        origin: &'a str,
+        #[serde(borrow)]
+        carrier: Cow<'a, str>,
+        dep_delay: Option<i64>,
+    }
+
+    fn record(value: &str) -> Record {
+        Record::new(None::<&str>, Some(value)).with_partition(3).with_offset(42)
+    }
+
+    #[test]
+    fn value_json_borrows_the_declared_fields_and_skips_the_rest() {
+        let record = record(r#"{"year":2013,"origin":"EWR","carrier":"U\u0041","dep_delay":null,"x":[{"y":1}]}"#);
+        let flight: Flight = record.value_json().unwrap();
+        let value = record.value().unwrap().as_ptr_range();
+        assert!(value.contains(&flight.origin.as_ptr()), "origin points into the record");
+        assert!(matches!(flight.carrier, Cow::Owned(ref c) if c == "UA"), "an escaped string is unescaped");
+        assert_eq!(flight.dep_delay, None);
+        // Owned types still work, as before.
+        let any: serde_json::Value = record.value_json().unwrap();
+        assert_eq!(any["year"], 2013);
+    }
+
+    #[test]
+    fn value_json_errors_name_partition_offset_and_problem() {
+        for (value, expected) in [
+            (Some("{\"origin\":"), "value is not valid JSON: EOF while parsing a value at line 1 column 10"),
+            (Some("nope"), "value is not valid JSON: expected ident at line 1 column 2"),
+            (Some(r#"{"origin":"EWR"}"#), "value is not the expected JSON: missing field `carrier`"),
+            (
+                Some(r#"{"origin":1}"#),
+                "value is not the expected JSON: invalid type: integer `1`, expected a borrowed string",
+            ),
+            (None, "null value, expected JSON"),
+        ] {
+            let record = Record::new(None::<&str>, value).with_partition(3).with_offset(42);
+            let error = record.value_json::<Flight>().unwrap_err();
+            assert_eq!(error.offset(), Some(42));
+            assert!(error.message().starts_with("record at partition 3 offset 42: "), "{error}");
+            assert!(error.message().contains(expected), "{error}");
+        }
     }
 }

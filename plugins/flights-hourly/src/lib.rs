@@ -19,6 +19,8 @@
 //! - `late_output`: the sink output that flights too late for their hour go to, unchanged; by
 //!   default they are counted in state.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weir_guest::timers::Timer;
@@ -30,6 +32,46 @@ const HOUR_MS: i64 = 3_600_000;
 /// The transform: its windows' description; the hours' sums live in state.
 pub struct FlightsHourly {
     hours: Windows,
+}
+
+/// The fields of a flight that the hours use, borrowed from the record's value (a string with
+/// JSON escapes in it is unescaped into a copy). The other fields are skipped unbuilt.
+#[derive(Debug, Deserialize)]
+struct Flight<'a> {
+    #[serde(borrow)]
+    origin: Cow<'a, str>,
+    /// `None` when the flight did not depart (`dep_delay` null or absent).
+    dep_delay: Option<i64>,
+}
+
+impl<'a> Flight<'a> {
+    /// Reads the flight in `record`. The typed parse takes every flight written the usual way;
+    /// whatever it refuses is read again as a [`Value`] by the rules of [`Flight::from_value`],
+    /// which name the problem (or accept what only the typed parse refuses: `12.0`, a repeated
+    /// field). An array is never given to the typed parse, which would read it as the fields in
+    /// order.
+    fn read(record: &'a Record) -> Result<Self, TransformError> {
+        if record.value().is_some_and(|v| v.trim_ascii_start().starts_with(b"{")) {
+            if let Ok(flight) = record.value_json() {
+                return Ok(flight);
+            }
+        }
+        Flight::from_value(&record.value_json()?, record.offset())
+    }
+
+    /// The rules this transform has always read a flight by, with their messages for bad ones.
+    fn from_value(flight: &Value, offset: i64) -> Result<Self, TransformError> {
+        let origin = flight.get("origin").and_then(Value::as_str).ok_or_else(|| {
+            TransformError::new(format!("record at offset {offset}: field `origin` is missing or not a string"))
+        })?;
+        let dep_delay = match flight.get("dep_delay") {
+            None | Some(Value::Null) => None,
+            Some(n) => Some(n.as_f64().filter(|f| f.fract() == 0.0).ok_or_else(|| {
+                TransformError::new(format!("record at offset {offset}: `dep_delay` is not a whole number: {n}"))
+            })? as i64),
+        };
+        Ok(Flight { origin: Cow::Owned(origin.to_owned()), dep_delay })
+    }
 }
 
 /// One (origin, hour)'s sums.
@@ -72,17 +114,7 @@ impl Transform for FlightsHourly {
     }
 
     fn process(&mut self, record: &Record, out: &mut Emitter) -> Result<(), TransformError> {
-        let flight: Value = record.value_json()?;
-        let offset = record.offset();
-        let origin = flight.get("origin").and_then(Value::as_str).ok_or_else(|| {
-            TransformError::new(format!("record at offset {offset}: field `origin` is missing or not a string"))
-        })?;
-        let dep_delay = match flight.get("dep_delay") {
-            None | Some(Value::Null) => None,
-            Some(n) => Some(n.as_f64().filter(|f| f.fract() == 0.0).ok_or_else(|| {
-                TransformError::new(format!("record at offset {offset}: `dep_delay` is not a whole number: {n}"))
-            })? as i64),
-        };
+        let Flight { origin, dep_delay } = Flight::read(record)?;
         self.hours.add(origin.as_bytes(), record, out, |hour: &mut Hour| {
             hour.flights += 1;
             if let Some(delay) = dep_delay {
@@ -167,5 +199,20 @@ mod tests {
         assert_eq!((values[1]["origin"].as_str(), values[1]["mean_dep_delay"].as_f64()), (Some("JFK"), Some(-3.0)));
         assert_eq!(out[0].timestamp(), Some(t0 + HOUR_MS - 1));
         assert_eq!(rfc3339(-1000), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn bad_flights_fail_with_their_offset() {
+        let mut h = Harness::<FlightsHourly>::new(&[]).unwrap();
+        for (bad, message) in [
+            (r#"{"dep_delay":1}"#, "record at offset 4: field `origin` is missing or not a string"),
+            (r#"["EWR",1]"#, "record at offset 4: field `origin` is missing or not a string"),
+            (r#"{"origin":"EWR","dep_delay":1.5}"#, "record at offset 4: `dep_delay` is not a whole number: 1.5"),
+        ] {
+            let error = h.process(vec![Record::new(None::<&str>, Some(bad)).with_offset(4)]).unwrap_err();
+            assert_eq!((error.message(), error.offset()), (message, Some(4)));
+        }
+        let whole = Record::new(None::<&str>, Some(r#"{"origin":"E\u0057R","dep_delay":12.0}"#));
+        assert!(h.process(vec![whole]).is_ok());
     }
 }
