@@ -191,7 +191,11 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
         verdict.records_in as f64 / elapsed.as_secs_f64()
     );
     assert!(read >= rows.len(), "only {read} outputs; log tail:\n{}", &log[log.len().saturating_sub(5000)..]);
-    assert!(status.success(), "the final run stops cleanly ({status}); log tail:\n{}", &log[log.len().saturating_sub(8000)..]);
+    assert!(
+        status.success(),
+        "the final run stops cleanly ({status}); log tail:\n{}",
+        &log[log.len().saturating_sub(8000)..]
+    );
     assert!(verdict.is_exactly_once(), "{verdict:?}");
     assert!(wiped >= kills / 3 && restores >= wiped, "every deleted state directory was restored: {restores} restores");
 }

@@ -14,7 +14,7 @@ use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
 use crate::checkpoint::restore;
 use crate::checkpoint::savepoint::{self, Savepoint};
-use crate::config::{Guarantee, OffsetReset, PipelineConfig, StartPosition, TransformConfig};
+use crate::config::{Guarantee, OffsetReset, PipelineConfig, SinkConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
 use crate::kafka::{
     Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, Membership, ProducerSlot,
@@ -149,6 +149,60 @@ fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
     }
 }
 
+/// Where a task's output goes: the open epoch's producer slot and the sink's topics; a worker
+/// sends its tasks' output itself.
+#[derive(Clone)]
+struct Out {
+    slot: Arc<ProducerSlot>,
+    sink: Arc<SinkConfig>,
+    metrics: Arc<PipelineMetrics>,
+}
+
+impl Out {
+    /// Sends a task's output and dead letters; `input.last_timestamp` applies to outputs
+    /// without one. `input` is what made them (no records for timers), for the task's metrics.
+    /// Returns the output's key and value bytes.
+    fn send(
+        &self,
+        task: &Task,
+        outputs: &[OutputRecord],
+        dead_letters: &[DeadLetter],
+        input: &Input,
+    ) -> Result<u64, PipelineError> {
+        let mut output_bytes = 0;
+        for output in outputs {
+            let topic = match &output.output {
+                Some(name) => &self.sink.outputs[name],
+                None => &self.sink.topic,
+            };
+            self.slot
+                .send(topic, output, input.last_timestamp)
+                .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+            output_bytes += record_bytes(&output.key, &output.value);
+        }
+        if let Some(topic) = &self.sink.dead_letter_topic {
+            for dead_letter in dead_letters {
+                self.slot
+                    .send(topic, &dead_letter.to_output(task.max_record()), None)
+                    .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+            }
+        }
+        for dead_letter in dead_letters {
+            self.metrics.guest_error(&dead_letter.error);
+        }
+        task.metrics().batch(&BatchFigures {
+            records_in: input.records,
+            bytes_in: input.bytes,
+            records_out: outputs.len() as u64,
+            bytes_out: output_bytes,
+            dead_letters: dead_letters.len() as u64,
+            duration: input.took,
+        });
+        task.metrics().position(task.next_offset());
+        Ok(output_bytes)
+    }
+}
+
 /// What a task's output was made from, for its metrics.
 struct Input {
     /// Input records (none for fired timers) and their key and value bytes.
@@ -191,7 +245,9 @@ struct Runner<'a> {
     changelog: Changelog,
     reader: ChangelogReader,
     source: Source,
-    slots: Vec<ProducerSlot>,
+    slots: Vec<Arc<ProducerSlot>>,
+    /// `config.sink`, shared with the workers.
+    sink: Arc<SinkConfig>,
     tasks: Vec<Task>,
     task_index: HashMap<(String, i32), usize>,
     /// The worker threads, and the one each task runs on while assigned.
@@ -289,7 +345,8 @@ impl<'a> Runner<'a> {
             changelog,
             reader,
             source,
-            slots,
+            slots: slots.into_iter().map(Arc::new).collect(),
+            sink: Arc::new(config.sink.clone()),
             tasks: Vec::new(),
             task_index: HashMap::new(),
             workers,
@@ -311,7 +368,10 @@ impl<'a> Runner<'a> {
             // Not joining: closing a consumer whose join is in flight waits for the group.
             tracing::info!("shutdown requested during start-up");
         } else {
-            runner.source.subscribe(&config.source.topics).map_err(PipelineError::kafka("subscribing to source.topics"))?;
+            runner
+                .source
+                .subscribe(&config.source.topics)
+                .map_err(PipelineError::kafka("subscribing to source.topics"))?;
         }
         Ok(runner)
     }
@@ -610,15 +670,16 @@ impl<'a> Runner<'a> {
     }
 
     /// Runs a round of batches (per task index, in order) through their tasks, each task on its
-    /// worker thread, then sends the outputs to the epoch's slot task by task, in index order:
-    /// what a task writes, and in which order, does not depend on the number of workers.
+    /// worker thread, which also sends the task's output to the epoch's slot: a task's output,
+    /// and its order, do not depend on the number of workers.
     fn process(&mut self, mut batches: Vec<Vec<Vec<InputRecord>>>) -> Result<(), PipelineError> {
         for batch in batches.iter_mut().flatten() {
             self.tables.join(batch);
         }
-        let work = batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).collect();
-        let results = self.on_workers(work, |task, batches| {
-            let mut processed = Vec::with_capacity(batches.len());
+        let out = self.out();
+        let work = batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).map(|(i, b)| (i, (b, out.clone())));
+        let results = self.on_workers(work.collect(), |task, (batches, out)| {
+            let (mut records, mut output_bytes) = (0, 0);
             for batch in batches {
                 let started = Instant::now();
                 let input = Input {
@@ -628,15 +689,16 @@ impl<'a> Runner<'a> {
                     took: Duration::ZERO,
                 };
                 let (outputs, dead_letters) = task.process(batch)?;
-                processed.push((outputs, dead_letters, Input { took: started.elapsed(), ..input }));
+                let input = Input { took: started.elapsed(), ..input };
+                output_bytes += out.send(task, &outputs, &dead_letters, &input)?;
+                records += input.records;
             }
-            Ok::<_, PipelineError>(processed)
+            Ok::<_, PipelineError>((records, output_bytes))
         });
-        for (index, result) in results {
-            for (outputs, dead_letters, input) in result? {
-                self.send(index, &outputs, &dead_letters, &input)?;
-                self.epoch.records += input.records;
-            }
+        for (_, result) in results {
+            let (records, output_bytes) = result?;
+            self.epoch.records += records;
+            self.epoch.output_bytes += output_bytes;
         }
         Ok(())
     }
@@ -697,70 +759,31 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        let work = (0..self.tasks.len()).map(|index| (index, now_ms)).collect();
-        let fired = self.on_workers(work, |task, now_ms| {
+        let out = self.out();
+        let work = (0..self.tasks.len()).map(|index| (index, (now_ms, out.clone()))).collect();
+        let fired = self.on_workers(work, |task, (now_ms, out)| {
             let started = Instant::now();
-            let fired = task.fire_timers(now_ms)?;
-            Ok::<_, PipelineError>(fired.map(|emitted| (emitted, started.elapsed())))
+            let Some((outputs, dead_letters)) = task.fire_timers(now_ms)? else { return Ok(None) };
+            let input = Input { records: 0, bytes: 0, last_timestamp: None, took: started.elapsed() };
+            out.send(task, &outputs, &dead_letters, &input).map(Some)
         });
-        for (index, fired) in fired {
-            if let Some(((outputs, dead_letters), took)) = fired? {
-                let input = Input { records: 0, bytes: 0, last_timestamp: None, took };
-                self.send(index, &outputs, &dead_letters, &input)?;
+        for (_, fired) in fired {
+            if let Some(output_bytes) = fired? {
+                self.epoch.output_bytes += output_bytes;
                 self.epoch.timer_rounds += 1;
             }
         }
         Ok(())
     }
 
-    /// Sends a task's output and dead letters to the epoch's slot; `input.last_timestamp`
-    /// applies to outputs without one. `input` is what made them (no records for timers), for
-    /// the task's metrics.
-    fn send(
-        &mut self,
-        index: usize,
-        outputs: &[OutputRecord],
-        dead_letters: &[DeadLetter],
-        input: &Input,
-    ) -> Result<(), PipelineError> {
-        let slot = self.slot();
-        let sink = &self.config.sink;
-        let mut output_bytes = 0;
-        for output in outputs {
-            let topic = match &output.output {
-                Some(name) => &sink.outputs[name],
-                None => &sink.topic,
-            };
-            slot.send(topic, output, input.last_timestamp)
-                .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
-            output_bytes += record_bytes(&output.key, &output.value);
-        }
-        if let Some(topic) = &sink.dead_letter_topic {
-            for dead_letter in dead_letters {
-                slot.send(topic, &dead_letter.to_output(self.tasks[index].max_record()), None)
-                    .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
-            }
-        }
-        self.epoch.output_bytes += output_bytes;
-        for dead_letter in dead_letters {
-            self.metrics.guest_error(&dead_letter.error);
-        }
-        let task = &self.tasks[index];
-        task.metrics().batch(&BatchFigures {
-            records_in: input.records,
-            bytes_in: input.bytes,
-            records_out: outputs.len() as u64,
-            bytes_out: output_bytes,
-            dead_letters: dead_letters.len() as u64,
-            duration: input.took,
-        });
-        task.metrics().position(task.next_offset());
-        Ok(())
+    /// Where the open epoch's output goes, for the workers.
+    fn out(&self) -> Out {
+        Out { slot: self.slot().clone(), sink: self.sink.clone(), metrics: self.metrics.clone() }
     }
 
     /// The producer the open epoch writes through: slot N mod k (the only one when not
     /// transactional).
-    fn slot(&self) -> &ProducerSlot {
+    fn slot(&self) -> &Arc<ProducerSlot> {
         &self.slots[self.epoch.id.0 as usize % self.slots.len()]
     }
 

@@ -1,7 +1,8 @@
 //! Worker threads (`[runtime] workers`): each runs the tasks placed on it, so a task's operator
 //! instances are only ever called from one thread while the task is assigned. The runner's
-//! thread polls, produces and checkpoints; it hands the workers a round of work at a time and
-//! waits for the round (a barrier is such a round, so it reaches every thread).
+//! thread polls and checkpoints; it hands the workers a round of work at a time (they send their
+//! tasks' output themselves) and waits for the round (a barrier is such a round, so it reaches
+//! every thread).
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
