@@ -141,35 +141,30 @@ pub fn table(results: &Path, baseline: &str, baseline2: &str) -> anyhow::Result<
             show(med(name, "run", "checkpoint_p99_ms"), 1),
         );
     }
-    let recovered: Vec<&str> = names.iter().copied().filter(|n| reps(n, "recovery") > 0).collect();
-    if !recovered.is_empty() {
-        println!();
-        println!(
-            "| recovery (SIGKILL mid-run, restart) | runs | records before kill | restart → first new committed output, s |"
-        );
-        println!("|---|---:|---:|---:|");
-        for name in recovered {
-            println!(
-                "| {name} | {} | {} | {} |",
-                reps(name, "recovery"),
-                show(med(name, "recovery", "records_before_kill"), 0),
-                show(med(name, "recovery", "recovery_s"), 2),
-            );
+    // The kill runs: one table per kind, with the seconds each one measures.
+    let kills = [
+        ("recovery", "recovery (SIGKILL mid-run, restart)", "restart → first new committed output", "recovery_s"),
+        (
+            "rebalance",
+            "rebalance (two processes, one SIGKILLed mid-run)",
+            "kill → every partition's output again",
+            "rebalance_s",
+        ),
+    ];
+    for (kind, title, measure, field) in kills {
+        let measured: Vec<&str> = names.iter().copied().filter(|n| reps(n, kind) > 0).collect();
+        if measured.is_empty() {
+            continue;
         }
-    }
-    let rebalanced: Vec<&str> = names.iter().copied().filter(|n| reps(n, "rebalance") > 0).collect();
-    if !rebalanced.is_empty() {
         println!();
-        println!(
-            "| rebalance (two processes, one SIGKILLed mid-run) | runs | records before kill | kill → every partition's output again, s |"
-        );
+        println!("| {title} | runs | records before kill | {measure}, s |");
         println!("|---|---:|---:|---:|");
-        for name in rebalanced {
+        for name in measured {
             println!(
                 "| {name} | {} | {} | {} |",
-                reps(name, "rebalance"),
-                show(med(name, "rebalance", "records_before_kill"), 0),
-                show(med(name, "rebalance", "rebalance_s"), 2),
+                reps(name, kind),
+                show(med(name, kind, "records_before_kill"), 0),
+                show(med(name, kind, field), 2),
             );
         }
     }
