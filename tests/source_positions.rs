@@ -193,3 +193,33 @@ async fn lag_reaches_zero_on_a_transactional_input() {
     reader.drain(Duration::from_secs(1));
     assert_eq!(distinct_values(&reader), values("committed", 0..50).into_iter().collect());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_assignment_kept_from_another_topic_makes_the_process_rejoin() {
+    // Two pipelines share a consumer group id, one after the other, as the same static member
+    // within its session (5 minutes): the group hands the second its predecessor's assignment,
+    // of a topic it does not read, without a rebalance (KIP-345).
+    let group = weir_tests::unique_name("weir-shared-group");
+    let mut spec = Spec::new("passthrough");
+    spec.source.push_str(&format!("\ngroup_id = \"{group}\"\n[source.consumer]\n\"session.timeout.ms\" = \"300000\""));
+    let first = TestPipeline::new("weir-kept-a", &spec);
+    let second = TestPipeline::new("weir-kept-b", &spec);
+    for (pipeline, prefix) in [(&first, "a"), (&second, "b")] {
+        create_topic(&pipeline.source, 2).await;
+        for partition in 0..2 {
+            produce_to(&pipeline.source, partition, &values(&format!("{prefix}-p{partition}"), 0..5));
+        }
+    }
+    let mut reader = Reader::new(&first.sink, 2, Isolation::ReadCommitted);
+    run_to_completion(&first, &mut reader, 10, &[]);
+    let mut reader = Reader::new(&second.sink, 2, Isolation::ReadCommitted);
+    run_to_completion(&second, &mut reader, 10, &[]);
+    reader.drain(Duration::from_secs(1));
+    let values = distinct_values(&reader);
+    assert!(values.iter().all(|v| v.starts_with("b-")) && values.len() == 10, "{values:?}");
+    assert!(
+        second.log_text().contains("assigned partitions of topics this pipeline does not read"),
+        "the second pipeline was handed the first one's partitions and rejoined; log:\n{}",
+        second.log_text()
+    );
+}

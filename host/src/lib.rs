@@ -16,6 +16,7 @@ pub mod http;
 pub mod kafka;
 pub mod metrics;
 pub mod pipeline;
+pub mod server;
 pub mod state;
 pub mod table;
 pub mod time;

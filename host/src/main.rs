@@ -20,6 +20,8 @@ fn main() -> ExitCode {
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()))
         // The dashboard's recent log lines (`weir run --metrics`).
         .with(weir::metrics::RecentLog::global())
+        // Each pipeline's own lines (`weir serve`'s logs route).
+        .with(weir::metrics::PipelineLog::global())
         .init();
     match cli::run(args) {
         Ok(code) => code,

@@ -2,9 +2,11 @@
 
 mod bytes;
 mod consume;
+mod hosting;
 mod produce;
 mod run;
 mod savepoint;
+mod serve;
 mod status;
 mod transform;
 mod txn;
@@ -39,6 +41,33 @@ enum Command {
     /// List or abort a dead pipeline's open Kafka transactions.
     #[command(subcommand)]
     Txn(txn::TxnCommand),
+    /// Host many tenants' transforms and pipelines behind an HTTP API (see docs/hosting.md).
+    Serve(serve::ServeArgs),
+    /// Deploy a pipeline file to a `weir serve`, uploading the components it names.
+    Deploy(hosting::DeployArgs),
+    /// List, show, stop, start or delete your pipelines on a `weir serve`.
+    Pipelines {
+        #[command(subcommand)]
+        command: hosting::PipelinesCommand,
+        #[command(flatten)]
+        server: hosting::ServerArgs,
+    },
+    /// Print a pipeline's log lines from a `weir serve`.
+    Logs(hosting::LogsArgs),
+    /// Upload, list or delete your transforms on a `weir serve`.
+    Transforms {
+        #[command(subcommand)]
+        command: hosting::TransformsCommand,
+        #[command(flatten)]
+        server: hosting::ServerArgs,
+    },
+    /// Create, list, re-key or delete tenants of a `weir serve` (admin token).
+    Tenants {
+        #[command(subcommand)]
+        command: hosting::TenantsCommand,
+        #[command(flatten)]
+        server: hosting::ServerArgs,
+    },
 }
 
 /// Runs the parsed command line.
@@ -51,5 +80,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Txn(command) => txn::execute(command),
         Command::Produce(args) => produce::execute(args),
         Command::Consume(args) => consume::execute(args),
+        Command::Serve(args) => serve::execute(args),
+        Command::Deploy(args) => hosting::deploy(args),
+        Command::Pipelines { command, server } => hosting::pipelines(command, &server),
+        Command::Logs(args) => hosting::logs(args),
+        Command::Transforms { command, server } => hosting::transforms(command, &server),
+        Command::Tenants { command, server } => hosting::tenants(command, &server),
     }
 }

@@ -79,6 +79,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         from_savepoint,
         metrics,
         instance: args.instance,
+        max_identical_failures: None,
     };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)

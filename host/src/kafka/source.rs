@@ -255,6 +255,18 @@ impl Source {
         self.consumer.incremental_unassign(&partition_list(tasks))
     }
 
+    /// Takes `tasks` without reading them (assigned, then paused): acknowledges an assignment
+    /// that the runner gives back at once with [`Source::rejoin`], which revokes it.
+    ///
+    /// # Errors
+    /// When librdkafka refuses.
+    pub fn hold(&self, tasks: &[TaskId]) -> Result<(), KafkaError> {
+        self.applied();
+        let list = partition_list(tasks);
+        self.consumer.incremental_assign(&list)?;
+        self.consumer.pause(&list)
+    }
+
     /// The taken event is being applied.
     fn applied(&self) {
         *self.consumer.context().unapplied.lock().unwrap_or_else(|e| e.into_inner()) = None;

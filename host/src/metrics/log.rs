@@ -1,12 +1,15 @@
 //! The process's recent log lines, kept for the dashboard by a `tracing` layer.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write;
 use std::sync::{Mutex, OnceLock};
 
+use serde::Serialize;
 use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::registry::LookupSpan;
 
 use super::pipeline::lock;
 
@@ -43,12 +46,92 @@ impl RecentLog {
 
 impl<S: Subscriber> Layer<S> for &'static RecentLog {
     fn on_event(&self, event: &Event<'_>, _context: Context<'_, S>) {
+        self.push(format_line(event, &mut Line::default()));
+    }
+}
+
+/// `<hh:mm:ss.mmm UTC> <LEVEL> <message> key=value ...`, with `line` the event's fields.
+fn format_line(event: &Event<'_>, line: &mut Line) -> String {
+    event.record(line);
+    let time = super::pipeline::now_ms();
+    let (seconds, millis) = (time / 1000, time % 1000);
+    let clock = format!("{:02}:{:02}:{:02}.{millis:03}", seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
+    format!("{clock} {:>5} {}{}", event.metadata().level(), line.message, line.fields)
+}
+
+/// How many lines are kept per pipeline by [`PipelineLog`].
+pub const PIPELINE_LINES: usize = 1000;
+
+/// One line of a pipeline's log, numbered from 1 in the order they were logged.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct NumberedLine {
+    /// Its number; ask for lines after it to follow the log.
+    pub seq: u64,
+    /// The line, as in the process's log.
+    pub line: String,
+}
+
+/// A `tracing` layer that keeps the last [`PIPELINE_LINES`] lines of each pipeline: events with
+/// a `pipeline` field, or inside a span that has one (`weir serve` runs each pipeline, and its
+/// worker threads, in such a span, so guest log lines count too). Bounded per pipeline; guest
+/// lines are rate-limited where they enter the host.
+#[derive(Debug, Default)]
+pub struct PipelineLog {
+    pipelines: Mutex<HashMap<String, (u64, VecDeque<NumberedLine>)>>,
+}
+
+/// The `pipeline` field of a span, kept in its extensions.
+struct SpanPipeline(String);
+
+impl PipelineLog {
+    /// The process's one per-pipeline log.
+    pub fn global() -> &'static PipelineLog {
+        static LOG: OnceLock<PipelineLog> = OnceLock::new();
+        LOG.get_or_init(PipelineLog::default)
+    }
+
+    /// The kept lines of `pipeline` numbered above `after`, oldest first.
+    pub fn after(&self, pipeline: &str, after: u64) -> Vec<NumberedLine> {
+        lock(&self.pipelines)
+            .get(pipeline)
+            .map(|(_, lines)| lines.iter().filter(|l| l.seq > after).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Drops the lines of `pipeline` (deleted).
+    pub fn forget(&self, pipeline: &str) {
+        lock(&self.pipelines).remove(pipeline);
+    }
+
+    fn push(&self, pipeline: String, line: String) {
+        let mut pipelines = lock(&self.pipelines);
+        let (last, lines) = pipelines.entry(pipeline).or_default();
+        if lines.len() == PIPELINE_LINES {
+            lines.pop_front();
+        }
+        *last += 1;
+        lines.push_back(NumberedLine { seq: *last, line });
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for &'static PipelineLog {
+    fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
         let mut line = Line::default();
-        event.record(&mut line);
-        let time = super::pipeline::now_ms();
-        let (seconds, millis) = (time / 1000, time % 1000);
-        let clock = format!("{:02}:{:02}:{:02}.{millis:03}", seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
-        self.push(format!("{clock} {:>5} {}{}", event.metadata().level(), line.message, line.fields));
+        attributes.record(&mut line);
+        if let (Some(pipeline), Some(span)) = (line.pipeline, context.span(id)) {
+            span.extensions_mut().insert(SpanPipeline(pipeline));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, context: Context<'_, S>) {
+        let from_span = || {
+            context.event_scope(event)?.find_map(|span| span.extensions().get::<SpanPipeline>().map(|p| p.0.clone()))
+        };
+        let mut line = Line::default();
+        let text = format_line(event, &mut line);
+        if let Some(pipeline) = from_span().or(line.pipeline) {
+            self.push(pipeline, text);
+        }
     }
 }
 
@@ -57,10 +140,15 @@ impl<S: Subscriber> Layer<S> for &'static RecentLog {
 struct Line {
     message: String,
     fields: String,
+    /// The `pipeline` field's value, when there is one.
+    pipeline: Option<String>,
 }
 
 impl Visit for Line {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "pipeline" {
+            self.pipeline = Some(format!("{value:?}"));
+        }
         if field.name() == "message" {
             let _ = write!(self.message, "{value:?}");
         } else {
@@ -69,6 +157,9 @@ impl Visit for Line {
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "pipeline" {
+            self.pipeline = Some(value.to_owned());
+        }
         if field.name() == "message" {
             self.message.push_str(value);
         } else {

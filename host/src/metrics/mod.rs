@@ -8,7 +8,8 @@
 //! - [`TaskMetrics`], [`OperatorMetrics`]: handles looked up once per task, so that the record
 //!   path only adds to atomic counters (no label lookup per record or batch).
 //! - The sampler ([`start_sampler`]): once a second, lag per partition and a history sample.
-//! - [`RecentLog`]: a `tracing` layer keeping the last log lines.
+//! - [`RecentLog`]: a `tracing` layer keeping the last log lines; [`PipelineLog`]: the same per
+//!   pipeline (`weir serve`'s `GET /v1/pipelines/{name}/logs`).
 //!
 //! # Names
 //! Prometheus conventions: `weir_<what>_<unit>`, `_total` for counters, seconds and bytes.
@@ -31,7 +32,7 @@ mod task;
 mod view;
 
 pub use history::{HISTORY_SAMPLES, Sample};
-pub use log::{RECENT_LINES, RecentLog};
+pub use log::{NumberedLine, PIPELINE_LINES, PipelineLog, RECENT_LINES, RecentLog};
 pub use pipeline::{CheckpointFigures, PipelineMetrics, PipelineState};
 pub use registry::Metrics;
 pub use sampler::{SAMPLE_INTERVAL, start_sampler};

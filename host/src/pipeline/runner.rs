@@ -53,6 +53,10 @@ pub struct RunOptions {
     /// `group.instance.id`, its transactional ids `<prefix>-<instance>-<slot>` and its state
     /// directory `<state.dir>/<instance>`.
     pub instance: Option<String>,
+    /// Give up (return the error) after this many consecutive retriable failures with the same
+    /// message, instead of recovering for ever; `None` retries for ever (`weir run`), `weir
+    /// serve` sets its `max_identical_failures`.
+    pub max_identical_failures: Option<u32>,
 }
 
 /// The instance id of a process started without `--instance`: the host name (from
@@ -111,6 +115,7 @@ pub fn run(
         .collect::<Result<_, PipelineError>>()
         .inspect_err(|error| metrics.failed(error, false))?;
     let mut backoff = Duration::from_secs(1);
+    let mut repeated: Option<(String, u32)> = None;
     loop {
         let attempt = Instant::now();
         metrics.set_state(PipelineState::Starting);
@@ -125,7 +130,11 @@ pub fn run(
                 metrics.set_state(PipelineState::Stopped);
                 return Ok(());
             }
-            Err(error) if error.is_retriable() && !shutdown.load(Ordering::Relaxed) => {
+            Err(error)
+                if error.is_retriable()
+                    && !shutdown.load(Ordering::Relaxed)
+                    && !gives_up(&mut repeated, &error, options) =>
+            {
                 metrics.failed(&error, true);
                 if attempt.elapsed() > MAX_BACKOFF {
                     backoff = Duration::from_secs(1);
@@ -140,6 +149,22 @@ pub fn run(
             }
         }
     }
+}
+
+/// Counts `error` in `repeated` (its message and how many times in a row) and tells whether it
+/// reached `options.max_identical_failures`.
+fn gives_up(repeated: &mut Option<(String, u32)>, error: &PipelineError, options: &RunOptions) -> bool {
+    let message = error.to_string();
+    let count = match repeated.take() {
+        Some((last, count)) if last == message => count + 1,
+        _ => 1,
+    };
+    *repeated = Some((message, count));
+    let give_up = options.max_identical_failures.is_some_and(|max| count >= max);
+    if give_up {
+        tracing::error!(%error, failures = count, "the pipeline failed the same way {count} times in a row; giving up");
+    }
+    give_up
 }
 
 fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
@@ -508,6 +533,24 @@ impl<'a> Runner<'a> {
 
     /// Recovers the tasks of `assigned`, creates them, and starts reading their partitions.
     fn assign(&mut self, assigned: Vec<TaskId>) -> Result<(), PipelineError> {
+        // A static member that comes back within `session.timeout.ms` gets its old assignment
+        // without a rebalance (KIP-345), also when the pipeline's `source.topics` changed
+        // meanwhile (or another pipeline used the group id): only a new join reassigns.
+        let foreign: Vec<String> = assigned
+            .iter()
+            .filter(|t| !self.config.source.topics.contains(&t.topic))
+            .map(ToString::to_string)
+            .collect();
+        if !foreign.is_empty() {
+            tracing::warn!(partitions = ?foreign, "the consumer group assigned partitions of topics this pipeline does not read (an assignment kept from before source.topics changed); rejoining the group so that it assigns anew");
+            // The assignment is taken (paused: nothing is read) so that librdkafka's rebalance
+            // completes and the unsubscribe revokes it and leaves the group.
+            self.source.hold(&assigned).map_err(PipelineError::kafka("acknowledging an assignment"))?;
+            return self
+                .source
+                .rejoin(&self.config.source.topics)
+                .map_err(PipelineError::kafka("rejoining the consumer group"));
+        }
         let assigned: Vec<TaskId> =
             assigned.into_iter().filter(|t| !self.task_index.contains_key(&index_key(t))).collect();
         if assigned.is_empty() {

@@ -25,7 +25,11 @@ impl Workers {
         let mut threads = Vec::new();
         for n in 0..count.max(1) {
             let (jobs, inbox) = mpsc::channel::<Job>();
+            // The starting thread's span (`weir serve` names the pipeline in it) covers the
+            // workers' log lines too.
+            let span = tracing::Span::current();
             threads.push(std::thread::Builder::new().name(format!("weir-worker-{n}")).spawn(move || {
+                let _span = span.enter();
                 for job in inbox {
                     job();
                 }

@@ -48,7 +48,7 @@ pub enum ContractError {
 /// # Errors
 /// [`ContractError::NotWasm`], [`ContractError::CoreModule`] or
 /// [`ContractError::UnknownVersion`].
-pub(crate) fn check_header(bytes: &[u8]) -> Result<(), ContractError> {
+pub fn check_header(bytes: &[u8]) -> Result<(), ContractError> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(ContractError::NotWasm);
     }

@@ -33,7 +33,7 @@ pub use bindings::current::weir::transform::log::Level;
 pub use bindings::current::weir::transform::types::{
     Header, InputRecord, OutputRecord, TimeDomain, Timer, TransformError,
 };
-pub use check::{ComponentDescription, ContractError, describe_component};
+pub use check::{ComponentDescription, ContractError, check_header, describe_component};
 pub use component::TransformComponent;
 pub use engine::{EngineConfig, WasmEngine};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};

@@ -1,0 +1,294 @@
+//! The client of `weir serve`, like `rpk transform`: `weir deploy`, `weir pipelines …`,
+//! `weir logs`, `weir transforms …` and, for the admin, `weir tenants …`. The server comes from
+//! `--server` / `$WEIR_SERVER`, the token from `$WEIR_TOKEN` (a tenant's, or the admin's for
+//! `weir tenants`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+/// Where the server is and who is asking.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// The server's base URL.
+    #[arg(long, env = "WEIR_SERVER", default_value = "http://127.0.0.1:7070")]
+    server: String,
+    /// The bearer token (a tenant's; the admin's for `weir tenants`).
+    #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Create a tenant and print its token (shown once).
+    Create {
+        /// 1 to 63 of a-z 0-9 -.
+        name: String,
+        /// Every topic of the tenant's pipelines starts with it, e.g. `acme.`.
+        #[arg(long)]
+        topic_prefix: String,
+        /// Pipelines it may have (default: the server's `[tenant_defaults]`).
+        #[arg(long)]
+        max_pipelines: Option<u32>,
+        /// Largest `memory_limit_mb` of an operator.
+        #[arg(long)]
+        max_memory_mb: Option<u64>,
+        /// Largest `deadline_ms` of a guest call.
+        #[arg(long)]
+        max_deadline_ms: Option<u64>,
+    },
+    /// List tenants.
+    Ls,
+    /// Replace a tenant's token and print the new one (the old one stops working).
+    RotateToken { name: String },
+    /// Revoke a tenant's token.
+    RevokeToken { name: String },
+    /// Delete a tenant (refused while it has pipelines).
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TransformsCommand {
+    /// Upload a component as the transform's next version.
+    Push { name: String, wasm: PathBuf },
+    /// List your transforms.
+    Ls,
+    /// Show a transform's versions (hash, size, contract, imports, exports).
+    Show { name: String },
+    /// Delete a transform (refused while a pipeline uses it).
+    Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PipelinesCommand {
+    /// List your pipelines and their state.
+    Ls,
+    /// Show a pipeline: spec, state, last error, lag, last checkpoint.
+    Show { name: String },
+    /// Stop a pipeline after committing its open epoch.
+    Stop { name: String },
+    /// Start a stopped or failed pipeline.
+    Start { name: String },
+    /// Stop and delete a pipeline.
+    Rm { name: String },
+}
+
+/// `weir deploy <pipeline.toml>`.
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// A pipeline file without the keys the server owns; each `[[transforms]]` names a local
+    /// `wasm` file (uploaded unless the server has those bytes already) or an uploaded
+    /// `transform`.
+    pipeline: PathBuf,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// `weir logs <pipeline> [-f]`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The pipeline.
+    name: String,
+    /// Keep printing new lines until interrupted.
+    #[arg(short, long)]
+    follow: bool,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+struct Client {
+    agent: ureq::Agent,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    fn new(args: &ServerArgs) -> anyhow::Result<Self> {
+        let token = args.token.clone().context("no token: set WEIR_TOKEN (or pass --token)")?;
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(300)))
+            .build()
+            .into();
+        Ok(Self { agent, base: args.server.trim_end_matches('/').to_owned(), token })
+    }
+
+    /// Sends `method path` with an optional body (content type, bytes); returns the JSON answer
+    /// (`null` for 204), or the server's error message.
+    fn call(&self, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> anyhow::Result<Value> {
+        let url = format!("{}/v1{path}", self.base);
+        let auth = format!("Bearer {}", self.token);
+        let sent = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call(),
+            ("DELETE", _) => self.agent.delete(&url).header("Authorization", &auth).call(),
+            (method, body) => {
+                let (content_type, bytes) = body.unwrap_or(("application/json", Vec::new()));
+                let request = if method == "PUT" { self.agent.put(&url) } else { self.agent.post(&url) };
+                request.header("Authorization", &auth).header("Content-Type", content_type).send(&bytes[..])
+            }
+        };
+        let mut response =
+            sent.with_context(|| format!("cannot reach the server at {} (--server, WEIR_SERVER)", self.base))?;
+        let status = response.status();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        if status.is_success() {
+            return Ok(if text.is_empty() { Value::Null } else { serde_json::from_str(&text)? });
+        }
+        let error: Value = serde_json::from_str(&text).unwrap_or_else(|_| json!({ "message": text }));
+        anyhow::bail!(
+            "{} (HTTP {}, {})",
+            error["message"].as_str().unwrap_or("?"),
+            status.as_u16(),
+            error["code"].as_str().unwrap_or("?")
+        )
+    }
+}
+
+fn print(value: &Value) -> anyhow::Result<ExitCode> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn tenants(command: TenantsCommand, server: &ServerArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(server)?;
+    match command {
+        TenantsCommand::Create { name, topic_prefix, max_pipelines, max_memory_mb, max_deadline_ms } => {
+            let mut request = json!({ "name": name, "topic_prefix": topic_prefix });
+            if max_pipelines.is_some() || max_memory_mb.is_some() || max_deadline_ms.is_some() {
+                let mut quotas = serde_json::Map::new();
+                for (key, value) in [
+                    ("max_pipelines", max_pipelines.map(u64::from)),
+                    ("max_memory_mb", max_memory_mb),
+                    ("max_deadline_ms", max_deadline_ms),
+                ] {
+                    if let Some(value) = value {
+                        quotas.insert(key.into(), value.into());
+                    }
+                }
+                request["quotas"] = Value::Object(quotas);
+            }
+            print(&client.call("POST", "/tenants", Some(("application/json", serde_json::to_vec(&request)?)))?)
+        }
+        TenantsCommand::Ls => {
+            for tenant in client.call("GET", "/tenants", None)?.as_array().into_iter().flatten() {
+                println!(
+                    "{}\tprefix {}\t{} pipelines\ttoken {}",
+                    tenant["name"].as_str().unwrap_or("?"),
+                    tenant["topic_prefix"].as_str().unwrap_or("?"),
+                    tenant["pipelines"],
+                    if tenant["token_active"] == true { "active" } else { "revoked" }
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        TenantsCommand::RotateToken { name } => print(&client.call("POST", &format!("/tenants/{name}/token"), None)?),
+        TenantsCommand::RevokeToken { name } => {
+            print(&client.call("DELETE", &format!("/tenants/{name}/token"), None)?)
+        }
+        TenantsCommand::Rm { name } => print(&client.call("DELETE", &format!("/tenants/{name}"), None)?),
+    }
+}
+
+pub fn transforms(command: TransformsCommand, server: &ServerArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(server)?;
+    match command {
+        TransformsCommand::Push { name, wasm } => print(&push(&client, &name, &wasm)?),
+        TransformsCommand::Ls => {
+            for transform in client.call("GET", "/transforms", None)?.as_array().into_iter().flatten() {
+                let latest = transform["versions"].as_array().and_then(|v| v.last()).cloned().unwrap_or_default();
+                println!(
+                    "{}\tversion {}\t{} bytes\t{}",
+                    transform["name"].as_str().unwrap_or("?"),
+                    latest["version"],
+                    latest["size"],
+                    latest["sha256"].as_str().unwrap_or("?")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        TransformsCommand::Show { name } => print(&client.call("GET", &format!("/transforms/{name}"), None)?),
+        TransformsCommand::Rm { name } => print(&client.call("DELETE", &format!("/transforms/{name}"), None)?),
+    }
+}
+
+/// Uploads `wasm` as transform `name`, unless a version with the same bytes exists; returns
+/// that version.
+fn push(client: &Client, name: &str, wasm: &Path) -> anyhow::Result<Value> {
+    let bytes = std::fs::read(wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
+    let sha256 = weir::server::auth::hash_bytes(&bytes);
+    if let Ok(existing) = client.call("GET", &format!("/transforms/{name}"), None)
+        && let Some(version) =
+            existing["versions"].as_array().into_iter().flatten().find(|v| v["sha256"] == sha256.as_str())
+    {
+        return Ok(version.clone());
+    }
+    client
+        .call("PUT", &format!("/transforms/{name}"), Some(("application/wasm", bytes)))
+        .with_context(|| format!("uploading {}", wasm.display()))
+}
+
+pub fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.server)?;
+    let text =
+        std::fs::read_to_string(&args.pipeline).with_context(|| format!("cannot read {}", args.pipeline.display()))?;
+    let mut spec: toml::Table = text.parse().with_context(|| format!("{} is not TOML", args.pipeline.display()))?;
+    let name =
+        spec.get("name").and_then(toml::Value::as_str).map(str::to_owned).context("the pipeline file has no `name`")?;
+    let base = args.pipeline.parent().unwrap_or(Path::new("."));
+    for transform in spec.get_mut("transforms").and_then(toml::Value::as_array_mut).into_iter().flatten() {
+        let Some(table) = transform.as_table_mut() else { continue };
+        let Some(wasm) = table.remove("wasm") else { continue };
+        let path = base.join(wasm.as_str().context("`wasm` must be a path")?);
+        let transform_name = path.file_stem().and_then(|s| s.to_str()).context("`wasm` has no file name")?.to_owned();
+        let version = push(&client, &transform_name, &path)?;
+        eprintln!("{}: transform {transform_name} version {}", path.display(), version["version"]);
+        table.insert("transform".into(), toml::Value::String(transform_name));
+        table.insert(
+            "version".into(),
+            toml::Value::Integer(version["version"].as_i64().context("no version in the answer")?),
+        );
+    }
+    let body = serde_json::to_vec(&spec)?;
+    print(&client.call("PUT", &format!("/pipelines/{name}"), Some(("application/json", body)))?)
+}
+
+pub fn pipelines(command: PipelinesCommand, server: &ServerArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(server)?;
+    match command {
+        PipelinesCommand::Ls => {
+            for pipeline in client.call("GET", "/pipelines", None)?.as_array().into_iter().flatten() {
+                println!(
+                    "{}\t{}\t{}",
+                    pipeline["name"].as_str().unwrap_or("?"),
+                    pipeline["state"].as_str().unwrap_or("?"),
+                    pipeline["last_error"].as_str().unwrap_or("")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PipelinesCommand::Show { name } => print(&client.call("GET", &format!("/pipelines/{name}"), None)?),
+        PipelinesCommand::Stop { name } => print(&client.call("POST", &format!("/pipelines/{name}/stop"), None)?),
+        PipelinesCommand::Start { name } => print(&client.call("POST", &format!("/pipelines/{name}/start"), None)?),
+        PipelinesCommand::Rm { name } => print(&client.call("DELETE", &format!("/pipelines/{name}"), None)?),
+    }
+}
+
+pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.server)?;
+    let mut after = 0;
+    loop {
+        let wait = if args.follow { 10_000 } else { 0 };
+        let lines = client.call("GET", &format!("/pipelines/{}/logs?after={after}&wait_ms={wait}", args.name), None)?;
+        for line in lines.as_array().into_iter().flatten() {
+            println!("{}", line["line"].as_str().unwrap_or_default());
+            after = line["seq"].as_u64().unwrap_or(after);
+        }
+        if !args.follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}

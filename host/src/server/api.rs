@@ -1,0 +1,355 @@
+//! The HTTP API under `/v1` (JSON; errors `{code, message, field?}`), its OpenAPI description at
+//! `GET /v1/openapi.json` (generated from these handlers by utoipa), and the metrics and
+//! dashboard of [`crate::http`] at `/metrics` and `/`.
+//!
+//! Every `/v1` route but the description checks the bearer token: a missing or wrong one gets
+//! 401, a tenant on an admin route 403, another tenant's object 404 (tenants only ever see
+//! their own).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{IntoParams, Modify, OpenApi};
+
+use super::error::ErrorBody;
+use super::registry::{Desired, Transform};
+use super::{ApiError, Caller, NewTenant, PipelineStatus, Server, TenantView, TokenView, Uploaded};
+use crate::metrics::{Metrics, NumberedLine};
+
+/// The routes over `server` (see the module's documentation), with bodies up to the server's
+/// `max_upload_mb`.
+pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
+    let limit = server.config().max_upload_bytes;
+    let v1 = Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/tenants", get(list_tenants).post(create_tenant))
+        .route("/tenants/{tenant}", axum::routing::delete(delete_tenant))
+        .route("/tenants/{tenant}/token", post(rotate_token).delete(revoke_token))
+        .route("/transforms", get(list_transforms))
+        // Uploads read their body themselves, capped at max_upload_mb (`read_capped`).
+        .route(
+            "/transforms/{name}",
+            put(upload_transform).layer(DefaultBodyLimit::disable()).get(show_transform).delete(delete_transform),
+        )
+        .route("/pipelines", get(list_pipelines))
+        .route("/pipelines/{name}", put(deploy_pipeline).get(show_pipeline).delete(delete_pipeline))
+        .route("/pipelines/{name}/stop", post(stop_pipeline))
+        .route("/pipelines/{name}/start", post(start_pipeline))
+        .route("/pipelines/{name}/logs", get(pipeline_logs))
+        .fallback(|| async { ApiError::not_found("no such route: see GET /v1/openapi.json") })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(server);
+    Router::new().nest("/v1", v1).merge(crate::http::router(metrics))
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Weir hosting API", description = "Tenants upload transforms (WebAssembly components) and deploy exactly-once Kafka pipelines."),
+    paths(
+        create_tenant, list_tenants, delete_tenant, rotate_token, revoke_token,
+        upload_transform, list_transforms, show_transform, delete_transform,
+        deploy_pipeline, list_pipelines, show_pipeline, stop_pipeline, start_pipeline, delete_pipeline, pipeline_logs,
+    ),
+    components(schemas(ErrorBody, NewTenant, TenantView, TokenView, Uploaded, Transform, PipelineStatus, NumberedLine, Desired)),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+)]
+struct ApiDoc;
+
+/// Declares the bearer scheme every route but the description uses.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI 3.1 description of this API.
+pub fn openapi_json() -> String {
+    ApiDoc::openapi().to_pretty_json().expect("this is a bug in Weir: the OpenAPI description does not serialise")
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], openapi_json()).into_response()
+}
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+async fn caller(server: &Server, headers: &HeaderMap) -> Result<Caller> {
+    server.authenticate(headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())).await
+}
+
+async fn admin(server: &Server, headers: &HeaderMap) -> Result<()> {
+    match caller(server, headers).await? {
+        Caller::Admin => Ok(()),
+        Caller::Tenant(_) => Err(ApiError::forbidden("this route needs the admin token")),
+    }
+}
+
+async fn tenant(server: &Server, headers: &HeaderMap) -> Result<String> {
+    match caller(server, headers).await? {
+        Caller::Tenant(tenant) => Ok(tenant),
+        Caller::Admin => {
+            Err(ApiError::forbidden("this route needs a tenant's token: transforms and pipelines belong to tenants"))
+        }
+    }
+}
+
+/// Create a tenant; answers its token, once.
+#[utoipa::path(post, path = "/v1/tenants", request_body = NewTenant,
+    responses((status = 201, body = TokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn create_tenant(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<TokenView>)> {
+    admin(&server, &headers).await?;
+    let request: NewTenant = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body))
+        .map_err(|e| ApiError::invalid(e.path().to_string(), format!("`{}`: {}", e.path(), e.inner())))?;
+    Ok((StatusCode::CREATED, Json(server.create_tenant(request).await?)))
+}
+
+/// List tenants.
+#[utoipa::path(get, path = "/v1/tenants", responses((status = 200, body = [TenantView]), (status = 401, body = ErrorBody)))]
+async fn list_tenants(State(server): State<Arc<Server>>, headers: HeaderMap) -> Result<Json<Vec<TenantView>>> {
+    admin(&server, &headers).await?;
+    Ok(Json(server.tenants().await))
+}
+
+/// Delete a tenant (refused while it has pipelines) and its transforms.
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}", params(("tenant" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn delete_tenant(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    admin(&server, &headers).await?;
+    server.delete_tenant(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Replace a tenant's token; answers the new one, once. The old one stops working at once.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/token", params(("tenant" = String, Path)),
+    responses((status = 200, body = TokenView), (status = 404, body = ErrorBody)))]
+async fn rotate_token(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<TokenView>> {
+    admin(&server, &headers).await?;
+    let token = server.replace_token(&name, true).await?;
+    token.map(Json).ok_or_else(|| ApiError::internal("no token was made"))
+}
+
+/// Revoke a tenant's token; its pipelines keep running.
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/token", params(("tenant" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+async fn revoke_token(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    admin(&server, &headers).await?;
+    server.replace_token(&name, false).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Upload a component (the body's bytes) as the transform's next version: validated and
+/// compiled before the answer.
+#[utoipa::path(put, path = "/v1/transforms/{name}", params(("name" = String, Path)),
+    request_body(content = Vec<u8>, content_type = "application/wasm"),
+    responses((status = 201, body = Uploaded), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn upload_transform(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<(StatusCode, Json<Uploaded>)> {
+    let tenant = tenant(&server, &headers).await?;
+    let bytes = read_capped(body, server.config().max_upload_bytes).await?;
+    Ok((StatusCode::CREATED, Json(server.upload(&tenant, &name, bytes).await?)))
+}
+
+/// Reads a body of at most `cap` bytes. A longer one is read to its end (up to 4 × `cap` more)
+/// and dropped before the 413 answer, so that the client, still sending, reads the answer
+/// instead of a broken pipe.
+async fn read_capped(body: Body, cap: usize) -> Result<Vec<u8>> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::invalid("", format!("the body could not be read: {e}")))?;
+        total += chunk.len();
+        if total <= cap {
+            bytes.extend_from_slice(&chunk);
+        } else if total > cap.saturating_mul(5) {
+            break;
+        }
+    }
+    if total > cap {
+        return Err(ApiError::too_large(format!(
+            "the component is {}{total} bytes, above the server's limit of {cap} (max_upload_mb)",
+            if total > cap.saturating_mul(5) { "over " } else { "" }
+        )));
+    }
+    Ok(bytes)
+}
+
+/// List the tenant's transforms.
+#[utoipa::path(get, path = "/v1/transforms", responses((status = 200, body = [Transform])))]
+async fn list_transforms(State(server): State<Arc<Server>>, headers: HeaderMap) -> Result<Json<Vec<Transform>>> {
+    let tenant = tenant(&server, &headers).await?;
+    Ok(Json(server.transforms(&tenant).await?))
+}
+
+/// Show a transform: each version's hash, size, contract, imports and exports.
+#[utoipa::path(get, path = "/v1/transforms/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = Transform), (status = 404, body = ErrorBody)))]
+async fn show_transform(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Transform>> {
+    let tenant = tenant(&server, &headers).await?;
+    Ok(Json(server.transform(&tenant, &name).await?))
+}
+
+/// Delete a transform and its versions (refused while a pipeline uses it).
+#[utoipa::path(delete, path = "/v1/transforms/{name}", params(("name" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn delete_transform(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    let tenant = tenant(&server, &headers).await?;
+    server.delete_transform(&tenant, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deploy a pipeline (TOML, or JSON with `Content-Type: application/json`) and start it; a
+/// redeploy upgrades it at a checkpoint boundary, keeping its state.
+#[utoipa::path(put, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
+    request_body(content = String, content_type = "application/toml"),
+    responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+async fn deploy_pipeline(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<PipelineStatus>)> {
+    let tenant = tenant(&server, &headers).await?;
+    let json = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("json"));
+    let (status, new) = server.deploy(&tenant, &name, &body, json).await?;
+    Ok((if new { StatusCode::CREATED } else { StatusCode::OK }, Json(status)))
+}
+
+/// List the tenant's pipelines with their state.
+#[utoipa::path(get, path = "/v1/pipelines", responses((status = 200, body = [PipelineStatus])))]
+async fn list_pipelines(State(server): State<Arc<Server>>, headers: HeaderMap) -> Result<Json<Vec<PipelineStatus>>> {
+    let tenant = tenant(&server, &headers).await?;
+    Ok(Json(server.pipelines(&tenant).await?))
+}
+
+/// Show a pipeline: spec, state, last error, records/s, lag per partition, last checkpoint.
+#[utoipa::path(get, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
+    responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
+async fn show_pipeline(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<PipelineStatus>> {
+    let tenant = tenant(&server, &headers).await?;
+    Ok(Json(server.pipeline(&tenant, &name).await?))
+}
+
+/// Stop a pipeline after committing its open epoch; it stays stopped across restarts.
+#[utoipa::path(post, path = "/v1/pipelines/{name}/stop", params(("name" = String, Path)),
+    responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
+async fn stop_pipeline(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<PipelineStatus>> {
+    let tenant = tenant(&server, &headers).await?;
+    Ok(Json(server.set_desired(&tenant, &name, Desired::Stopped).await?))
+}
+
+/// Start a stopped (or failed) pipeline.
+#[utoipa::path(post, path = "/v1/pipelines/{name}/start", params(("name" = String, Path)),
+    responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
+async fn start_pipeline(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<PipelineStatus>> {
+    let tenant = tenant(&server, &headers).await?;
+    Ok(Json(server.set_desired(&tenant, &name, Desired::Running).await?))
+}
+
+/// Stop and delete a pipeline (its output and changelog topics stay).
+#[utoipa::path(delete, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+async fn delete_pipeline(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    let tenant = tenant(&server, &headers).await?;
+    server.delete_pipeline(&tenant, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Which log lines to answer.
+#[derive(Debug, Deserialize, IntoParams)]
+struct LogQuery {
+    /// Lines numbered above this (0: every kept line).
+    #[serde(default)]
+    after: u64,
+    /// Wait up to this many milliseconds (at most 30000) for a line when none is there yet.
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+/// The pipeline's own log lines (host and guest), the last 1000 kept; follow by asking again
+/// with `after` = the last `seq` and a `wait_ms`.
+#[utoipa::path(get, path = "/v1/pipelines/{name}/logs", params(("name" = String, Path), LogQuery),
+    responses((status = 200, body = [NumberedLine]), (status = 404, body = ErrorBody)))]
+async fn pipeline_logs(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(query): Query<LogQuery>,
+) -> Result<Json<Vec<NumberedLine>>> {
+    let tenant = tenant(&server, &headers).await?;
+    Ok(Json(server.logs(&tenant, &name, query.after, Duration::from_millis(query.wait_ms)).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_description_names_every_route() {
+        let description: serde_json::Value = serde_json::from_str(&super::openapi_json()).unwrap();
+        let paths = description["paths"].as_object().unwrap();
+        for path in ["/v1/tenants", "/v1/transforms/{name}", "/v1/pipelines/{name}/logs", "/v1/tenants/{tenant}/token"]
+        {
+            assert!(paths.contains_key(path), "{path} missing from {:?}", paths.keys());
+        }
+        assert!(description["components"]["securitySchemes"]["bearer"].is_object());
+    }
+}

@@ -1,0 +1,198 @@
+//! `serve.toml`: the settings of one `weir serve` node.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::{DEFAULT_DEADLINE, DEFAULT_MEMORY_LIMIT_BYTES, MAX_NAME_LEN};
+
+/// The environment variable holding the admin token (or `admin_token_file`).
+pub const ADMIN_TOKEN_ENV: &str = "WEIR_ADMIN_TOKEN";
+/// Shortest admin token accepted, in bytes.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
+/// Default `max_upload_mb`: the largest component an upload may carry.
+pub const DEFAULT_MAX_UPLOAD_MB: u64 = 32;
+/// Default `compile_timeout_ms`: a cold Python component (20 MB) takes about 40 s here.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default `max_identical_failures`.
+pub const DEFAULT_MAX_IDENTICAL_FAILURES: u32 = 5;
+/// Default registry topic.
+pub const DEFAULT_REGISTRY_TOPIC: &str = "_weir-registry";
+
+/// A parsed `serve.toml`, with defaults filled in and the admin token read.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// `listen`: the HTTP API's address, e.g. `127.0.0.1:7070` (port 0 picks a free one).
+    pub listen: String,
+    /// `brokers`: the Kafka bootstrap servers every pipeline and the registry use.
+    pub brokers: String,
+    /// `data_dir`: components (`components/<sha256>.wasm`), compiled code and pipeline state
+    /// (`state/<tenant>/<pipeline>`); relative to the file's directory. Everything in it can be
+    /// rebuilt from the registry topic and the changelogs.
+    pub data_dir: PathBuf,
+    /// `node_id`: this node's instance id in every pipeline's consumer group (`--instance` of
+    /// `weir run`); default the host name. Keep it across restarts.
+    pub node_id: Option<String>,
+    /// `registry_topic`: the compacted topic holding tenants, token hashes, transforms and
+    /// pipeline specs. Default `_weir-registry`.
+    pub registry_topic: String,
+    /// `max_upload_mb`: largest component accepted, in MiB. Default 32.
+    pub max_upload_bytes: usize,
+    /// `compile_timeout_ms`: an upload whose compilation takes longer is refused. Default 120000.
+    pub compile_timeout: Duration,
+    /// `max_identical_failures`: a pipeline that fails this many times in a row with the same
+    /// error (after back-off) goes to `failed` instead of retrying. Default 5.
+    pub max_identical_failures: u32,
+    /// `[tenant_defaults]`: quotas of a tenant created without its own.
+    pub tenant_defaults: Quotas,
+    /// The admin token: `$WEIR_ADMIN_TOKEN`, else the contents of `admin_token_file` (never
+    /// in the file itself, nor on the command line).
+    pub admin_token: String,
+}
+
+/// A tenant's limits, enforced when it deploys a pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    /// Pipelines the tenant may have (running or stopped). Default 10.
+    #[serde(default = "default_max_pipelines")]
+    pub max_pipelines: u32,
+    /// Largest `memory_limit_mb` of one operator instance, in MiB; also the default of a
+    /// transform that sets none (when below Weir's 64). Default 64.
+    #[serde(default = "default_max_memory_mb")]
+    pub max_memory_mb: u64,
+    /// Largest `deadline_ms` of one guest call, in milliseconds; also the default of a transform
+    /// that sets none (when below Weir's 1000). Default 1000.
+    #[serde(default = "default_max_deadline_ms")]
+    pub max_deadline_ms: u64,
+}
+
+fn default_max_pipelines() -> u32 {
+    10
+}
+fn default_max_memory_mb() -> u64 {
+    (DEFAULT_MEMORY_LIMIT_BYTES >> 20) as u64
+}
+fn default_max_deadline_ms() -> u64 {
+    DEFAULT_DEADLINE.as_millis() as u64
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            max_pipelines: default_max_pipelines(),
+            max_memory_mb: default_max_memory_mb(),
+            max_deadline_ms: default_max_deadline_ms(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeFile {
+    listen: String,
+    brokers: String,
+    data_dir: PathBuf,
+    node_id: Option<String>,
+    registry_topic: Option<String>,
+    admin_token_file: Option<PathBuf>,
+    max_upload_mb: Option<u64>,
+    compile_timeout_ms: Option<u64>,
+    max_identical_failures: Option<u32>,
+    #[serde(default)]
+    tenant_defaults: Quotas,
+}
+
+impl ServeConfig {
+    /// Reads `serve.toml` at `path`; the admin token from `$WEIR_ADMIN_TOKEN` or
+    /// `admin_token_file`.
+    ///
+    /// # Errors
+    /// The file cannot be read, is not TOML of this shape (the message names the key), or no
+    /// admin token of at least [`MIN_ADMIN_TOKEN_LEN`] bytes is given.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read the server configuration {}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_toml_str(&text, base, std::env::var(ADMIN_TOKEN_ENV).ok())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Parses `text` (relative paths against `base`), with `env_token` the value of
+    /// `$WEIR_ADMIN_TOKEN`.
+    ///
+    /// # Errors
+    /// As [`ServeConfig::from_file`].
+    pub fn from_toml_str(text: &str, base: &Path, env_token: Option<String>) -> anyhow::Result<Self> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let file: ServeFile = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            anyhow::anyhow!("`{path}`: {}", e.into_inner().message())
+        })?;
+        let admin_token = match (env_token.filter(|t| !t.is_empty()), &file.admin_token_file) {
+            (Some(token), _) => token,
+            (None, Some(file_path)) => {
+                let at = base.join(file_path);
+                std::fs::read_to_string(&at)
+                    .map_err(|e| anyhow::anyhow!("`admin_token_file`: cannot read {}: {e}", at.display()))?
+                    .trim()
+                    .to_owned()
+            }
+            (None, None) => anyhow::bail!("no admin token: set {ADMIN_TOKEN_ENV} or `admin_token_file`"),
+        };
+        if admin_token.len() < MIN_ADMIN_TOKEN_LEN {
+            anyhow::bail!("the admin token is shorter than {MIN_ADMIN_TOKEN_LEN} bytes: use a long random one");
+        }
+        if let Some(node_id) = &file.node_id {
+            crate::pipeline::check_instance(node_id).map_err(|why| anyhow::anyhow!("`node_id`: {why}"))?;
+        }
+        let registry_topic = file.registry_topic.unwrap_or_else(|| DEFAULT_REGISTRY_TOPIC.into());
+        if registry_topic.is_empty() || registry_topic.len() > MAX_NAME_LEN {
+            anyhow::bail!("`registry_topic`: must be a Kafka topic name");
+        }
+        let max_upload_mb = file.max_upload_mb.unwrap_or(DEFAULT_MAX_UPLOAD_MB);
+        if !(1..=1024).contains(&max_upload_mb) {
+            anyhow::bail!("`max_upload_mb`: must be 1 to 1024, got {max_upload_mb}");
+        }
+        Ok(Self {
+            listen: file.listen,
+            brokers: file.brokers,
+            data_dir: base.join(file.data_dir),
+            node_id: file.node_id,
+            registry_topic,
+            max_upload_bytes: (max_upload_mb as usize) << 20,
+            compile_timeout: file.compile_timeout_ms.map_or(DEFAULT_COMPILE_TIMEOUT, Duration::from_millis),
+            max_identical_failures: file.max_identical_failures.unwrap_or(DEFAULT_MAX_IDENTICAL_FAILURES).max(1),
+            tenant_defaults: file.tenant_defaults,
+            admin_token,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "listen = \"127.0.0.1:0\"\nbrokers = \"b:9092\"\ndata_dir = \"data\"\n";
+
+    #[test]
+    fn defaults_and_relative_data_dir() {
+        let config = ServeConfig::from_toml_str(MINIMAL, Path::new("/srv"), Some("0123456789abcdef".into())).unwrap();
+        assert_eq!(config.data_dir, Path::new("/srv/data"));
+        assert_eq!(config.max_upload_bytes, 32 << 20);
+        assert_eq!(config.tenant_defaults, Quotas::default());
+        assert_eq!(config.registry_topic, DEFAULT_REGISTRY_TOPIC);
+    }
+
+    #[test]
+    fn refuses_missing_or_short_tokens_and_unknown_keys() {
+        let error = ServeConfig::from_toml_str(MINIMAL, Path::new("/"), None).unwrap_err();
+        assert!(error.to_string().contains(ADMIN_TOKEN_ENV), "{error}");
+        let error = ServeConfig::from_toml_str(MINIMAL, Path::new("/"), Some("short".into())).unwrap_err();
+        assert!(error.to_string().contains("shorter"), "{error}");
+        let text = format!("{MINIMAL}[tenant_defaults]\nmax_pipelinez = 3\n");
+        let error = ServeConfig::from_toml_str(&text, Path::new("/"), Some("0123456789abcdef".into())).unwrap_err();
+        assert!(error.to_string().contains("tenant_defaults.max_pipelinez"), "{error}");
+    }
+}

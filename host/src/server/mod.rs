@@ -1,0 +1,717 @@
+//! `weir serve`: multi-tenant hosting. Tenants upload transforms and deploy pipelines over an
+//! HTTP JSON API; the server runs the pipelines with the same runner as `weir run`.
+//!
+//! - [`config`] reads `serve.toml`.
+//! - [`auth`]: bearer tokens (admin; tenants' random tokens, stored as SHA-256).
+//! - [`registry`] and [`store`]: tenants, transforms and pipeline specs, in memory and in a
+//!   compacted Kafka topic (so a restart, or another node, sees them).
+//! - [`spec`]: a tenant's pipeline spec → a pipeline configuration (server-owned keys, topic
+//!   prefix, quotas).
+//! - [`supervisor`]: one thread per running pipeline.
+//! - [`api`]: the routes and their OpenAPI description; [`Server`] does the work behind them.
+//!
+//! Data flows one way: request → [`api`] → [`Server`] → registry/store, supervisor → pipeline.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod registry;
+pub mod spec;
+pub mod store;
+pub mod supervisor;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, MutexGuard, Semaphore};
+use utoipa::ToSchema;
+
+pub use config::{Quotas, ServeConfig};
+pub use error::ApiError;
+
+use crate::metrics::{Metrics, NumberedLine, PipelineLog, PipelineState};
+use crate::wasm::{EngineConfig, WasmEngine};
+use registry::{Desired, Pipeline, Registry, Tenant, TenantEntry, Transform, TransformVersion, component_path};
+use store::Store;
+use supervisor::Supervisor;
+
+/// Longest tenant name; tenant names are `a-z 0-9 -` (no dot: see [`spec::qualified_name`]).
+pub const MAX_TENANT_LEN: usize = 63;
+/// Longest transform or pipeline name; they are `A-Z a-z 0-9 _ -`.
+pub const MAX_OBJECT_LEN: usize = 100;
+/// Longest a logs request waits for a new line.
+pub const MAX_LOG_WAIT: Duration = Duration::from_secs(30);
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The holder of the admin token.
+    Admin,
+    /// The holder of tenant `0`'s token.
+    Tenant(String),
+}
+
+/// `POST /v1/tenants`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    /// 1 to 63 of `a-z 0-9 -`.
+    pub name: String,
+    /// Every topic of the tenant's pipelines starts with it, e.g. `acme.`; 1 to 100 topic-name
+    /// characters, not starting with `_`, and no prefix of another tenant's (nor the reverse).
+    pub topic_prefix: String,
+    /// The tenant's limits; the server's `[tenant_defaults]` when missing.
+    pub quotas: Option<Quotas>,
+}
+
+/// A tenant as the admin sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantView {
+    /// Its name.
+    pub name: String,
+    /// Its topic prefix.
+    pub topic_prefix: String,
+    /// Its limits.
+    pub quotas: Quotas,
+    /// How many pipelines it has.
+    pub pipelines: usize,
+    /// Whether it has a token (false once revoked).
+    pub token_active: bool,
+}
+
+/// A new tenant token: shown once, never again (only its hash is kept).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    /// The tenant.
+    pub tenant: String,
+    /// `weir_<tenant>_<random>`: send as `Authorization: Bearer <token>`.
+    pub token: String,
+}
+
+/// A pipeline as its tenant sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PipelineStatus {
+    /// Its name.
+    pub name: String,
+    /// Whether it should run.
+    pub desired: Desired,
+    /// `starting`, `running`, `recovering`, `failed` or `stopped`.
+    pub state: String,
+    /// The spec as deployed, each transform's version pinned.
+    #[schema(value_type = Object)]
+    pub spec: toml::Table,
+    /// The last failure's message, also after recovery healed it.
+    pub last_error: Option<String>,
+    /// Source records per second over the last second sampled.
+    pub records_per_second: Option<f64>,
+    /// The live figures: records, lag per partition, last checkpoint (docs/observability.md's
+    /// pipeline object, without the history); `null` before the first start on this node.
+    #[schema(value_type = Object)]
+    pub metrics: Option<crate::metrics::PipelineView>,
+}
+
+/// A transform version just uploaded.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Uploaded {
+    /// The transform.
+    pub name: String,
+    /// The new version.
+    #[serde(flatten)]
+    pub version: TransformVersion,
+}
+
+/// The server: its configuration, engine, registry and running pipelines.
+pub struct Server {
+    config: ServeConfig,
+    engine: Arc<WasmEngine>,
+    store: Store,
+    registry: Mutex<Registry>,
+    supervisor: Arc<Supervisor>,
+    /// One compilation at a time: a hostile upload cannot take every core.
+    compiling: Arc<Semaphore>,
+    components: PathBuf,
+}
+
+impl Server {
+    /// Opens the registry topic, rebuilds the registry from it (writing components to
+    /// `data_dir`), and starts every pipeline whose desired state is running.
+    ///
+    /// # Errors
+    /// When the engine cannot be built, the broker cannot be reached, or the registry topic does
+    /// not parse.
+    pub async fn open(config: ServeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Self>> {
+        let engine = Arc::new(WasmEngine::new(&EngineConfig { cache_dir: Some(config.data_dir.join("compiled")) })?);
+        let (store, values) = Store::open(&config.brokers, &config.registry_topic).await?;
+        let components = config.data_dir.join("components");
+        let registry = Registry::load(&values, &components)?;
+        let supervisor =
+            Arc::new(Supervisor::new(engine.clone(), metrics, config.node_id.clone(), config.max_identical_failures));
+        let server = Arc::new(Self {
+            config,
+            engine,
+            store,
+            registry: Mutex::new(registry),
+            supervisor,
+            compiling: Arc::new(Semaphore::new(1)),
+            components,
+        });
+        let registry = server.registry.lock().await;
+        for entry in registry.tenants.values() {
+            for pipeline in entry.pipelines.values().filter(|p| p.desired == Desired::Running) {
+                match spec::resolve(pipeline.spec.clone(), entry, &pipeline.name, &server.config) {
+                    Ok((_, run)) => server.supervisor.start(run)?,
+                    Err(error) => tracing::error!(
+                        tenant = %entry.tenant.name, pipeline = %pipeline.name, field = %error.field, error = %error.message,
+                        "cannot resume the pipeline"
+                    ),
+                }
+            }
+        }
+        drop(registry);
+        Ok(server)
+    }
+
+    /// The server's configuration.
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    /// Stops every pipeline, each committing its open epoch.
+    pub fn shutdown(&self) {
+        self.supervisor.stop_all();
+    }
+
+    /// Who sends `authorization` (the `Authorization` header's value).
+    ///
+    /// # Errors
+    /// [`ApiError::unauthorized`] for a missing, malformed, unknown or revoked token.
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Caller, ApiError> {
+        let token = authorization.and_then(auth::bearer).ok_or_else(ApiError::unauthorized)?;
+        if auth::matches(token, &auth::hash(&self.config.admin_token)) {
+            return Ok(Caller::Admin);
+        }
+        let tenant = auth::claimed_tenant(token).ok_or_else(ApiError::unauthorized)?;
+        let registry = self.registry.lock().await;
+        let stored = registry.tenants.get(tenant).and_then(|e| e.tenant.token_sha256.as_deref());
+        match stored {
+            Some(stored) if auth::matches(token, stored) => Ok(Caller::Tenant(tenant.to_owned())),
+            _ => Err(ApiError::unauthorized()),
+        }
+    }
+
+    // --- tenants (admin) ---
+
+    /// Creates a tenant and returns its first token.
+    ///
+    /// # Errors
+    /// 400 naming `name` or `topic_prefix`; 409 when the tenant exists; 503 when the registry
+    /// topic cannot be written.
+    pub async fn create_tenant(&self, request: NewTenant) -> Result<TokenView, ApiError> {
+        check_tenant_name(&request.name)?;
+        check_prefix(&request.topic_prefix)?;
+        let mut registry = self.registry.lock().await;
+        if registry.tenants.contains_key(&request.name) {
+            return Err(ApiError::conflict(format!("tenant {:?} exists", request.name)));
+        }
+        if let Some(other) = registry.tenants.values().find(|e| {
+            e.tenant.topic_prefix.starts_with(&request.topic_prefix)
+                || request.topic_prefix.starts_with(&e.tenant.topic_prefix)
+        }) {
+            return Err(ApiError::invalid(
+                "topic_prefix",
+                format!(
+                    "`topic_prefix`: {:?} overlaps tenant {}'s prefix {:?}: each tenant's topics must be its own",
+                    request.topic_prefix, other.tenant.name, other.tenant.topic_prefix
+                ),
+            ));
+        }
+        let (token, hash) = auth::new_token(&request.name).map_err(ApiError::internal)?;
+        let tenant = Tenant {
+            name: request.name.clone(),
+            id: uuid::Uuid::new_v4().simple().to_string()[..12].to_owned(),
+            topic_prefix: request.topic_prefix,
+            quotas: request.quotas.unwrap_or(self.config.tenant_defaults),
+            token_sha256: Some(hash),
+        };
+        self.put_tenant(&tenant).await?;
+        registry.tenants.insert(
+            tenant.name.clone(),
+            TenantEntry { tenant, transforms: Default::default(), pipelines: Default::default() },
+        );
+        tracing::info!(tenant = %request.name, "tenant created");
+        Ok(TokenView { tenant: request.name, token })
+    }
+
+    /// Every tenant.
+    pub async fn tenants(&self) -> Vec<TenantView> {
+        let registry = self.registry.lock().await;
+        registry
+            .tenants
+            .values()
+            .map(|e| TenantView {
+                name: e.tenant.name.clone(),
+                topic_prefix: e.tenant.topic_prefix.clone(),
+                quotas: e.tenant.quotas,
+                pipelines: e.pipelines.len(),
+                token_active: e.tenant.token_sha256.is_some(),
+            })
+            .collect()
+    }
+
+    /// Replaces a tenant's token (`rotate`: returns the new one) or removes it (`revoke`).
+    ///
+    /// # Errors
+    /// 404 for an unknown tenant; 503 when the registry topic cannot be written.
+    pub async fn replace_token(&self, tenant: &str, rotate: bool) -> Result<Option<TokenView>, ApiError> {
+        let mut registry = self.registry.lock().await;
+        let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
+        let mut updated = entry.tenant.clone();
+        let token = if rotate {
+            let (token, hash) = auth::new_token(tenant).map_err(ApiError::internal)?;
+            updated.token_sha256 = Some(hash);
+            Some(TokenView { tenant: tenant.to_owned(), token })
+        } else {
+            updated.token_sha256 = None;
+            None
+        };
+        self.put_tenant(&updated).await?;
+        entry.tenant = updated;
+        tracing::info!(tenant, rotate, "tenant token replaced");
+        Ok(token)
+    }
+
+    /// Deletes a tenant and its transforms.
+    ///
+    /// # Errors
+    /// 404 for an unknown tenant; 409 while it has pipelines; 503 when the registry topic
+    /// cannot be written.
+    pub async fn delete_tenant(&self, tenant: &str) -> Result<(), ApiError> {
+        let mut registry = self.registry.lock().await;
+        let entry = registry.tenants.get(tenant).ok_or_else(|| no_tenant(tenant))?;
+        if !entry.pipelines.is_empty() {
+            let names: Vec<&str> = entry.pipelines.keys().map(String::as_str).collect();
+            return Err(ApiError::conflict(format!(
+                "tenant {tenant} still has pipelines {names:?}: delete them first"
+            )));
+        }
+        let transforms: Vec<String> = entry.transforms.keys().cloned().collect();
+        for name in transforms {
+            self.remove_transform(&mut registry, tenant, &name).await?;
+        }
+        self.store.put(&Registry::tenant_key(tenant), None).await.map_err(ApiError::unavailable)?;
+        registry.tenants.remove(tenant);
+        tracing::info!(tenant, "tenant deleted");
+        Ok(())
+    }
+
+    async fn put_tenant(&self, tenant: &Tenant) -> Result<(), ApiError> {
+        let value = serde_json::to_vec(tenant).map_err(ApiError::internal)?;
+        self.store.put(&Registry::tenant_key(&tenant.name), Some(&value)).await.map_err(ApiError::unavailable)
+    }
+
+    // --- transforms ---
+
+    /// Validates and compiles `bytes` (as `weir transform check` does) within
+    /// `compile_timeout_ms`, stores it content-addressed and adds it as the transform's next
+    /// version.
+    ///
+    /// # Errors
+    /// 400 for a bad name; 413 above `max_upload_mb`; 422 for bytes that are not a Weir
+    /// component or do not compile in time; 503 when the registry topic cannot be written.
+    pub async fn upload(&self, tenant: &str, name: &str, bytes: Vec<u8>) -> Result<Uploaded, ApiError> {
+        check_object_name("transform", name)?;
+        if bytes.len() > self.config.max_upload_bytes {
+            return Err(ApiError::too_large(format!(
+                "the component is {} bytes, above the server's limit of {} (max_upload_mb)",
+                bytes.len(),
+                self.config.max_upload_bytes
+            )));
+        }
+        crate::wasm::check_header(&bytes).map_err(|e| ApiError::unusable(format!("not a Weir transform: {e}")))?;
+        let sha256 = auth::hash_bytes(&bytes);
+        let description = self.compile(&sha256, &bytes).await?;
+        let mut registry = self.registry.lock().await;
+        let stored_before = registry.uses_blob(&sha256);
+        let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
+        let mut transform = entry
+            .transforms
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Transform { name: name.to_owned(), versions: vec![] });
+        let version = TransformVersion {
+            version: transform.versions.last().map_or(1, |v| v.version + 1),
+            sha256: sha256.clone(),
+            size: bytes.len() as u64,
+            contract: description.contract.clone(),
+            imports: description.imports.clone(),
+            exports: description.exports.clone(),
+            uploaded_at_ms: now_ms(),
+        };
+        transform.versions.push(version.clone());
+        if !stored_before {
+            self.store.put_blob(&sha256, &bytes).await.map_err(ApiError::unavailable)?;
+        }
+        let value = serde_json::to_vec(&transform).map_err(ApiError::internal)?;
+        self.store.put(&Registry::transform_key(tenant, name), Some(&value)).await.map_err(ApiError::unavailable)?;
+        entry.transforms.insert(name.to_owned(), transform);
+        tracing::info!(tenant, transform = name, version = version.version, %sha256, "transform uploaded");
+        Ok(Uploaded { name: name.to_owned(), version })
+    }
+
+    /// Writes the component to the content-addressed store and compiles it on a thread of its
+    /// own, waiting at most `compile_timeout_ms` (the thread finishes anyway, holding the one
+    /// compilation permit, so hostile uploads queue instead of piling up).
+    async fn compile(&self, sha256: &str, bytes: &[u8]) -> Result<crate::wasm::ComponentDescription, ApiError> {
+        let path = component_path(&self.components, sha256);
+        let existed = path.exists();
+        if !existed {
+            registry::write_atomically(&path, bytes).map_err(ApiError::internal)?;
+        }
+        let permit = self.compiling.clone().acquire_owned().await.map_err(ApiError::internal)?;
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let (engine, at) = (self.engine.clone(), path.clone());
+        std::thread::Builder::new()
+            .name("weir-compile".into())
+            .spawn(move || {
+                let loaded = engine.load(&at).map(|component| component.description().clone());
+                drop(permit);
+                let _ = done.send(loaded);
+            })
+            .map_err(ApiError::internal)?;
+        let timeout = self.config.compile_timeout;
+        let refused = |message: String| {
+            if !existed {
+                let _ = std::fs::remove_file(&path);
+            }
+            ApiError::unusable(message)
+        };
+        match tokio::time::timeout(timeout, outcome).await {
+            Ok(Ok(Ok(description))) => Ok(description),
+            Ok(Ok(Err(error))) => {
+                // The server's own path means nothing to the tenant.
+                let message = error.to_string().replace(&path.display().to_string(), "the component");
+                Err(refused(format!("not a usable Weir transform: {message}")))
+            }
+            Ok(Err(_)) => Err(ApiError::internal("the compilation thread ended without an answer")),
+            Err(_) => Err(refused(format!(
+                "the component did not compile within {} ms (the server's compile_timeout_ms)",
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// The tenant's transforms.
+    ///
+    /// # Errors
+    /// 404 for an unknown tenant.
+    pub async fn transforms(&self, tenant: &str) -> Result<Vec<Transform>, ApiError> {
+        let registry = self.registry.lock().await;
+        Ok(entry(&registry, tenant)?.transforms.values().cloned().collect())
+    }
+
+    /// One transform with its versions.
+    ///
+    /// # Errors
+    /// 404 for an unknown transform.
+    pub async fn transform(&self, tenant: &str, name: &str) -> Result<Transform, ApiError> {
+        let registry = self.registry.lock().await;
+        entry(&registry, tenant)?.transforms.get(name).cloned().ok_or_else(|| no_transform(name))
+    }
+
+    /// Deletes a transform and every version.
+    ///
+    /// # Errors
+    /// 404 for an unknown transform; 409 while a pipeline uses it; 503 when the registry topic
+    /// cannot be written.
+    pub async fn delete_transform(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
+        let mut registry = self.registry.lock().await;
+        let entry = entry(&registry, tenant)?;
+        entry.transforms.get(name).ok_or_else(|| no_transform(name))?;
+        let users: Vec<&str> = entry
+            .pipelines
+            .values()
+            .filter(|p| transform_names(&p.spec).any(|t| t == name))
+            .map(|p| p.name.as_str())
+            .collect();
+        if !users.is_empty() {
+            return Err(ApiError::conflict(format!(
+                "transform {name:?} is used by pipelines {users:?}: delete them or deploy them with another transform first"
+            )));
+        }
+        self.remove_transform(&mut registry, tenant, name).await
+    }
+
+    /// Removes a transform from the registry and the topic, with the blobs no one else uses.
+    async fn remove_transform(
+        &self,
+        registry: &mut MutexGuard<'_, Registry>,
+        tenant: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        self.store.put(&Registry::transform_key(tenant, name), None).await.map_err(ApiError::unavailable)?;
+        let removed = registry.tenants.get_mut(tenant).and_then(|e| e.transforms.remove(name));
+        for version in removed.into_iter().flat_map(|t| t.versions) {
+            if !registry.uses_blob(&version.sha256) {
+                let chunks = (version.size as usize).div_ceil(store::CHUNK_BYTES);
+                for index in 0..chunks {
+                    self.store
+                        .put(&store::blob_key(&version.sha256, index), None)
+                        .await
+                        .map_err(ApiError::unavailable)?;
+                }
+                let _ = std::fs::remove_file(component_path(&self.components, &version.sha256));
+            }
+        }
+        tracing::info!(tenant, transform = name, "transform deleted");
+        Ok(())
+    }
+
+    // --- pipelines ---
+
+    /// Deploys (or redeploys: an upgrade, at a checkpoint boundary, keeping state) pipeline
+    /// `name` from `body` (TOML, or JSON when `json`) and starts it. Returns its status and
+    /// whether it is new.
+    ///
+    /// # Errors
+    /// 400 naming the field (see [`spec::resolve`]); 403 `quota` beyond `max_pipelines`; 503
+    /// when the registry topic cannot be written.
+    pub async fn deploy(
+        &self,
+        tenant: &str,
+        name: &str,
+        body: &[u8],
+        json: bool,
+    ) -> Result<(PipelineStatus, bool), ApiError> {
+        check_object_name("pipeline", name)?;
+        let spec = spec::parse_body(body, json)?;
+        let mut registry = self.registry.lock().await;
+        let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
+        let new = !entry.pipelines.contains_key(name);
+        if new && entry.pipelines.len() >= entry.tenant.quotas.max_pipelines as usize {
+            return Err(ApiError::quota(
+                "max_pipelines",
+                format!("tenant {tenant} has {} pipelines, its quota (max_pipelines)", entry.pipelines.len()),
+            ));
+        }
+        let (stored, run) = spec::resolve(spec, entry, name, &self.config)?;
+        let pipeline = Pipeline { name: name.to_owned(), spec: stored, desired: Desired::Running };
+        self.put_pipeline(tenant, &pipeline).await?;
+        entry.pipelines.insert(name.to_owned(), pipeline);
+        drop(registry);
+        self.start_blocking(run).await?;
+        tracing::info!(tenant, pipeline = name, new, "pipeline deployed");
+        Ok((self.pipeline(tenant, name).await?, new))
+    }
+
+    /// Stops (`desired` stopped: commits the open epoch) or starts a deployed pipeline.
+    ///
+    /// # Errors
+    /// 404 for an unknown pipeline; 400 when its spec no longer resolves; 503 when the registry
+    /// topic cannot be written.
+    pub async fn set_desired(&self, tenant: &str, name: &str, desired: Desired) -> Result<PipelineStatus, ApiError> {
+        let mut registry = self.registry.lock().await;
+        let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
+        let mut pipeline = entry.pipelines.get(name).cloned().ok_or_else(|| no_pipeline(name))?;
+        let run = match desired {
+            Desired::Running => Some(spec::resolve(pipeline.spec.clone(), entry, name, &self.config)?.1),
+            Desired::Stopped => None,
+        };
+        pipeline.desired = desired;
+        self.put_pipeline(tenant, &pipeline).await?;
+        entry.pipelines.insert(name.to_owned(), pipeline);
+        drop(registry);
+        match run {
+            Some(run) => self.start_blocking(run).await?,
+            None => self.stop_blocking(spec::qualified_name(tenant, name), false).await?,
+        }
+        self.pipeline(tenant, name).await
+    }
+
+    /// Stops and deletes a pipeline. Its state stays in its changelog topic.
+    ///
+    /// # Errors
+    /// 404 for an unknown pipeline; 503 when the registry topic cannot be written.
+    pub async fn delete_pipeline(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
+        let mut registry = self.registry.lock().await;
+        let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
+        entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
+        self.store.put(&Registry::pipeline_key(tenant, name), None).await.map_err(ApiError::unavailable)?;
+        entry.pipelines.remove(name);
+        drop(registry);
+        self.stop_blocking(spec::qualified_name(tenant, name), true).await?;
+        tracing::info!(tenant, pipeline = name, "pipeline deleted");
+        Ok(())
+    }
+
+    /// A pipeline's spec, state and live figures.
+    ///
+    /// # Errors
+    /// 404 for an unknown pipeline.
+    pub async fn pipeline(&self, tenant: &str, name: &str) -> Result<PipelineStatus, ApiError> {
+        let registry = self.registry.lock().await;
+        let pipeline = entry(&registry, tenant)?.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
+        Ok(self.status(tenant, pipeline))
+    }
+
+    /// The tenant's pipelines.
+    ///
+    /// # Errors
+    /// 404 for an unknown tenant.
+    pub async fn pipelines(&self, tenant: &str) -> Result<Vec<PipelineStatus>, ApiError> {
+        let registry = self.registry.lock().await;
+        Ok(entry(&registry, tenant)?.pipelines.values().map(|p| self.status(tenant, p)).collect())
+    }
+
+    /// A pipeline's log lines numbered above `after`; waits up to `wait` (at most
+    /// [`MAX_LOG_WAIT`]) for one when there is none yet (a follow is a loop of these).
+    ///
+    /// # Errors
+    /// 404 for an unknown pipeline.
+    pub async fn logs(
+        &self,
+        tenant: &str,
+        name: &str,
+        after: u64,
+        wait: Duration,
+    ) -> Result<Vec<NumberedLine>, ApiError> {
+        self.pipeline(tenant, name).await?;
+        let qualified = spec::qualified_name(tenant, name);
+        let until = tokio::time::Instant::now() + wait.min(MAX_LOG_WAIT);
+        loop {
+            let lines = PipelineLog::global().after(&qualified, after);
+            if !lines.is_empty() || tokio::time::Instant::now() >= until {
+                return Ok(lines);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn status(&self, tenant: &str, pipeline: &Pipeline) -> PipelineStatus {
+        let qualified = spec::qualified_name(tenant, &pipeline.name);
+        let live = self.supervisor.metrics().pipelines().into_iter().find(|p| p.name() == qualified).map(|p| p.view());
+        let started = self.supervisor.is_started(&qualified);
+        let state = match (&live, pipeline.desired, started) {
+            (Some(view), _, _) if view.state == PipelineState::Failed => "failed",
+            (_, Desired::Stopped, false) => "stopped",
+            (Some(view), _, _) => view.state.name(),
+            (None, _, _) => "starting",
+        };
+        let records_per_second = live.as_ref().and_then(|v| v.history.last()).map(|s| s.records_in_per_second);
+        let last_error = live.as_ref().and_then(|v| v.last_error.as_ref()).map(|e| e.message.clone());
+        PipelineStatus {
+            name: pipeline.name.clone(),
+            desired: pipeline.desired,
+            state: state.to_owned(),
+            spec: pipeline.spec.clone(),
+            last_error,
+            records_per_second,
+            metrics: live.map(|mut view| {
+                view.history.clear();
+                view
+            }),
+        }
+    }
+
+    async fn put_pipeline(&self, tenant: &str, pipeline: &Pipeline) -> Result<(), ApiError> {
+        let value = serde_json::to_vec(pipeline).map_err(ApiError::internal)?;
+        self.store
+            .put(&Registry::pipeline_key(tenant, &pipeline.name), Some(&value))
+            .await
+            .map_err(ApiError::unavailable)
+    }
+
+    /// Starts `run` (stopping its running predecessor first, which commits its open epoch).
+    async fn start_blocking(&self, run: crate::config::PipelineConfig) -> Result<(), ApiError> {
+        let supervisor = self.supervisor.clone();
+        tokio::task::spawn_blocking(move || supervisor.start(run))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)
+    }
+
+    async fn stop_blocking(&self, qualified: String, remove: bool) -> Result<(), ApiError> {
+        let supervisor = self.supervisor.clone();
+        tokio::task::spawn_blocking(
+            move || if remove { supervisor.remove(&qualified) } else { supervisor.stop(&qualified) },
+        )
+        .await
+        .map_err(ApiError::internal)
+    }
+}
+
+fn entry<'a>(registry: &'a Registry, tenant: &str) -> Result<&'a TenantEntry, ApiError> {
+    registry.tenants.get(tenant).ok_or_else(|| no_tenant(tenant))
+}
+
+/// The `transform` of each `[[transforms]]` table of a stored spec.
+fn transform_names(spec: &toml::Table) -> impl Iterator<Item = &str> {
+    spec.get("transforms")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("transform").and_then(toml::Value::as_str))
+}
+
+fn no_tenant(name: &str) -> ApiError {
+    ApiError::not_found(format!("no tenant {name:?}"))
+}
+
+fn no_transform(name: &str) -> ApiError {
+    ApiError::not_found(format!("no transform {name:?}: upload it with PUT /v1/transforms/{name}"))
+}
+
+fn no_pipeline(name: &str) -> ApiError {
+    ApiError::not_found(format!("no pipeline {name:?}: deploy it with PUT /v1/pipelines/{name}"))
+}
+
+fn check_tenant_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_TENANT_LEN
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "name",
+            format!("`name`: a tenant name is 1 to {MAX_TENANT_LEN} of a-z 0-9 -, got {name:?}"),
+        ))
+    }
+}
+
+fn check_object_name(kind: &str, name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_OBJECT_LEN
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "name",
+            format!("a {kind} name is 1 to {MAX_OBJECT_LEN} of A-Z a-z 0-9 _ -, got {name:?}"),
+        ))
+    }
+}
+
+fn check_prefix(prefix: &str) -> Result<(), ApiError> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= 100
+        && !prefix.starts_with('_')
+        && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "topic_prefix",
+            format!(
+                "`topic_prefix`: 1 to 100 of A-Z a-z 0-9 . _ -, not starting with _ (Kafka's internal topics), got {prefix:?}"
+            ),
+        ))
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,116 @@
+//! Runs each deployed pipeline on a thread of its own, with [`crate::pipeline::run`] as `weir
+//! run` does: the same recovery, checkpoints and exactly-once protocol, one shared engine and
+//! metrics registry. A stop commits the open epoch (a checkpoint boundary), so a pipeline
+//! redeployed with another transform version continues from its state.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::config::PipelineConfig;
+use crate::metrics::{Metrics, PipelineLog};
+use crate::pipeline::{RunOptions, run};
+use crate::wasm::WasmEngine;
+
+/// The running pipelines of this node, by qualified name (`<tenant>.<pipeline>`).
+pub struct Supervisor {
+    engine: Arc<WasmEngine>,
+    metrics: Arc<Metrics>,
+    instance: Option<String>,
+    max_identical_failures: u32,
+    running: Mutex<HashMap<String, Running>>,
+}
+
+struct Running {
+    shutdown: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Supervisor {
+    /// A supervisor running pipelines as instance `instance` of their consumer groups.
+    pub fn new(
+        engine: Arc<WasmEngine>,
+        metrics: Arc<Metrics>,
+        instance: Option<String>,
+        max_identical_failures: u32,
+    ) -> Self {
+        Self { engine, metrics, instance, max_identical_failures, running: Mutex::default() }
+    }
+
+    /// The metrics registry the pipelines report to.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Starts `config` on a new thread, in a `pipeline` span so that its log lines (and its
+    /// worker threads') reach [`PipelineLog`]. A pipeline of that name still running is stopped
+    /// first.
+    ///
+    /// # Errors
+    /// When the operating system refuses a thread.
+    pub fn start(&self, config: PipelineConfig) -> std::io::Result<()> {
+        let name = config.name.clone();
+        self.stop(&name);
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let options = RunOptions {
+            ignore_group_offsets: false,
+            from_savepoint: None,
+            metrics: self.metrics.clone(),
+            instance: self.instance.clone(),
+            max_identical_failures: Some(self.max_identical_failures),
+        };
+        let (engine, flag) = (self.engine.clone(), shutdown.clone());
+        let thread = std::thread::Builder::new().name(format!("weir-{name}")).spawn(move || {
+            let span = tracing::info_span!("pipeline", pipeline = %config.name);
+            let _span = span.enter();
+            tracing::info!("starting");
+            match run(&config, &engine, &options, &flag) {
+                Ok(()) => tracing::info!("stopped"),
+                Err(error) => tracing::error!(%error, "failed; start it again once the cause is fixed"),
+            }
+        })?;
+        self.running().insert(name, Running { shutdown, thread });
+        Ok(())
+    }
+
+    /// Asks pipeline `name` to finish its open epoch and stop, and waits until it has. Blocks:
+    /// call from a blocking thread.
+    pub fn stop(&self, name: &str) {
+        let running = self.running().remove(name);
+        if let Some(running) = running {
+            running.shutdown.store(true, Ordering::Relaxed);
+            if running.thread.join().is_err() {
+                tracing::error!(pipeline = name, "the pipeline's thread panicked");
+            }
+        }
+    }
+
+    /// Stops pipeline `name` and forgets its log lines.
+    pub fn remove(&self, name: &str) {
+        self.stop(name);
+        PipelineLog::global().forget(name);
+    }
+
+    /// Whether pipeline `name` has a thread (running, starting or recovering; a pipeline that
+    /// failed for good or was stopped has none left, or one that is ending).
+    pub fn is_started(&self, name: &str) -> bool {
+        self.running().get(name).is_some_and(|r| !r.thread.is_finished())
+    }
+
+    /// Stops every pipeline (the server is shutting down): all at once, each committing its
+    /// open epoch.
+    pub fn stop_all(&self) {
+        let all: Vec<Running> = self.running().drain().map(|(_, running)| running).collect();
+        for running in &all {
+            running.shutdown.store(true, Ordering::Relaxed);
+        }
+        for running in all {
+            let _ = running.thread.join();
+        }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,395 @@
+//! `weir serve` (issue 15): tenants upload transforms and deploy pipelines over real HTTP on
+//! loopback, against the real broker. Two tenants' flight-delays stay exact through a SIGKILL of
+//! the server and an upgrade; every route refuses missing, bad and foreign tokens; hostile
+//! uploads get a 4xx and the server stays up.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{BaseRecord, Producer};
+use serde_json::{Value, json};
+use weir_tests::flights::verify;
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, keyed, produce, signal, wait_exit};
+use weir_tests::{Isolation, bootstrap, flight_rows, plugin, unique_name, weir_binary};
+
+const ADMIN: &str = "admin-token-for-the-hosting-tests";
+
+/// A `weir serve` process with its own data directory and registry topic.
+struct Serve {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    base: String,
+}
+
+impl Serve {
+    /// Writes `serve.toml` (with `extra` lines) and starts the server.
+    fn start(extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\nbrokers = \"{}\"\ndata_dir = \"data\"\nnode_id = \"node-1\"\nregistry_topic = \"{}\"\n{extra}\n",
+            bootstrap(),
+            unique_name("weir-registry")
+        );
+        std::fs::write(dir.path().join("serve.toml"), text).expect("serve.toml");
+        let mut serve = Self { dir, child: None, base: String::new() };
+        serve.spawn();
+        serve
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("serve.log")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Starts the process (appending to its log) and waits until it serves.
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log");
+        let before = self.log().matches("serving the API at").count();
+        let child = Command::new(weir_binary())
+            .args(["serve", "--config"])
+            .arg(self.dir.path().join("serve.toml"))
+            .env("WEIR_ADMIN_TOKEN", ADMIN)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start weir serve");
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(line) = log.split("serving the API at http://").nth(before + 1) {
+                let address = line.split('/').next().expect("address");
+                self.base = format!("http://{address}");
+                return;
+            }
+            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            assert!(exited.is_none() && started.elapsed() < RUN_TIMEOUT, "weir serve did not start:\n{log}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILLs the server.
+    fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        signal(&child, "KILL");
+        wait_exit(&mut child, Duration::from_secs(10)).expect("killed");
+    }
+
+    /// `method path` with `token` and a body; returns the status and the JSON answer.
+    fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<(&str, Vec<u8>)>) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        // A connection of its own per request: the server closes one whose body it refused
+        // unread (413), and a pooled connection could be reused just before that close lands.
+        let http: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(RUN_TIMEOUT)).build().into();
+        let sent = match (method, body) {
+            ("GET", _) => with_auth(http.get(&url), auth.as_deref()).call(),
+            ("DELETE", _) => with_auth(http.delete(&url), auth.as_deref()).call(),
+            (method, body) => {
+                let (content_type, bytes) = body.unwrap_or(("application/json", Vec::new()));
+                let request = if method == "PUT" { http.put(&url) } else { http.post(&url) };
+                with_auth(request, auth.as_deref()).header("Content-Type", content_type).send(&bytes[..])
+            }
+        };
+        let mut response = sent.unwrap_or_else(|e| panic!("{method} {url}: {e}\n{}", self.log()));
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// Like [`Serve::call`], asserting a 2xx answer.
+    fn ok(&self, method: &str, path: &str, token: &str, body: Option<(&str, Vec<u8>)>) -> Value {
+        let (status, answer) = self.call(method, path, Some(token), body);
+        assert!((200..300).contains(&status), "{method} {path}: {status} {answer}\n{}", self.log());
+        answer
+    }
+
+    /// Creates tenant `name` with `prefix`; returns its token.
+    fn tenant(&self, name: &str, prefix: &str, quotas: Option<Value>) -> String {
+        let mut request = json!({ "name": name, "topic_prefix": prefix });
+        if let Some(quotas) = quotas {
+            request["quotas"] = quotas;
+        }
+        let answer =
+            self.ok("POST", "/v1/tenants", ADMIN, Some(("application/json", request.to_string().into_bytes())));
+        answer["token"].as_str().expect("a token").to_owned()
+    }
+
+    fn upload(&self, token: &str, name: &str, bytes: Vec<u8>) -> (u16, Value) {
+        self.call("PUT", &format!("/v1/transforms/{name}"), Some(token), Some(("application/wasm", bytes)))
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn with_auth<B>(request: ureq::RequestBuilder<B>, auth: Option<&str>) -> ureq::RequestBuilder<B> {
+    match auth {
+        Some(auth) => request.header("Authorization", auth),
+        None => request,
+    }
+}
+
+/// A flight-delays spec reading `source` and writing `sink`, as a tenant deploys it.
+fn flight_delays_spec(source: &str, sink: &str, version: Option<u32>) -> String {
+    let version = version.map(|v| format!("version = {v}\n")).unwrap_or_default();
+    format!(
+        "[source]\ntopics = [\"{source}\"]\nbatch_size = 64\n\n\
+         [[transforms]]\nname = \"flight-delays\"\ntransform = \"flight-delays\"\n{version}\n\
+         [sink]\ntopic = \"{sink}\"\ncreate_topics = true\n\n[checkpoint]\ninterval_ms = 100\n"
+    )
+}
+
+fn toml_body(text: &str) -> Option<(&'static str, Vec<u8>)> {
+    Some(("application/toml", text.as_bytes().to_vec()))
+}
+
+/// Runs the `weir` client with `args`, the server and `token` in the environment.
+fn client(serve: &Serve, token: &str, args: &[&str]) -> String {
+    let output = Command::new(weir_binary())
+        .args(args)
+        .env("WEIR_SERVER", &serve.base)
+        .env("WEIR_TOKEN", token)
+        .output()
+        .expect("run the weir client");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "weir {args:?} failed:\n{text}");
+    text
+}
+
+/// Writes `rows` to `topic` about 1000 a second, on a thread.
+fn feed_slowly(topic: &str, rows: Vec<(Option<String>, String)>) -> std::thread::JoinHandle<()> {
+    let topic = topic.to_owned();
+    std::thread::spawn(move || {
+        let producer = weir_tests::admin::producer(&[]);
+        for chunk in rows.chunks(20) {
+            for (key, value) in chunk {
+                let record = BaseRecord::<str, str>::to(&topic).payload(value).key(key.as_deref().unwrap_or(""));
+                weir_tests::admin::send_waiting(&producer, record);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush the input");
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
+    const PARTITIONS: i32 = 4;
+    let mut serve = Serve::start("");
+    let run = unique_name("weir-host");
+    let rows = flight_rows(6_000);
+    let (first, second) = rows.split_at(3_000);
+    let mut tenants = Vec::new();
+    for name in ["acme", "globex"] {
+        let prefix = format!("{run}-{name}.");
+        let token = serve.tenant(name, &prefix, None);
+        let (source, sink) = (format!("{prefix}flights"), format!("{prefix}delays"));
+        produce(&source, PARTITIONS, &keyed(first)).await;
+        tenants.push((name, token, source, sink));
+    }
+    // acme deploys with the client (which uploads the component it names); globex with HTTP.
+    let (_, acme_token, acme_source, acme_sink) = &tenants[0];
+    let dir = serve.dir.path().to_owned();
+    let file = dir.join("acme.toml");
+    let spec = flight_delays_spec(acme_source, acme_sink, None)
+        .replace("transform = \"flight-delays\"\n", &format!("wasm = \"{}\"\n", plugin("flight-delays").display()));
+    std::fs::write(&file, format!("name = \"delays\"\n{spec}")).expect("acme.toml");
+    let deployed = client(&serve, acme_token, &["deploy", file.to_str().expect("path")]);
+    assert!(deployed.contains("transform flight-delays version 1"), "{deployed}");
+    let (_, globex_token, globex_source, globex_sink) = &tenants[1];
+    let bytes = std::fs::read(plugin("flight-delays")).expect("flight-delays.wasm");
+    let (status, uploaded) = serve.upload(globex_token, "flight-delays", bytes.clone());
+    assert_eq!(status, 201, "{uploaded}");
+    let spec = flight_delays_spec(globex_source, globex_sink, None);
+    serve.ok("PUT", "/v1/pipelines/delays", globex_token, toml_body(&spec));
+
+    let mut readers: Vec<Reader> =
+        tenants.iter().map(|(_, _, _, sink)| Reader::new(sink, PARTITIONS, Isolation::ReadCommitted)).collect();
+    for reader in &mut readers {
+        assert_eq!(reader.read_until(first.len(), RUN_TIMEOUT), first.len(), "{}", serve.log());
+    }
+    // Kill the server while the second half flows in, once some of it was committed.
+    let feeders: Vec<_> = tenants.iter().map(|(_, _, source, _)| feed_slowly(source, keyed(second))).collect();
+    for reader in &mut readers {
+        assert!(reader.read_until(first.len() + 100, RUN_TIMEOUT) > first.len(), "{}", serve.log());
+    }
+    serve.kill();
+    serve.spawn();
+    // globex upgrades to a second version of the transform while running.
+    let (status, uploaded) = serve.upload(globex_token, "flight-delays", bytes);
+    assert_eq!((status, uploaded["version"].as_u64()), (201, Some(2)), "{uploaded}");
+    let spec = flight_delays_spec(globex_source, globex_sink, Some(2));
+    let upgraded = serve.ok("PUT", "/v1/pipelines/delays", globex_token, toml_body(&spec));
+    assert_eq!(upgraded["spec"]["transforms"][0]["version"], 2, "{upgraded}");
+    for feeder in feeders {
+        feeder.join().expect("feeder");
+    }
+    for ((name, token, _, _), reader) in tenants.iter().zip(&mut readers) {
+        let read = reader.read_until(rows.len(), RUN_TIMEOUT);
+        reader.drain(Duration::from_secs(2));
+        let status = serve.ok("GET", "/v1/pipelines/delays", token, None);
+        assert_eq!(read, rows.len(), "{name}: {status}\n{}", serve.log());
+        let verdict = verify(&rows, &reader.records, 15);
+        assert!(verdict.is_exactly_once(), "{name}: {verdict:?}\n{status}");
+        assert_eq!(status["state"], "running", "{status}");
+        let logs = serve.ok("GET", "/v1/pipelines/delays/logs", token, None);
+        let lines: Vec<&str> = logs.as_array().expect("lines").iter().filter_map(|l| l["line"].as_str()).collect();
+        assert!(lines.iter().any(|l| l.contains("checkpoint committed")), "{name}'s log: {lines:?}");
+        let other = if *name == "acme" { "globex" } else { "acme" };
+        assert!(!lines.iter().any(|l| l.contains(&format!("{other}.delays"))), "{name} sees {other}'s log lines");
+    }
+    let log = serve.log();
+    assert_eq!(log.matches("serving the API at").count(), 2, "the server was restarted once:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
+    let serve = Serve::start("");
+    let run = unique_name("weir-auth");
+    let a = serve.tenant("a", &format!("{run}-a."), Some(json!({ "max_pipelines": 1 })));
+    let b = serve.tenant("b", &format!("{run}-b."), None);
+    let bytes = std::fs::read(plugin("flight-delays")).expect("flight-delays.wasm");
+    assert_eq!(serve.upload(&a, "flight-delays", bytes).0, 201);
+    let (source, sink) = (format!("{run}-a.in"), format!("{run}-a.out"));
+    weir_tests::create_topic(&source, 1).await;
+    serve.ok("PUT", "/v1/pipelines/p", &a, toml_body(&flight_delays_spec(&source, &sink, None)));
+
+    let forged = format!("weir_a_{}", "A".repeat(43));
+    let tenant_routes = [
+        ("GET", "/v1/transforms"),
+        ("GET", "/v1/transforms/flight-delays"),
+        ("PUT", "/v1/transforms/flight-delays"),
+        ("DELETE", "/v1/transforms/flight-delays"),
+        ("GET", "/v1/pipelines"),
+        ("GET", "/v1/pipelines/p"),
+        ("PUT", "/v1/pipelines/p"),
+        ("POST", "/v1/pipelines/p/stop"),
+        ("POST", "/v1/pipelines/p/start"),
+        ("DELETE", "/v1/pipelines/p"),
+        ("GET", "/v1/pipelines/p/logs"),
+    ];
+    let admin_routes = [
+        ("GET", "/v1/tenants"),
+        ("POST", "/v1/tenants"),
+        ("DELETE", "/v1/tenants/a"),
+        ("POST", "/v1/tenants/a/token"),
+        ("DELETE", "/v1/tenants/a/token"),
+    ];
+    for (method, path) in tenant_routes.iter().chain(&admin_routes) {
+        for token in [None, Some("nonsense"), Some(forged.as_str()), Some("weir_nobody_x")] {
+            let (status, answer) = serve.call(method, path, token, None);
+            assert_eq!(status, 401, "{method} {path} with {token:?}: {answer}");
+            assert_eq!(answer["code"], "unauthorized", "{answer}");
+        }
+    }
+    for (method, path) in &admin_routes {
+        let (status, answer) = serve.call(method, path, Some(&a), None);
+        assert_eq!(status, 403, "{method} {path} with a tenant's token: {answer}");
+    }
+    // b sees none of a's objects: each of a's is "not found" to it.
+    for (method, path) in
+        tenant_routes.iter().filter(|(_, p)| p.contains("/p/") || p.ends_with("/p") || p.contains("flight-delays"))
+    {
+        if *method == "PUT" {
+            continue;
+        }
+        let (status, answer) = serve.call(method, path, Some(&b), None);
+        assert_eq!(status, 404, "{method} {path} with the other tenant's token: {answer}");
+    }
+    assert_eq!(serve.ok("GET", "/v1/pipelines", &b, None), json!([]));
+
+    // Specs: each refusal names the field.
+    let good = flight_delays_spec(&source, &sink, None);
+    let refused = [
+        (good.replace(&sink, &format!("{run}-b.out")), "sink.topic", "outside"),
+        (
+            good.replace("[source]\n", &format!("[source]\nbrokers = \"{}\"\n", bootstrap())),
+            "source.brokers",
+            "set by the server",
+        ),
+        (format!("{good}\n[state]\ndir = \"/tmp\"\n"), "state.dir", "set by the server"),
+        (good.replace("batch_size = 64", "batch_size = 64\nbogus = 1"), "source.bogus", "unknown field"),
+        (good.replace("transform = \"flight-delays\"", "wasm = \"/etc/passwd\""), "transforms[0].wasm", "upload"),
+        (
+            good.replace("transform = \"flight-delays\"", "transform = \"nope\""),
+            "transforms[0].transform",
+            "no transform",
+        ),
+        (
+            good.replace("name = \"flight-delays\"", "name = \"flight-delays\"\nmemory_limit_mb = 4096"),
+            "transforms[0].memory_limit_mb",
+            "quota",
+        ),
+    ];
+    for (spec, field, words) in refused {
+        let (status, answer) = serve.call("PUT", "/v1/pipelines/p", Some(&a), toml_body(&spec));
+        assert_eq!(status, 400, "{field}: {answer}");
+        assert_eq!(answer["field"], field, "{answer}");
+        assert!(answer["message"].as_str().unwrap_or_default().contains(words), "{field}: {answer}");
+    }
+    let (status, answer) = serve.call("PUT", "/v1/pipelines/q", Some(&a), toml_body(&good));
+    assert_eq!((status, answer["code"].as_str()), (403, Some("quota")), "{answer}");
+    let (status, answer) = serve.call("DELETE", "/v1/transforms/flight-delays", Some(&a), None);
+    assert_eq!(status, 409, "a transform in use cannot be deleted: {answer}");
+
+    // Rotation and revocation take effect at once.
+    let rotated = serve.ok("POST", "/v1/tenants/a/token", ADMIN, None)["token"].as_str().expect("token").to_owned();
+    assert_eq!(serve.call("GET", "/v1/pipelines", Some(&a), None).0, 401, "the old token is refused after rotation");
+    assert_eq!(serve.call("GET", "/v1/pipelines", Some(&rotated), None).0, 200);
+    serve.ok("DELETE", "/v1/tenants/b/token", ADMIN, None);
+    assert_eq!(serve.call("GET", "/v1/pipelines", Some(&b), None).0, 401, "a revoked token is refused");
+    let described = serve.call("GET", "/v1/openapi.json", None, None).1;
+    assert!(described["paths"]["/v1/pipelines/{name}"].is_object(), "{described}");
+    serve.ok("DELETE", "/v1/pipelines/p", &rotated, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_uploads_get_a_4xx_and_the_server_stays_up() {
+    let serve = Serve::start("max_upload_mb = 1");
+    let run = unique_name("weir-hostile");
+    let token = serve.tenant("t", &format!("{run}-t."), None);
+    let random: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let core_module = b"\0asm\x01\0\0\0".to_vec();
+    let mut over_cap = b"\0asm\x0d\0\x01\0".to_vec();
+    over_cap.resize(2 << 20, 0);
+    let wrong_version = std::fs::read(plugin("wrong-version")).expect("wrong-version.wasm");
+    let cases = [
+        (random, 422, "not a WebAssembly"),
+        (core_module, 422, "core WebAssembly module"),
+        (over_cap, 413, "max_upload_mb"),
+        (wrong_version, 422, "weir:transform@1.0.0"),
+    ];
+    for (bytes, expected, words) in cases {
+        let (status, answer) = serve.upload(&token, "x", bytes);
+        assert_eq!(status, expected, "{words}: {answer}");
+        assert!(answer["message"].as_str().unwrap_or_default().contains(words), "{words}: {answer}");
+        assert_eq!(serve.ok("GET", "/v1/transforms", &token, None), json!([]), "nothing was stored");
+    }
+    assert!(no_components(&serve), "refused uploads leave no file behind");
+    // A component that takes longer than compile_timeout_ms to compile (a fresh data directory:
+    // nothing is cached) is refused; the server stays up.
+    let serve = Serve::start("compile_timeout_ms = 1");
+    let token = serve.tenant("t", &format!("{run}-slow."), None);
+    let (status, answer) =
+        serve.upload(&token, "x", std::fs::read(plugin("flight-delays")).expect("flight-delays.wasm"));
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer["message"].as_str().unwrap_or_default().contains("compile_timeout_ms"), "{answer}");
+    assert_eq!(serve.ok("GET", "/v1/transforms", &token, None), json!([]));
+    assert!(no_components(&serve), "a refused upload leaves no file behind");
+}
+
+fn no_components(serve: &Serve) -> bool {
+    serve.dir.path().join("data/components").read_dir().map_or(true, |d| d.filter_map(Result::ok).next().is_none())
+}
