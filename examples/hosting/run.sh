@@ -18,8 +18,8 @@ weir="$CARGO_TARGET_DIR/release/weir"
 work="$root/target/examples/hosting-$run"
 mkdir -p "$work"
 sed -e "s|127.0.0.1:9092|127.0.0.1:$port|" -e "s|^data_dir = .*|data_dir = \"$work/data\"|" \
-    -e "s|^listen = .*|listen = \"127.0.0.1:${WEIR_SERVE_PORT:-7070}\"|" examples/hosting/serve.toml > "$work/serve.toml"
-echo "registry_topic = \"_weir-registry-$run\"" >> "$work/serve.toml"
+    -e "s|^listen = .*|listen = \"127.0.0.1:${WEIR_SERVE_PORT:-7070}\"\nregistry_topic = \"_weir-registry-$run\"|" \
+    examples/hosting/serve.toml > "$work/serve.toml"
 export WEIR_ADMIN_TOKEN="${WEIR_ADMIN_TOKEN:-$(head -c 32 /dev/urandom | base64 | tr -d '/+=')}"
 export WEIR_SERVER="http://127.0.0.1:${WEIR_SERVE_PORT:-7070}"
 "$weir" serve --config "$work/serve.toml" > "$work/serve.log" 2>&1 &
