@@ -393,3 +393,55 @@ async fn hostile_uploads_get_a_4xx_and_the_server_stays_up() {
 fn no_components(serve: &Serve) -> bool {
     serve.dir.path().join("data/components").read_dir().map_or(true, |d| d.filter_map(Result::ok).next().is_none())
 }
+
+/// Polls pipeline `name` of `token`'s tenant until its state is `state`; returns its status.
+fn wait_for_state(serve: &Serve, token: &str, name: &str, state: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let status = serve.ok("GET", &format!("/v1/pipelines/{name}"), token, None);
+        if status["state"] == state {
+            return status;
+        }
+        assert!(started.elapsed() < RUN_TIMEOUT, "{name} never became {state}: {status}\n{}", serve.log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
+    let serve = Serve::start("max_identical_failures = 2");
+    let run = unique_name("weir-noisy");
+    let noisy = serve.tenant("noisy", &format!("{run}-n."), None);
+    let quiet = serve.tenant("quiet", &format!("{run}-q."), None);
+    let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
+    assert_eq!(serve.upload(&noisy, "misbehave", misbehave).0, 201);
+    for (name, word) in [("loops", "loop"), ("eats-memory", "alloc"), ("fails", "error")] {
+        let (source, sink) = (format!("{run}-n.{name}-in"), format!("{run}-n.{name}-out"));
+        produce(&source, 1, &[(None, word.to_owned())]).await;
+        let spec = format!(
+            "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"m\"\ntransform = \"misbehave\"\n\
+             memory_limit_mb = 16\ndeadline_ms = 300\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
+        );
+        serve.ok("PUT", &format!("/v1/pipelines/{name}"), &noisy, toml_body(&spec));
+    }
+    let rows = flight_rows(3_000);
+    let (source, sink) = (format!("{run}-q.flights"), format!("{run}-q.delays"));
+    produce(&source, 2, &keyed(&rows)).await;
+    let bytes = std::fs::read(plugin("flight-delays")).expect("flight-delays.wasm");
+    assert_eq!(serve.upload(&quiet, "flight-delays", bytes).0, 201);
+    serve.ok("PUT", "/v1/pipelines/delays", &quiet, toml_body(&flight_delays_spec(&source, &sink, None)));
+
+    let mut reader = Reader::new(&sink, 2, Isolation::ReadCommitted);
+    assert_eq!(reader.read_until(rows.len(), RUN_TIMEOUT), rows.len(), "{}", serve.log());
+    reader.drain(Duration::from_secs(1));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+    for (name, words) in [("loops", "deadline"), ("eats-memory", "memory"), ("fails", "misbehave: error at offset 0")] {
+        let status = wait_for_state(&serve, &noisy, name, "failed");
+        let error = status["last_error"].as_str().unwrap_or_default();
+        assert!(error.contains(words), "{name}: {status}");
+        let logs = serve.ok("GET", &format!("/v1/pipelines/{name}/logs"), &noisy, None);
+        assert!(logs.to_string().contains("times in a row; giving up"), "{name}: {logs}");
+    }
+    assert_eq!(serve.ok("GET", "/v1/pipelines/delays", &quiet, None)["state"], "running");
+}

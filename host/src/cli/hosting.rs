@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// The server's base URL.
-    #[arg(long, env = "WEIR_SERVER", default_value = "http://127.0.0.1:7070")]
+    #[arg(long, env = "WEIR_SERVER", default_value = "http://127.0.0.1:7070", global = true)]
     server: String,
     /// The bearer token (a tenant's; the admin's for `weir tenants`).
-    #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "WEIR_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
 }
 
