@@ -265,6 +265,19 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
     let (source, sink) = (format!("{run}-a.in"), format!("{run}-a.out"));
     weir_tests::create_topic(&source, 1).await;
     serve.ok("PUT", "/v1/pipelines/p", &a, toml_body(&flight_delays_spec(&source, &sink, None)));
+    // Concurrent redeploys of one pipeline take turns: each stops the previous run before the
+    // next starts (two runs at once would fight over the state directory's lock).
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope
+                .spawn(|| serve.ok("PUT", "/v1/pipelines/p", &a, toml_body(&flight_delays_spec(&source, &sink, None))));
+        }
+    });
+    wait_for_state(&serve, &a, "p", "running");
+    std::thread::sleep(Duration::from_secs(2));
+    let status = serve.ok("GET", "/v1/pipelines/p", &a, None);
+    assert_eq!(status["state"], "running", "{status}");
+    assert!(!serve.log().contains("lock"), "one run at a time:\n{}", serve.log());
 
     let forged = format!("weir_a_{}", "A".repeat(43));
     let tenant_routes = [
@@ -332,6 +345,11 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
             "transforms[0].memory_limit_mb",
             "quota",
         ),
+        (
+            good.replace("batch_size = 64", "batch_size = 64\nconsumer = { \"plugin.library.paths\" = \"/tmp/x.so\" }"),
+            "source.consumer.\"plugin.library.paths\"",
+            "not open to tenants",
+        ),
     ];
     for (spec, field, words) in refused {
         let (status, answer) = serve.call("PUT", "/v1/pipelines/p", Some(&a), toml_body(&spec));
@@ -339,6 +357,10 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
         assert_eq!(answer["field"], field, "{answer}");
         assert!(answer["message"].as_str().unwrap_or_default().contains(words), "{field}: {answer}");
     }
+    // Kafka takes `.` and `_` in topic names as the same: a prefix differing only there overlaps.
+    let request = json!({ "name": "c", "topic_prefix": format!("{run}-a_") }).to_string().into_bytes();
+    let (status, answer) = serve.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", request)));
+    assert_eq!((status, answer["field"].as_str()), (400, Some("topic_prefix")), "{answer}");
     let (status, answer) = serve.call("PUT", "/v1/pipelines/q", Some(&a), toml_body(&good));
     assert_eq!((status, answer["code"].as_str()), (403, Some("quota")), "{answer}");
     let (status, answer) = serve.call("DELETE", "/v1/transforms/flight-delays", Some(&a), None);

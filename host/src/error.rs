@@ -78,6 +78,19 @@ impl PipelineError {
         }
     }
 
+    /// Whether the error can go away without anyone changing anything: the cluster or the
+    /// network was unavailable, the broker fenced or timed out a transaction, the group moved
+    /// partitions. `weir serve`'s `max_identical_failures` does not count these.
+    pub fn heals_itself(&self) -> bool {
+        match self {
+            PipelineError::Kafka { source, .. } => {
+                matches!(classify(source), ErrorClass::Transient | ErrorClass::Fenced)
+            }
+            PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
+            _ => false,
+        }
+    }
+
     /// Whether the runner should recover and try again (with back-off) rather than exit: Kafka
     /// failures that can heal (a broker down, a transaction the broker aborted, a topic
     /// missing — recovery's start-up checks then refuse a missing source topic), operator

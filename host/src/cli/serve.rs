@@ -38,7 +38,13 @@ pub fn execute(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let bound = listener.local_addr()?;
         let server = Server::open(config, metrics.clone()).await?;
         tracing::info!("serving the API at http://{bound}/v1 (OpenAPI: /v1/openapi.json), metrics at /metrics");
-        axum::serve(listener, api::router(server.clone(), metrics)).with_graceful_shutdown(shutdown_signal()).await?;
+        let closing = server.clone();
+        axum::serve(listener, api::router(server.clone(), metrics))
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                closing.closing();
+            })
+            .await?;
         anyhow::Ok(server)
     })?;
     tracing::info!("shutting down: stopping every pipeline at a checkpoint");

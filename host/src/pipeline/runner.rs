@@ -54,8 +54,9 @@ pub struct RunOptions {
     /// directory `<state.dir>/<instance>`.
     pub instance: Option<String>,
     /// Give up (return the error) after this many consecutive retriable failures with the same
-    /// message, instead of recovering for ever; `None` retries for ever (`weir run`), `weir
-    /// serve` sets its `max_identical_failures`.
+    /// message, instead of recovering for ever; errors that heal themselves (a broker outage,
+    /// [`PipelineError::heals_itself`]) are not counted. `None` retries for ever (`weir run`),
+    /// `weir serve` sets its `max_identical_failures`.
     pub max_identical_failures: Option<u32>,
 }
 
@@ -154,6 +155,11 @@ pub fn run(
 /// Counts `error` in `repeated` (its message and how many times in a row) and tells whether it
 /// reached `options.max_identical_failures`.
 fn gives_up(repeated: &mut Option<(String, u32)>, error: &PipelineError, options: &RunOptions) -> bool {
+    if error.heals_itself() {
+        // A broker outage must not turn every pipeline to failed: recovery waits it out.
+        *repeated = None;
+        return false;
+    }
     let message = error.to_string();
     let count = match repeated.take() {
         Some((last, count)) if last == message => count + 1,

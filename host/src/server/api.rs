@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -251,9 +252,16 @@ async fn deploy_pipeline(
     State(server): State<Arc<Server>>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    body: Bytes,
+    body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<PipelineStatus>)> {
     let tenant = tenant(&server, &headers).await?;
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(format!(
+            "the pipeline spec is above the server's limit of {} bytes",
+            server.config().max_upload_bytes
+        )),
+        _ => ApiError::invalid("", rejection.body_text()),
+    })?;
     let json = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("json"));
     let (status, new) = server.deploy(&tenant, &name, &body, json).await?;
     Ok((if new { StatusCode::CREATED } else { StatusCode::OK }, Json(status)))
@@ -334,9 +342,15 @@ async fn pipeline_logs(
     State(server): State<Arc<Server>>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    Query(query): Query<LogQuery>,
+    query: std::result::Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<Json<Vec<NumberedLine>>> {
     let tenant = tenant(&server, &headers).await?;
+    let Query(query) = query.map_err(|rejection| {
+        ApiError::invalid(
+            "",
+            format!("{}: `after` and `wait_ms` are whole numbers of 0 or more", rejection.body_text()),
+        )
+    })?;
     Ok(Json(server.logs(&tenant, &name, query.after, Duration::from_millis(query.wait_ms)).await?))
 }
 

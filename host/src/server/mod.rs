@@ -132,7 +132,12 @@ pub struct Server {
     supervisor: Arc<Supervisor>,
     /// One compilation at a time: a hostile upload cannot take every core.
     compiling: Arc<Semaphore>,
+    /// Held through each deploy, start, stop and delete, including the wait for the old run to
+    /// stop: two concurrent requests on one pipeline could otherwise each start a run.
+    mutating: Mutex<()>,
     components: PathBuf,
+    /// Set when the server shuts down: waiting log requests answer at once.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Server {
@@ -156,7 +161,9 @@ impl Server {
             registry: Mutex::new(registry),
             supervisor,
             compiling: Arc::new(Semaphore::new(1)),
+            mutating: Mutex::new(()),
             components,
+            closing: Default::default(),
         });
         let registry = server.registry.lock().await;
         for entry in registry.tenants.values() {
@@ -177,6 +184,12 @@ impl Server {
     /// The server's configuration.
     pub fn config(&self) -> &ServeConfig {
         &self.config
+    }
+
+    /// Ends the requests waiting for log lines, so that a graceful shutdown of the HTTP server
+    /// does not wait for them.
+    pub fn closing(&self) {
+        self.closing.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Stops every pipeline, each committing its open epoch.
@@ -216,9 +229,13 @@ impl Server {
         if registry.tenants.contains_key(&request.name) {
             return Err(ApiError::conflict(format!("tenant {:?} exists", request.name)));
         }
+        // Kafka refuses a topic whose name differs from an existing one only in `.` versus `_`
+        // (they collide in metric names), so prefixes are compared with the two made equal.
+        let collide = |prefix: &str| prefix.replace('.', "_");
+        let wanted = collide(&request.topic_prefix);
         if let Some(other) = registry.tenants.values().find(|e| {
-            e.tenant.topic_prefix.starts_with(&request.topic_prefix)
-                || request.topic_prefix.starts_with(&e.tenant.topic_prefix)
+            let theirs = collide(&e.tenant.topic_prefix);
+            theirs.starts_with(&wanted) || wanted.starts_with(&theirs)
         }) {
             return Err(ApiError::invalid(
                 "topic_prefix",
@@ -486,6 +503,7 @@ impl Server {
         json: bool,
     ) -> Result<(PipelineStatus, bool), ApiError> {
         check_object_name("pipeline", name)?;
+        let _mutating = self.mutating.lock().await;
         let spec = spec::parse_body(body, json)?;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
@@ -512,6 +530,7 @@ impl Server {
     /// 404 for an unknown pipeline; 400 when its spec no longer resolves; 503 when the registry
     /// topic cannot be written.
     pub async fn set_desired(&self, tenant: &str, name: &str, desired: Desired) -> Result<PipelineStatus, ApiError> {
+        let _mutating = self.mutating.lock().await;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
         let mut pipeline = entry.pipelines.get(name).cloned().ok_or_else(|| no_pipeline(name))?;
@@ -535,6 +554,7 @@ impl Server {
     /// # Errors
     /// 404 for an unknown pipeline; 503 when the registry topic cannot be written.
     pub async fn delete_pipeline(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
+        let _mutating = self.mutating.lock().await;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
         entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
@@ -582,7 +602,8 @@ impl Server {
         let until = tokio::time::Instant::now() + wait.min(MAX_LOG_WAIT);
         loop {
             let lines = PipelineLog::global().after(&qualified, after);
-            if !lines.is_empty() || tokio::time::Instant::now() >= until {
+            let closing = self.closing.load(std::sync::atomic::Ordering::Relaxed);
+            if !lines.is_empty() || closing || tokio::time::Instant::now() >= until {
                 return Ok(lines);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

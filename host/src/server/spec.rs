@@ -169,7 +169,54 @@ pub fn resolve(
     let text = toml::to_string(&run).map_err(|e| SpecError::new("", format!("cannot be written as TOML: {e}")))?;
     let config = PipelineConfig::from_toml_str(&text, Path::new(&serve.data_dir))?;
     check_topics(&config, &tenant.topic_prefix, &tenant.name)?;
+    check_client_properties(&config)?;
     Ok((spec, config))
+}
+
+/// The librdkafka properties a tenant may set in `source.consumer` and `sink.producer`: tuning
+/// only. Others reach the server itself (`plugin.library.paths` and `ssl.engine.location` load
+/// libraries into it, `sasl.kerberos.kinit.cmd` runs a command, `*.location` read its files,
+/// OAuth endpoints make it send requests).
+pub const TENANT_CLIENT_PROPERTIES: [&str; 18] = [
+    "batch.num.messages",
+    "batch.size",
+    "compression.codec",
+    "compression.level",
+    "compression.type",
+    "fetch.max.bytes",
+    "fetch.min.bytes",
+    "fetch.wait.max.ms",
+    "heartbeat.interval.ms",
+    "linger.ms",
+    "max.partition.fetch.bytes",
+    "max.poll.interval.ms",
+    "message.max.bytes",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.messages",
+    "queued.max.messages.kbytes",
+    "queued.min.messages",
+    "session.timeout.ms",
+];
+
+fn check_client_properties(config: &PipelineConfig) -> Result<(), SpecError> {
+    let set = config
+        .source
+        .consumer
+        .keys()
+        .map(|k| ("source.consumer", k))
+        .chain(config.sink.producer.keys().map(|k| ("sink.producer", k)));
+    for (table, key) in set {
+        if !TENANT_CLIENT_PROPERTIES.contains(&key.as_str()) {
+            return Err(SpecError::new(
+                format!("{table}.{key:?}"),
+                format!(
+                    "librdkafka property {key:?} is not open to tenants of weir serve; allowed: {}",
+                    TENANT_CLIENT_PROPERTIES.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The table `key` of `spec`, created when missing.
@@ -265,6 +312,8 @@ mod tests {
     #[test]
     fn derives_the_server_owned_keys_and_pins_the_latest_version() {
         let (stored, config) = resolve_text(SPEC).unwrap();
+        let tuned = format!("{SPEC}[source.consumer]\n\"fetch.min.bytes\" = 1000\n");
+        assert!(resolve_text(&tuned).is_ok(), "tuning properties are open to tenants");
         assert_eq!(stored["transforms"][0]["version"].as_integer(), Some(2));
         assert!(!stored.contains_key("name"), "the stored spec is the tenant's");
         assert_eq!(config.name, "acme.delays");
@@ -299,6 +348,14 @@ mod tests {
             (SPEC.replace("transform = \"fd\"", "transform = \"fd\"\ndeadline_ms = 5000"), "transforms[0].deadline_ms"),
             (format!("name = \"other\"\n{SPEC}"), "name"),
             (SPEC.replace("[sink]", "[sink]\nbogus = 1"), "sink.bogus"),
+            (
+                format!("{SPEC}[source.consumer]\n\"plugin.library.paths\" = \"/tmp/x.so\"\n"),
+                "source.consumer.\"plugin.library.paths\"",
+            ),
+            (
+                format!("{SPEC}[sink.producer]\n\"sasl.kerberos.kinit.cmd\" = \"touch /tmp/x\"\n"),
+                "sink.producer.\"sasl.kerberos.kinit.cmd\"",
+            ),
         ];
         for (text, field) in cases {
             let error = resolve_text(&text).unwrap_err();

@@ -63,7 +63,14 @@ impl Store {
                 Ok(())
             })?;
         }
-        let own = [("enable.idempotence", "true"), ("acks", "all"), ("message.max.bytes", "1000000")];
+        // A write fails after TIMEOUT (not librdkafka's default 5 minutes) while the broker is down.
+        let timeout_ms = TIMEOUT.as_millis().to_string();
+        let own = [
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("message.max.bytes", "1000000"),
+            ("message.timeout.ms", timeout_ms.as_str()),
+        ];
         let producer = crate::kafka::client_config(brokers, &none, &own).create().map_err(down)?;
         Ok((Self { producer, topic: topic.to_owned() }, values))
     }
