@@ -269,8 +269,8 @@ impl Reader {
         let started = Instant::now();
         // One record at a time: under endless output, draining until idle would never return.
         while self.records.len() < count && started.elapsed() < timeout {
-            if let Some(message) = self.consumer.poll(Duration::from_millis(100)) {
-                self.records.push(Consumed::from_message(&message.expect("consume")));
+            if let Some(message) = self.consumer.poll(Duration::from_millis(100)).and_then(readable) {
+                self.records.push(Consumed::from_message(&message));
             }
         }
         self.records.len()
@@ -279,10 +279,32 @@ impl Reader {
     /// Reads whatever arrives within `idle` of the last record.
     pub fn drain(&mut self, idle: Duration) -> usize {
         while let Some(message) = self.consumer.poll(idle) {
-            let message = message.expect("consume");
-            self.records.push(Consumed::from_message(&message));
+            if let Some(message) = readable(message) {
+                self.records.push(Consumed::from_message(&message));
+            }
         }
         self.records.len()
+    }
+}
+
+/// The message, or `None` for a moment without brokers (the test broker, starved of CPU on a
+/// busy machine, can fence itself for a few seconds; the reader goes on, as a consumer does).
+///
+/// # Panics
+/// On any other consumer error.
+fn readable(
+    message: rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'_>>,
+) -> Option<rdkafka::message::BorrowedMessage<'_>> {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    match message {
+        Ok(message) => Some(message),
+        Err(KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure,
+        )) => {
+            std::thread::sleep(Duration::from_millis(100));
+            None
+        }
+        Err(error) => panic!("consume: {error}"),
     }
 }
 
