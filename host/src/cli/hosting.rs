@@ -3,6 +3,7 @@
 //! `--server` / `$WEIR_SERVER`, the token from `$WEIR_TOKEN` (a tenant's, or the admin's for
 //! `weir tenants`).
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -148,8 +149,11 @@ impl Client {
     }
 }
 
+/// Prints the server's answer as JSON (nothing for an empty 204 answer).
 fn print(value: &Value) -> anyhow::Result<ExitCode> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    if !value.is_null() {
+        writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(value)?)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -175,13 +179,14 @@ pub fn tenants(command: TenantsCommand, server: &ServerArgs) -> anyhow::Result<E
         }
         TenantsCommand::Ls => {
             for tenant in client.call("GET", "/tenants", None)?.as_array().into_iter().flatten() {
-                println!(
+                writeln!(
+                    std::io::stdout(),
                     "{}\tprefix {}\t{} pipelines\ttoken {}",
                     tenant["name"].as_str().unwrap_or("?"),
                     tenant["topic_prefix"].as_str().unwrap_or("?"),
                     tenant["pipelines"],
                     if tenant["token_active"] == true { "active" } else { "revoked" }
-                );
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -200,13 +205,14 @@ pub fn transforms(command: TransformsCommand, server: &ServerArgs) -> anyhow::Re
         TransformsCommand::Ls => {
             for transform in client.call("GET", "/transforms", None)?.as_array().into_iter().flatten() {
                 let latest = transform["versions"].as_array().and_then(|v| v.last()).cloned().unwrap_or_default();
-                println!(
+                writeln!(
+                    std::io::stdout(),
                     "{}\tversion {}\t{} bytes\t{}",
                     transform["name"].as_str().unwrap_or("?"),
                     latest["version"],
                     latest["size"],
                     latest["sha256"].as_str().unwrap_or("?")
-                );
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -261,12 +267,13 @@ pub fn pipelines(command: PipelinesCommand, server: &ServerArgs) -> anyhow::Resu
     match command {
         PipelinesCommand::Ls => {
             for pipeline in client.call("GET", "/pipelines", None)?.as_array().into_iter().flatten() {
-                println!(
+                writeln!(
+                    std::io::stdout(),
                     "{}\t{}\t{}",
                     pipeline["name"].as_str().unwrap_or("?"),
                     pipeline["state"].as_str().unwrap_or("?"),
                     pipeline["last_error"].as_str().unwrap_or("")
-                );
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -284,7 +291,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         let wait = if args.follow { 10_000 } else { 0 };
         let lines = client.call("GET", &format!("/pipelines/{}/logs?after={after}&wait_ms={wait}", args.name), None)?;
         for line in lines.as_array().into_iter().flatten() {
-            println!("{}", line["line"].as_str().unwrap_or_default());
+            writeln!(std::io::stdout(), "{}", line["line"].as_str().unwrap_or_default())?;
             after = line["seq"].as_u64().unwrap_or(after);
         }
         if !args.follow {
