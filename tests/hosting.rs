@@ -345,6 +345,7 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
             "transforms[0].memory_limit_mb",
             "quota",
         ),
+        (format!("{good}\n[state]\nmax_bytes = {}\n", (1024 << 20) + 1), "state.max_bytes", "quota"),
         (
             good.replace("batch_size = 64", "batch_size = 64\nconsumer = { \"plugin.library.paths\" = \"/tmp/x.so\" }"),
             "source.consumer.\"plugin.library.paths\"",
@@ -356,6 +357,23 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
         assert_eq!(status, 400, "{field}: {answer}");
         assert_eq!(answer["field"], field, "{answer}");
         assert!(answer["message"].as_str().unwrap_or_default().contains(words), "{field}: {answer}");
+    }
+    // Quotas out of range, and names that would read as options on the command line.
+    for (request, field) in [
+        (
+            json!({ "name": "c", "topic_prefix": format!("{run}-c."), "quotas": { "cpu_percent": 0 } }),
+            "quotas.cpu_percent",
+        ),
+        (
+            json!({ "name": "c", "topic_prefix": format!("{run}-c."), "quotas": { "max_total_memory_mb": 8, "max_memory_mb": 16 } }),
+            "quotas.max_total_memory_mb",
+        ),
+        (json!({ "name": "c", "topic_prefix": format!("{run}-c."), "quotas": { "bogus": 1 } }), "quotas"),
+        (json!({ "name": "-c", "topic_prefix": format!("{run}-c.") }), "name"),
+    ] {
+        let body = Some(("application/json", request.to_string().into_bytes()));
+        let (status, answer) = serve.call("POST", "/v1/tenants", Some(ADMIN), body);
+        assert_eq!((status, answer["field"].as_str()), (400, Some(field)), "{answer}");
     }
     // Kafka takes `.` and `_` in topic names as the same: a prefix differing only there overlaps.
     let request = json!({ "name": "c", "topic_prefix": format!("{run}-a_") }).to_string().into_bytes();
@@ -433,13 +451,16 @@ fn wait_for_state(serve: &Serve, token: &str, name: &str, state: &str) -> Value 
 async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
     let serve = Serve::start("max_identical_failures = 2");
     let run = unique_name("weir-noisy");
-    let noisy = serve.tenant("noisy", &format!("{run}-n."), None);
+    let noisy = serve.tenant("noisy", &format!("{run}-n."), Some(json!({ "max_state_mb": 1 })));
     let quiet = serve.tenant("quiet", &format!("{run}-q."), None);
     let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
     assert_eq!(serve.upload(&noisy, "misbehave", misbehave).0, 201);
-    for (name, word) in [("loops", "loop"), ("eats-memory", "alloc"), ("fails", "error")] {
+    // `fill` stores 64 KiB of state per record: 20 of them pass the 1 MiB quota.
+    for (name, word, count) in
+        [("loops", "loop", 1), ("eats-memory", "alloc", 1), ("fails", "error", 1), ("hoards", "fill", 20)]
+    {
         let (source, sink) = (format!("{run}-n.{name}-in"), format!("{run}-n.{name}-out"));
-        produce(&source, 1, &[(None, word.to_owned())]).await;
+        produce(&source, 1, &vec![(None, word.to_owned()); count]).await;
         let spec = format!(
             "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"m\"\ntransform = \"misbehave\"\n\
              memory_limit_mb = 16\ndeadline_ms = 300\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
@@ -458,7 +479,13 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
     reader.drain(Duration::from_secs(1));
     let verdict = verify(&rows, &reader.records, 15);
     assert!(verdict.is_exactly_once(), "{verdict:?}");
-    for (name, words) in [("loops", "deadline"), ("eats-memory", "memory"), ("fails", "misbehave: error at offset 0")] {
+    let failures = [
+        ("loops", "deadline"),
+        ("eats-memory", "memory"),
+        ("fails", "misbehave: error at offset 0"),
+        ("hoards", "state quota exceeded"),
+    ];
+    for (name, words) in failures {
         let status = wait_for_state(&serve, &noisy, name, "failed");
         let error = status["last_error"].as_str().unwrap_or_default();
         assert!(error.contains(words), "{name}: {status}");
@@ -466,4 +493,16 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
         assert!(logs.to_string().contains("times in a row; giving up"), "{name}: {logs}");
     }
     assert_eq!(serve.ok("GET", "/v1/pipelines/delays", &quiet, None)["state"], "running");
+    // The noisy tenant's looping guest was metered against its CPU share.
+    let metrics = ureq::get(&format!("{}/metrics", serve.base))
+        .call()
+        .expect("/metrics")
+        .into_body()
+        .read_to_string()
+        .expect("metrics text");
+    let cpu = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("weir_tenant_guest_cpu_seconds_total{tenant=\"noisy\"} "))
+        .and_then(|value| value.parse::<f64>().ok());
+    assert!(cpu.is_some_and(|seconds| seconds > 0.1), "{metrics}");
 }

@@ -2,9 +2,10 @@
 //! stays up, and the next call runs on a fresh, restored instance. Guests get no filesystem,
 //! network or environment.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::wasm::{ErrorKind, InputRecord, OperatorLimits, OutputRecord};
+use weir::wasm::{ErrorKind, InputRecord, OperatorLimits, OutputRecord, ResourcePool};
 use weir_tests::operator_with;
 
 fn record(offset: i64, value: &str) -> InputRecord {
@@ -144,4 +145,53 @@ fn components_of_another_version_or_world_are_rejected_at_load() {
     assert!(wrong.contains("weir:transform@1.0.0") && wrong.contains("0.2.x and @0.1.x"), "{wrong}");
     let other = engine.load(&weir_tests::plugin("other-world")).err().expect("other world is rejected").to_string();
     assert!(other.contains("not a weir:transform component") && other.contains("run"), "{other}");
+}
+
+/// Operators sharing a [`ResourcePool`] hold at most its memory together: a growth that fits the
+/// operator's own limit but not the pool is refused, named as the pool's quota, and a failed or
+/// dropped instance gives its memory back.
+#[test]
+fn operators_sharing_a_pool_stay_within_its_memory_together() {
+    let pool = Arc::new(ResourcePool::new("tenant `t`", 32 << 20, None));
+    let pooled = OperatorLimits { pool: Some(pool.clone()), ..limits() };
+    let mut holder = operator_with("misbehave", &[], pooled.clone());
+    assert_eq!(values(&holder.process(&[record(0, "fine")]).unwrap()), ["fine"]);
+    let held = pool.memory_used();
+    assert!(held > 0, "a live instance holds memory from the pool");
+    let mut hungry = operator_with("misbehave", &[], pooled);
+    let error = hungry.process(&[record(1, "alloc")]).expect_err("the pool runs out before the operator's 32 MiB");
+    assert!(
+        matches!(&error.kind, ErrorKind::PoolMemory { owner, limit_bytes } if owner == "tenant `t`" && *limit_bytes == 32 << 20),
+        "{error}"
+    );
+    assert!(error.to_string().contains("max_total_memory_mb"), "{error}");
+    assert_eq!(pool.memory_used(), held, "the failed instance gave its memory back");
+    drop(hungry);
+    drop(holder);
+    assert_eq!(pool.memory_used(), 0);
+}
+
+/// A pool's guest code runs for at most its share of CPU time: once its operators have burned
+/// CPU (endless loops stopped at their deadline), the next call waits until the share pays
+/// for it.
+#[test]
+fn a_pool_in_cpu_debt_waits_before_its_next_call() {
+    let cores = 0.5;
+    let pool = Arc::new(ResourcePool::new("tenant `t`", 64 << 20, Some(cores)));
+    let limits = OperatorLimits { deadline: Duration::from_millis(200), pool: Some(pool.clone()), ..limits() };
+    let mut operator = operator_with("misbehave", &[], limits);
+    let started = Instant::now();
+    // Loop until the pool has provably been charged a debt worth waiting for.
+    for offset in 0.. {
+        assert!(offset < 50, "50 looping calls burned only {:?} of CPU", pool.cpu_charged());
+        if pool.cpu_charged() >= Duration::from_millis(400) {
+            break;
+        }
+        operator.process(&[record(offset, "loop")]).expect_err("the loop hits its deadline");
+    }
+    let charged = pool.cpu_charged();
+    assert_eq!(values(&operator.process(&[record(100, "fine")]).unwrap()), ["fine"]);
+    // The last call starts only once the pool's rate has refilled all it was charged before.
+    let elapsed = started.elapsed();
+    assert!(elapsed.as_secs_f64() >= 0.99 * charged.as_secs_f64() / cores, "{elapsed:?} for {charged:?} of CPU");
 }

@@ -32,15 +32,8 @@ pub enum TenantsCommand {
         /// Every topic of the tenant's pipelines starts with it, e.g. `acme.`.
         #[arg(long)]
         topic_prefix: String,
-        /// Pipelines it may have (default: the server's `[tenant_defaults]`).
-        #[arg(long)]
-        max_pipelines: Option<u32>,
-        /// Largest `memory_limit_mb` of an operator.
-        #[arg(long)]
-        max_memory_mb: Option<u64>,
-        /// Largest `deadline_ms` of a guest call.
-        #[arg(long)]
-        max_deadline_ms: Option<u64>,
+        #[command(flatten)]
+        quotas: QuotaArgs,
     },
     /// List tenants.
     Ls,
@@ -50,6 +43,36 @@ pub enum TenantsCommand {
     RevokeToken { name: String },
     /// Delete a tenant (refused while it has pipelines).
     Rm { name: String },
+}
+
+/// A new tenant's quotas (docs/hosting.md); each left out is the server's `[tenant_defaults]`
+/// one.
+#[derive(Debug, clap::Args, serde::Serialize)]
+pub struct QuotaArgs {
+    /// Pipelines it may have.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_pipelines: Option<u32>,
+    /// Largest `memory_limit_mb` of an operator.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_memory_mb: Option<u64>,
+    /// Largest `deadline_ms` of a guest call.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_deadline_ms: Option<u64>,
+    /// Most state of one pipeline, in MiB.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_state_mb: Option<u64>,
+    /// Linear memory of all its operators on a node, in MiB.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_total_memory_mb: Option<u64>,
+    /// CPU time of its guest code on a node, in percent of one core.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_percent: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,20 +183,11 @@ fn print(value: &Value) -> anyhow::Result<ExitCode> {
 pub fn tenants(command: TenantsCommand, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(server)?;
     match command {
-        TenantsCommand::Create { name, topic_prefix, max_pipelines, max_memory_mb, max_deadline_ms } => {
+        TenantsCommand::Create { name, topic_prefix, quotas } => {
             let mut request = json!({ "name": name, "topic_prefix": topic_prefix });
-            if max_pipelines.is_some() || max_memory_mb.is_some() || max_deadline_ms.is_some() {
-                let mut quotas = serde_json::Map::new();
-                for (key, value) in [
-                    ("max_pipelines", max_pipelines.map(u64::from)),
-                    ("max_memory_mb", max_memory_mb),
-                    ("max_deadline_ms", max_deadline_ms),
-                ] {
-                    if let Some(value) = value {
-                        quotas.insert(key.into(), value.into());
-                    }
-                }
-                request["quotas"] = Value::Object(quotas);
+            let quotas = serde_json::to_value(quotas)?;
+            if quotas.as_object().is_some_and(|q| !q.is_empty()) {
+                request["quotas"] = quotas;
             }
             print(&client.call("POST", "/tenants", Some(("application/json", serde_json::to_vec(&request)?)))?)
         }

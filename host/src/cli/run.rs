@@ -80,6 +80,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         metrics,
         instance: args.instance,
         max_identical_failures: None,
+        pool: None,
     };
     run(&config, &engine, &options, &shutdown)?;
     Ok(ExitCode::SUCCESS)

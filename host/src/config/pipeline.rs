@@ -388,6 +388,12 @@ pub struct StateConfig {
     /// per task, on the sink's cluster; `<name>-changelog` by default. Created at start when
     /// missing.
     pub changelog_topic: String,
+    /// `state.max_bytes`: most bytes of state (keys and values, as stored before compression)
+    /// the pipeline's tasks in one process may hold; no limit by default. A transform's batch
+    /// that would grow the state past it fails, naming the quota (the pipeline then fails and
+    /// retries like on any failure); batches that shrink the state always pass. `weir serve`
+    /// sets it from the tenant's `max_state_mb`.
+    pub max_bytes: Option<u64>,
 }
 
 /// Most `runtime.workers`.

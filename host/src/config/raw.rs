@@ -155,6 +155,7 @@ struct RuntimeFile {
 struct StateFile {
     dir: Option<PathBuf>,
     changelog_topic: Option<String>,
+    max_bytes: Option<u64>,
 }
 
 impl PipelineFile {
@@ -220,7 +221,7 @@ impl PipelineFile {
         };
         let dir = state.dir.unwrap_or_else(|| Path::new(DEFAULT_STATE_PARENT).join(&name));
         let changelog_topic = state.changelog_topic.unwrap_or_else(|| format!("{name}-changelog"));
-        let state = StateConfig { dir: base_dir.join(dir), changelog_topic };
+        let state = StateConfig { dir: base_dir.join(dir), changelog_topic, max_bytes: state.max_bytes };
         let runtime = RuntimeConfig { workers: runtime.workers };
         PipelineConfig { name, source, transforms, sink, checkpoint, state, runtime }
     }

@@ -98,6 +98,7 @@ fn full_example_parses() {
         [state]
         dir = "/var/lib/weir/delays"
         changelog_topic = "delays-state"
+        max_bytes = 1073741824
 
         [runtime]
         workers = 2
@@ -161,7 +162,11 @@ fn full_example_parses() {
             timeout: Duration::from_secs(60),
             max_epoch_bytes: 32 << 20,
         },
-        state: StateConfig { dir: PathBuf::from("/var/lib/weir/delays"), changelog_topic: "delays-state".into() },
+        state: StateConfig {
+            dir: PathBuf::from("/var/lib/weir/delays"),
+            changelog_topic: "delays-state".into(),
+            max_bytes: Some(1 << 30),
+        },
         runtime: RuntimeConfig { workers: Some(2) },
     };
     assert_eq!(config, expected);
@@ -431,8 +436,9 @@ fn numeric_ranges() {
         ("checkpoint", "max_epoch_bytes = 1048575", "checkpoint.max_epoch_bytes"),
         ("runtime", "workers = 0", "runtime.workers"),
         ("runtime", "workers = 1025", "runtime.workers"),
+        ("state", "max_bytes = 0", "state.max_bytes"),
     ];
-    let with_checkpoint = format!("{MINIMAL}\n[checkpoint]\n[runtime]\n");
+    let with_checkpoint = format!("{MINIMAL}\n[checkpoint]\n[runtime]\n[state]\n");
     for (table, line, expected) in cases {
         let header = if table == "transforms" { "[[transforms]]\n".to_owned() } else { format!("[{table}]\n") };
         let text = with_checkpoint.replacen(&header, &format!("{header}{line}\n"), 1);
@@ -448,6 +454,7 @@ fn numeric_ranges() {
         parse_with(table, line).unwrap();
     }
     parse(&format!("{MINIMAL}\n[runtime]\nworkers = 1\n")).unwrap();
+    parse(&format!("{MINIMAL}\n[state]\nmax_bytes = 1\n")).unwrap();
     // One producer slot is enough without transactions.
     parse_with("sink", "guarantee = \"at-least-once\"\nproducer_slots = 1").unwrap();
 }

@@ -231,6 +231,9 @@ impl PipelineConfig {
                 ));
             }
         }
+        if self.state.max_bytes == Some(0) {
+            return Err(ConfigError::invalid("state.max_bytes", "must be at least 1; leave it out for no limit"));
+        }
         let changelog = &self.state.changelog_topic;
         check_topic("state.changelog_topic", changelog)?;
         let named = self.source.topics.iter().chain([&sink.topic]).chain(sink.outputs.values());

@@ -332,6 +332,7 @@ fn kind_label(kind: &ErrorKind) -> &'static str {
     match kind {
         ErrorKind::DeadlineExceeded { .. } => "deadline",
         ErrorKind::MemoryLimit { .. } => "memory_limit",
+        ErrorKind::PoolMemory { .. } => "memory_quota",
         ErrorKind::GuestPanic { .. } => "panic",
         ErrorKind::Exit { .. } => "exit",
         ErrorKind::StackOverflow => "stack_overflow",

@@ -59,6 +59,14 @@ impl Metrics {
         String::from_utf8(text).expect("this is a bug in Weir: the text encoder wrote invalid UTF-8")
     }
 
+    /// Adds `collector`'s metrics to `/metrics` (e.g. `weir serve`'s per-tenant ones).
+    ///
+    /// # Errors
+    /// When a metric of the same name is registered already.
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) -> prometheus::Result<()> {
+        self.registry.register(collector)
+    }
+
     /// The pipelines and recent log lines, as the dashboard's JSON.
     pub fn view(&self) -> DashboardView {
         DashboardView {

@@ -24,7 +24,7 @@ use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, 
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Header, InputRecord, OutputRecord, RecordLimit, TransformComponent, WasmEngine};
+use crate::wasm::{Header, InputRecord, OperatorLimits, OutputRecord, ResourcePool, TransformComponent, WasmEngine};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -58,6 +58,9 @@ pub struct RunOptions {
     /// [`PipelineError::heals_itself`]) are not counted. `None` retries for ever (`weir run`),
     /// `weir serve` sets its `max_identical_failures`.
     pub max_identical_failures: Option<u32>,
+    /// Memory and CPU the pipeline's operators share with other pipelines' (`weir serve`: the
+    /// tenant's); `None` for none.
+    pub pool: Option<Arc<ResourcePool>>,
 }
 
 /// The instance id of a process started without `--instance`: the host name (from
@@ -265,8 +268,8 @@ struct Runner<'a> {
     chain: &'a Chain,
     options: &'a RunOptions,
     outputs: Vec<String>,
-    /// The largest output record the sink can write.
-    max_record: RecordLimit,
+    /// What every operator shares: the largest output record the sink can write, the pool.
+    limits: OperatorLimits,
     lineage: Lineage,
     /// Whether the lineage was read from the group's offsets (else from the state directory or
     /// the changelog topic's id, and a changelog naming another one is adopted).
@@ -323,7 +326,7 @@ impl<'a> Runner<'a> {
         ensure_changelog(config, &changelog, &task_ids)?;
         let max_record = block_on(sink_record_limit(&config.sink))
             .map_err(PipelineError::kafka("reading the sink topics' max.message.bytes"))?;
-        let db = Arc::new(StateDb::open(&config.state.dir.join(instance))?);
+        let db = Arc::new(StateDb::open(&config.state.dir.join(instance))?.with_quota(config.state.max_bytes));
         let owner = Owner { pipeline: config.name.clone(), changelog_topic: changelog.topic.clone() };
         let membership = Membership { instance, discovery_interval: config.source.partition_discovery_interval };
         let source = Source::member(&config.source.brokers, &config.source.consumer, &config.group_id(), &membership)
@@ -368,7 +371,7 @@ impl<'a> Runner<'a> {
             chain,
             options,
             outputs: config.sink.outputs.keys().cloned().collect(),
-            max_record,
+            limits: OperatorLimits { max_record, pool: options.pool.clone(), ..OperatorLimits::default() },
             lineage,
             lineage_from_group,
             owner,
@@ -627,7 +630,7 @@ impl<'a> Runner<'a> {
                 id.clone(),
                 self.chain,
                 &self.outputs,
-                &self.max_record,
+                &self.limits,
                 self.db.clone(),
                 snapshot,
                 positions.get(id).copied(),

@@ -132,8 +132,9 @@ impl Task {
     /// Instantiates the chain for `id`, each operator restored from its committed snapshot.
     ///
     /// `next_offset` is where the task's partition is read from (its committed offset, or where
-    /// a partition without one starts); `max_record` is the largest output record the sink can
-    /// write; `watermark` is the source's watermark strategy, if any. The task's counters are
+    /// a partition without one starts); `limits` holds what every operator shares — the largest
+    /// output record the sink can write and the resource pool, if any — while memory and deadline
+    /// come from each transform's configuration; `watermark` is the source's watermark strategy, if any. The task's counters are
     /// `metrics`' handles for its partition.
     ///
     /// # Errors
@@ -144,7 +145,7 @@ impl Task {
         id: TaskId,
         chain: &[(Arc<TransformComponent>, TransformConfig)],
         outputs: &[String],
-        max_record: &RecordLimit,
+        limits: &OperatorLimits,
         db: Arc<StateDb>,
         snapshot: impl Fn(&str) -> Option<Vec<u8>>,
         next_offset: Option<i64>,
@@ -152,26 +153,24 @@ impl Task {
         metrics: &PipelineMetrics,
     ) -> Result<Self, OperatorError> {
         let overlays = TaskOverlays::new(db);
+        let failed = |scope: &str, e| OperatorError {
+            operator: scope.into(),
+            call: Call::Init,
+            offsets: None,
+            kind: ErrorKind::State(e),
+        };
+        let open_state = |scope: &str| OperatorState::new(overlays.clone(), scope, &id).map_err(|e| failed(scope, e));
         let time = watermark
-            .map(|config| TaskTime::new(config, Box::new(OperatorState::new(overlays.clone(), TIME_SCOPE, &id))))
-            .transpose()
-            .map_err(|e| OperatorError {
-                operator: TIME_SCOPE.into(),
-                call: Call::Init,
-                offsets: None,
-                kind: ErrorKind::State(e),
-            })?;
+            .map(|config| TaskTime::new(config, Box::new(open_state(TIME_SCOPE)?)).map_err(|e| failed(TIME_SCOPE, e)))
+            .transpose()?;
         let mut steps = Vec::with_capacity(chain.len());
         let mut snapshots = BTreeMap::new();
         for (component, config) in chain {
-            let limits = OperatorLimits {
-                memory_bytes: config.memory_limit_bytes,
-                deadline: config.deadline,
-                max_record: max_record.clone(),
-            };
-            let state = OperatorState::new(overlays.clone(), &config.name, &id);
+            let limits =
+                OperatorLimits { memory_bytes: config.memory_limit_bytes, deadline: config.deadline, ..limits.clone() };
+            let state = open_state(&config.name)?;
             // A scope of its own, which no operator name can take (names are `[A-Za-z0-9._-]`).
-            let timers = OperatorState::new(overlays.clone(), &format!("{}:timers", config.name), &id);
+            let timers = open_state(&format!("{}:timers", config.name))?;
             let mut operator = Operator::new(
                 component.clone(),
                 &config.name,
@@ -193,7 +192,7 @@ impl Task {
             steps,
             overlays,
             next_offset,
-            max_record: max_record.clone(),
+            max_record: limits.max_record.clone(),
             snapshots,
             seed: None,
             time,

@@ -66,6 +66,18 @@ pub struct Quotas {
     /// that sets none (when below Weir's 1000). Default 1000.
     #[serde(default = "default_max_deadline_ms")]
     pub max_deadline_ms: u64,
+    /// Most state one pipeline may hold on a node, in MiB (its `state.max_bytes`, which a spec
+    /// may set lower). Default 1024.
+    #[serde(default = "default_max_state_mb")]
+    pub max_state_mb: u64,
+    /// Linear memory all the tenant's operator instances on a node may hold together, in MiB
+    /// (a growth past it fails the call like `memory_limit_mb` does). Default 512.
+    #[serde(default = "default_max_total_memory_mb")]
+    pub max_total_memory_mb: u64,
+    /// CPU time the tenant's guest code may use on a node, in percent of one core (100 = one
+    /// core); calls wait while the tenant is over it. Default 100.
+    #[serde(default = "default_cpu_percent")]
+    pub cpu_percent: u32,
 }
 
 fn default_max_pipelines() -> u32 {
@@ -77,6 +89,39 @@ fn default_max_memory_mb() -> u64 {
 fn default_max_deadline_ms() -> u64 {
     DEFAULT_DEADLINE.as_millis() as u64
 }
+fn default_max_state_mb() -> u64 {
+    1024
+}
+fn default_max_total_memory_mb() -> u64 {
+    512
+}
+fn default_cpu_percent() -> u32 {
+    100
+}
+
+impl Quotas {
+    /// Checks each quota against its range: `max_pipelines` 1–1000, `max_memory_mb` 1–4096 (a
+    /// transform's own `memory_limit_mb` range), `max_deadline_ms` 1–600000 (`deadline_ms`'s),
+    /// `max_state_mb` 1–1048576 (1 TiB), `max_total_memory_mb` from `max_memory_mb` to 1048576,
+    /// `cpu_percent` 1–100000.
+    ///
+    /// # Errors
+    /// The first quota out of range: its key and why.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let ranges: [(&'static str, u64, u64, u64); 6] = [
+            ("max_pipelines", self.max_pipelines.into(), 1, 1000),
+            ("max_memory_mb", self.max_memory_mb, 1, 4096),
+            ("max_deadline_ms", self.max_deadline_ms, 1, 600_000),
+            ("max_state_mb", self.max_state_mb, 1, 1 << 20),
+            ("max_total_memory_mb", self.max_total_memory_mb, self.max_memory_mb, 1 << 20),
+            ("cpu_percent", self.cpu_percent.into(), 1, 100_000),
+        ];
+        match ranges.into_iter().find(|(_, value, low, high)| !(low..=high).contains(&value)) {
+            Some((key, value, low, high)) => Err((key, format!("must be {low} to {high}, got {value}"))),
+            None => Ok(()),
+        }
+    }
+}
 
 impl Default for Quotas {
     fn default() -> Self {
@@ -84,6 +129,9 @@ impl Default for Quotas {
             max_pipelines: default_max_pipelines(),
             max_memory_mb: default_max_memory_mb(),
             max_deadline_ms: default_max_deadline_ms(),
+            max_state_mb: default_max_state_mb(),
+            max_total_memory_mb: default_max_total_memory_mb(),
+            cpu_percent: default_cpu_percent(),
         }
     }
 }
@@ -155,6 +203,7 @@ impl ServeConfig {
         if !(1..=1024).contains(&max_upload_mb) {
             anyhow::bail!("`max_upload_mb`: must be 1 to 1024, got {max_upload_mb}");
         }
+        file.tenant_defaults.check().map_err(|(key, why)| anyhow::anyhow!("`tenant_defaults.{key}`: {why}"))?;
         Ok(Self {
             listen: file.listen,
             brokers: file.brokers,

@@ -63,8 +63,9 @@ pub struct NewTenant {
     /// Every topic of the tenant's pipelines starts with it, e.g. `acme.`; 1 to 100 topic-name
     /// characters, not starting with `_`, and no prefix of another tenant's (nor the reverse).
     pub topic_prefix: String,
-    /// The tenant's limits; the server's `[tenant_defaults]` when missing.
-    pub quotas: Option<Quotas>,
+    /// The tenant's limits; each one missing is the server's `[tenant_defaults]` one.
+    #[schema(value_type = Option<Quotas>)]
+    pub quotas: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A tenant as the admin sees it.
@@ -154,6 +155,10 @@ impl Server {
         let registry = Registry::load(&values, &components)?;
         let supervisor =
             Arc::new(Supervisor::new(engine.clone(), metrics, config.node_id.clone(), config.max_identical_failures));
+        supervisor
+            .metrics()
+            .register(supervisor.pool_metrics())
+            .map_err(|e| anyhow::anyhow!("cannot register the tenant metrics: {e}"))?;
         let server = Arc::new(Self {
             config,
             engine,
@@ -169,7 +174,7 @@ impl Server {
         for entry in registry.tenants.values() {
             for pipeline in entry.pipelines.values().filter(|p| p.desired == Desired::Running) {
                 match spec::resolve(pipeline.spec.clone(), entry, &pipeline.name, &server.config) {
-                    Ok((_, run)) => server.supervisor.start(run)?,
+                    Ok((_, run)) => server.supervisor.start(run, server.supervisor.pool(&entry.tenant))?,
                     Err(error) => tracing::error!(
                         tenant = %entry.tenant.name, pipeline = %pipeline.name, field = %error.field, error = %error.message,
                         "cannot resume the pipeline"
@@ -245,12 +250,21 @@ impl Server {
                 ),
             ));
         }
+        let mut quotas = serde_json::to_value(self.config.tenant_defaults).map_err(ApiError::internal)?;
+        if let (Some(defaults), Some(given)) = (quotas.as_object_mut(), request.quotas) {
+            defaults.extend(given);
+        }
+        let quotas: Quotas =
+            serde_json::from_value(quotas).map_err(|e| ApiError::invalid("quotas", format!("`quotas`: {e}")))?;
+        quotas
+            .check()
+            .map_err(|(key, why)| ApiError::invalid(format!("quotas.{key}"), format!("`quotas.{key}`: {why}")))?;
         let (token, hash) = auth::new_token(&request.name).map_err(ApiError::internal)?;
         let tenant = Tenant {
             name: request.name.clone(),
             id: uuid::Uuid::new_v4().simple().to_string()[..12].to_owned(),
             topic_prefix: request.topic_prefix,
-            quotas: request.quotas.unwrap_or(self.config.tenant_defaults),
+            quotas,
             token_sha256: Some(hash),
         };
         self.put_tenant(&tenant).await?;
@@ -518,8 +532,9 @@ impl Server {
         let pipeline = Pipeline { name: name.to_owned(), spec: stored, desired: Desired::Running };
         self.put_pipeline(tenant, &pipeline).await?;
         entry.pipelines.insert(name.to_owned(), pipeline);
+        let pool = self.supervisor.pool(&entry.tenant);
         drop(registry);
-        self.start_blocking(run).await?;
+        self.start_blocking(run, pool).await?;
         tracing::info!(tenant, pipeline = name, new, "pipeline deployed");
         Ok((self.pipeline(tenant, name).await?, new))
     }
@@ -541,9 +556,10 @@ impl Server {
         pipeline.desired = desired;
         self.put_pipeline(tenant, &pipeline).await?;
         entry.pipelines.insert(name.to_owned(), pipeline);
+        let pool = self.supervisor.pool(&entry.tenant);
         drop(registry);
         match run {
-            Some(run) => self.start_blocking(run).await?,
+            Some(run) => self.start_blocking(run, pool).await?,
             None => self.stop_blocking(spec::qualified_name(tenant, name), false).await?,
         }
         self.pipeline(tenant, name).await
@@ -645,9 +661,13 @@ impl Server {
     }
 
     /// Starts `run` (stopping its running predecessor first, which commits its open epoch).
-    async fn start_blocking(&self, run: crate::config::PipelineConfig) -> Result<(), ApiError> {
+    async fn start_blocking(
+        &self,
+        run: crate::config::PipelineConfig,
+        pool: Arc<crate::wasm::ResourcePool>,
+    ) -> Result<(), ApiError> {
         let supervisor = self.supervisor.clone();
-        tokio::task::spawn_blocking(move || supervisor.start(run))
+        tokio::task::spawn_blocking(move || supervisor.start(run, pool))
             .await
             .map_err(ApiError::internal)?
             .map_err(ApiError::internal)
@@ -689,7 +709,9 @@ fn no_pipeline(name: &str) -> ApiError {
 }
 
 fn check_tenant_name(name: &str) -> Result<(), ApiError> {
+    // A leading `-` would read as an option on the command line (`weir tenants rm -x`).
     let ok = !name.is_empty()
+        && !name.starts_with('-')
         && name.len() <= MAX_TENANT_LEN
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if ok {
@@ -697,13 +719,14 @@ fn check_tenant_name(name: &str) -> Result<(), ApiError> {
     } else {
         Err(ApiError::invalid(
             "name",
-            format!("`name`: a tenant name is 1 to {MAX_TENANT_LEN} of a-z 0-9 -, got {name:?}"),
+            format!("`name`: a tenant name is 1 to {MAX_TENANT_LEN} of a-z 0-9 -, not starting with -, got {name:?}"),
         ))
     }
 }
 
 fn check_object_name(kind: &str, name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
+        && !name.starts_with('-')
         && name.len() <= MAX_OBJECT_LEN
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok {
@@ -711,7 +734,7 @@ fn check_object_name(kind: &str, name: &str) -> Result<(), ApiError> {
     } else {
         Err(ApiError::invalid(
             "name",
-            format!("a {kind} name is 1 to {MAX_OBJECT_LEN} of A-Z a-z 0-9 _ -, got {name:?}"),
+            format!("a {kind} name is 1 to {MAX_OBJECT_LEN} of A-Z a-z 0-9 _ -, not starting with -, got {name:?}"),
         ))
     }
 }

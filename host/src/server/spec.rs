@@ -162,6 +162,8 @@ pub fn resolve(
     table(&mut run, "source")?.insert("group_id".into(), Value::String(derived.clone()));
     table(&mut run, "sink")?.insert("transactional_id_prefix".into(), Value::String(derived));
     let state = table(&mut run, "state")?;
+    let max_state_bytes = tenant.quotas.max_state_mb << 20;
+    within_quota(state, "max_bytes", max_state_bytes, max_state_bytes, &|key| format!("state.{key}"))?;
     let dir = serve.data_dir.join("state").join(format!("{}-{}", tenant.name, tenant.id)).join(name);
     state.insert("dir".into(), Value::String(dir.to_string_lossy().into_owned()));
     let changelog = format!("{}weir-{}-{name}-changelog", tenant.topic_prefix, tenant.id);

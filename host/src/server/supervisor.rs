@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use super::registry::Tenant;
 use crate::config::PipelineConfig;
 use crate::metrics::{Metrics, PipelineLog};
 use crate::pipeline::{RunOptions, run};
-use crate::wasm::WasmEngine;
+use crate::wasm::{ResourcePool, WasmEngine};
 
 /// The running pipelines of this node, by qualified name (`<tenant>.<pipeline>`).
 pub struct Supervisor {
@@ -20,6 +21,8 @@ pub struct Supervisor {
     instance: Option<String>,
     max_identical_failures: u32,
     running: Mutex<HashMap<String, Running>>,
+    /// Each tenant's [`ResourcePool`] on this node.
+    pools: Arc<Pools>,
 }
 
 struct Running {
@@ -35,7 +38,7 @@ impl Supervisor {
         instance: Option<String>,
         max_identical_failures: u32,
     ) -> Self {
-        Self { engine, metrics, instance, max_identical_failures, running: Mutex::default() }
+        Self { engine, metrics, instance, max_identical_failures, running: Mutex::default(), pools: Arc::default() }
     }
 
     /// The metrics registry the pipelines report to.
@@ -43,13 +46,33 @@ impl Supervisor {
         &self.metrics
     }
 
-    /// Starts `config` on a new thread, in a `pipeline` span so that its log lines (and its
-    /// worker threads') reach [`PipelineLog`]. A pipeline of that name still running is stopped
-    /// first.
+    /// The pool `tenant`'s operators share on this node: its quotas `max_total_memory_mb` and
+    /// `cpu_percent`.
+    pub fn pool(&self, tenant: &Tenant) -> Arc<ResourcePool> {
+        let mut pools = self.pools.lock();
+        let (_, pool) = pools.entry(tenant.id.clone()).or_insert_with(|| {
+            let pool = ResourcePool::new(
+                format!("tenant `{}`", tenant.name),
+                (tenant.quotas.max_total_memory_mb << 20) as usize,
+                Some(f64::from(tenant.quotas.cpu_percent) / 100.0),
+            );
+            (tenant.name.clone(), Arc::new(pool))
+        });
+        pool.clone()
+    }
+
+    /// The tenants' pools as Prometheus metrics, for `/metrics`.
+    pub fn pool_metrics(&self) -> Box<dyn prometheus::core::Collector> {
+        Box::new(PoolMetrics::new(self.pools.clone()))
+    }
+
+    /// Starts `config` on a new thread, its operators in `pool`, in a `pipeline` span so that
+    /// its log lines (and its worker threads') reach [`PipelineLog`]. A pipeline of that name
+    /// still running is stopped first.
     ///
     /// # Errors
     /// When the operating system refuses a thread.
-    pub fn start(&self, config: PipelineConfig) -> std::io::Result<()> {
+    pub fn start(&self, config: PipelineConfig, pool: Arc<ResourcePool>) -> std::io::Result<()> {
         let name = config.name.clone();
         self.stop(&name);
         let shutdown = Arc::new(AtomicBool::new(false));
@@ -59,6 +82,7 @@ impl Supervisor {
             metrics: self.metrics.clone(),
             instance: self.instance.clone(),
             max_identical_failures: Some(self.max_identical_failures),
+            pool: Some(pool),
         };
         let (engine, flag) = (self.engine.clone(), shutdown.clone());
         let thread = std::thread::Builder::new().name(format!("weir-{name}")).spawn(move || {
@@ -112,5 +136,68 @@ impl Supervisor {
 
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
         self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Tenant pools by tenant id, with the tenant's name.
+#[derive(Default)]
+struct Pools(Mutex<HashMap<String, (String, Arc<ResourcePool>)>>);
+
+impl Pools {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Arc<ResourcePool>)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `weir_tenant_guest_cpu_seconds_total`, `weir_tenant_memory_bytes` and
+/// `weir_tenant_memory_limit_bytes`, by `tenant`: read from the pools at each scrape.
+struct PoolMetrics {
+    pools: Arc<Pools>,
+    cpu: prometheus::CounterVec,
+    memory: prometheus::IntGaugeVec,
+    memory_limit: prometheus::IntGaugeVec,
+}
+
+impl PoolMetrics {
+    fn new(pools: Arc<Pools>) -> Self {
+        let opts = |name: &str, help: &str| prometheus::Opts::new(name, help);
+        let by_tenant = ["tenant"];
+        Self {
+            pools,
+            cpu: prometheus::CounterVec::new(
+                opts(
+                    "weir_tenant_guest_cpu_seconds_total",
+                    "Thread CPU time of the tenant's guest calls on this node (its cpu_percent quota meters it).",
+                ),
+                &by_tenant,
+            )
+            .expect("valid metric"),
+            memory: prometheus::IntGaugeVec::new(
+                opts("weir_tenant_memory_bytes", "Linear memory of the tenant's live operator instances on this node."),
+                &by_tenant,
+            )
+            .expect("valid metric"),
+            memory_limit: prometheus::IntGaugeVec::new(
+                opts("weir_tenant_memory_limit_bytes", "The tenant's max_total_memory_mb, in bytes."),
+                &by_tenant,
+            )
+            .expect("valid metric"),
+        }
+    }
+}
+
+impl prometheus::core::Collector for PoolMetrics {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        [&self.cpu.desc(), &self.memory.desc(), &self.memory_limit.desc()].into_iter().flatten().copied().collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        for (name, pool) in self.pools.lock().values() {
+            let cpu = self.cpu.with_label_values(&[name]);
+            cpu.inc_by((pool.cpu_charged().as_secs_f64() - cpu.get()).max(0.0));
+            self.memory.with_label_values(&[name]).set(pool.memory_used() as i64);
+            self.memory_limit.with_label_values(&[name]).set(pool.memory_limit() as i64);
+        }
+        [self.cpu.collect(), self.memory.collect(), self.memory_limit.collect()].concat()
     }
 }

@@ -59,7 +59,7 @@
 //! let db = Arc::new(StateDb::open("/var/lib/weir/orders".as_ref())?);
 //! let task = TaskId { topic: "orders".into(), partition: 0 };
 //! let overlays = TaskOverlays::new(db.clone());
-//! let mut state = OperatorState::new(overlays.clone(), "dedupe", &task);
+//! let mut state = OperatorState::new(overlays.clone(), "dedupe", &task)?;
 //! state.write(vec![(b"k".to_vec(), Some(b"v".to_vec()))])?;
 //!
 //! let id = db.epoch_floor()?.next();
@@ -77,6 +77,7 @@ mod changelog;
 mod keys;
 mod memory;
 mod overlay;
+mod quota;
 mod rocks;
 #[cfg(test)]
 mod test_util;
@@ -85,6 +86,7 @@ pub use changelog::{ChangelogEntry, Position};
 pub use keys::state_prefix;
 pub use memory::MemoryState;
 pub use overlay::{OperatorState, TaskOverlays};
+pub use quota::StateQuota;
 pub use rocks::{Checkpoint, Committed, Owner, StateDb};
 
 /// Key-value state of one operator in one task.

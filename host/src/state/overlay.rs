@@ -9,7 +9,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::keys::state_prefix;
-use super::{Entries, StateDb, StateError, StateStore};
+use super::{Entries, StateDb, StateError, StateQuota, StateStore};
 use crate::types::{CheckpointId, TaskId};
 
 /// Writes of one epoch: full state key → `Some(value)` (put) or `None` (delete).
@@ -36,6 +36,20 @@ pub struct TaskOverlays {
     /// Bytes of keys and values in `current`.
     current_bytes: usize,
     sealed: BTreeMap<CheckpointId, Overlay>,
+    /// The database's `state.max_bytes`, if it has one, and what this task counts in it.
+    quota: Option<(Arc<StateQuota>, QuotaShare)>,
+}
+
+/// A task's bytes in its pipeline's [`StateQuota`].
+#[derive(Debug, Default)]
+struct QuotaShare {
+    /// Everything the task added: its committed state, adopted when an operator opened it, and
+    /// the net size of every write since. Given back when the task ends.
+    held: u64,
+    /// Net size of the current epoch's writes.
+    current: i64,
+    /// Net size of each sealed epoch's writes, until it commits.
+    sealed: BTreeMap<CheckpointId, i64>,
 }
 
 impl fmt::Debug for TaskOverlays {
@@ -53,7 +67,8 @@ impl TaskOverlays {
     /// Empty overlays over `db`, ready to share with the task's operators.
     #[allow(clippy::new_ret_no_self)]
     pub fn new(db: Arc<StateDb>) -> Arc<Mutex<Self>> {
-        Arc::new(Mutex::new(Self { db, current: Overlay::new(), current_bytes: 0, sealed: BTreeMap::new() }))
+        let quota = db.quota().map(|quota| (quota.clone(), QuotaShare::default()));
+        Arc::new(Mutex::new(Self { db, current: Overlay::new(), current_bytes: 0, sealed: BTreeMap::new(), quota }))
     }
 
     /// The database under the overlays.
@@ -85,6 +100,9 @@ impl TaskOverlays {
         let writes = self.current.iter().map(|(key, value)| (key.clone(), value.clone())).collect();
         self.sealed.insert(id, std::mem::take(&mut self.current));
         self.current_bytes = 0;
+        if let Some((_, share)) = &mut self.quota {
+            share.sealed.insert(id, std::mem::take(&mut share.current));
+        }
         writes
     }
 
@@ -95,6 +113,9 @@ impl TaskOverlays {
             Some(next) => self.sealed = self.sealed.split_off(&CheckpointId(next)),
             None => self.sealed.clear(),
         }
+        if let Some((_, share)) = &mut self.quota {
+            share.sealed.retain(|sealed, _| *sealed > id);
+        }
     }
 
     /// Drops the current and every sealed overlay (recovery: what was not committed is replayed).
@@ -102,6 +123,61 @@ impl TaskOverlays {
         self.current.clear();
         self.current_bytes = 0;
         self.sealed.clear();
+        if let Some((quota, share)) = &mut self.quota {
+            let uncommitted =
+                std::mem::take(&mut share.current) + std::mem::take(&mut share.sealed).values().sum::<i64>();
+            share.held = share.held.saturating_add_signed(-uncommitted);
+            quota.change(-uncommitted).expect("shrinking is never refused");
+        }
+    }
+
+    /// Counts the committed state under `prefix` in the quota, if there is one (an operator
+    /// opening its state).
+    fn adopt(&mut self, prefix: &[u8]) -> Result<(), StateError> {
+        if let Some((quota, share)) = &mut self.quota {
+            let bytes = self.db.prefix_bytes(prefix)?;
+            share.held += bytes;
+            quota.adopt(bytes);
+        }
+        Ok(())
+    }
+
+    /// Records a batch of writes of the current epoch (full keys), in order; with a quota, all
+    /// or none.
+    ///
+    /// # Errors
+    /// When the batch would take the pipeline's state above its quota, or reading the old sizes
+    /// failed.
+    fn write_all(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StateError> {
+        let delta = if self.quota.is_some() { Some(self.growth(&writes)?) } else { None };
+        if let (Some(delta), Some((quota, share))) = (delta, &mut self.quota) {
+            quota.change(delta)?;
+            share.held = share.held.saturating_add_signed(delta);
+            share.current += delta;
+        }
+        for (key, value) in writes {
+            self.write(key, value);
+        }
+        Ok(())
+    }
+
+    /// Net bytes `writes` add to the stored state: each entry's new size minus the size it
+    /// replaces (an earlier write of the batch, an overlay, or RocksDB).
+    fn growth(&self, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<i64, StateError> {
+        let size = |key: &[u8], value: Option<&[u8]>| value.map_or(0, |v| (key.len() + v.len()) as i64);
+        let mut batch: BTreeMap<&[u8], i64> = BTreeMap::new();
+        let mut delta = 0;
+        for (key, value) in writes {
+            let old = match (batch.get(key.as_slice()), self.lookup(key)) {
+                (Some(&size), _) => size,
+                (None, Some(value)) => size(key, value),
+                (None, None) => size(key, self.db.get(key)?.as_deref()),
+            };
+            let new = size(key, value.as_deref());
+            batch.insert(key, new);
+            delta += new - old;
+        }
+        Ok(delta)
     }
 
     /// Records a write of the current epoch.
@@ -125,6 +201,15 @@ impl TaskOverlays {
     /// The overlays, newest first.
     fn layers(&self) -> impl Iterator<Item = &Overlay> {
         std::iter::once(&self.current).chain(self.sealed.values().rev())
+    }
+}
+
+impl Drop for TaskOverlays {
+    /// A task that ends gives its bytes back; whoever runs it next adopts them again.
+    fn drop(&mut self) {
+        if let Some((quota, share)) = &self.quota {
+            quota.release(share.held);
+        }
     }
 }
 
@@ -152,14 +237,24 @@ impl fmt::Debug for OperatorState {
 }
 
 impl OperatorState {
-    /// The state of `operator` in `task`, through the task's `overlays`.
+    /// The state of `operator` in `task`, through the task's `overlays`. With a
+    /// [`StateQuota`], counts the operator's committed state in it.
+    ///
+    /// # Errors
+    /// With a quota, when the committed state cannot be read to count it.
     ///
     /// # Panics
     /// If `operator` or the topic contains a NUL byte (see [`state_prefix`]).
-    pub fn new(overlays: Arc<Mutex<TaskOverlays>>, operator: &str, task: &TaskId) -> Self {
-        let db = lock_overlays(&overlays).db.clone();
+    pub fn new(overlays: Arc<Mutex<TaskOverlays>>, operator: &str, task: &TaskId) -> Result<Self, StateError> {
         let prefix = state_prefix(operator, task);
-        Self { overlays, db, key: prefix.clone(), prefix, scope: format!("operator `{operator}` of task {task}") }
+        let db = {
+            let mut locked = overlays.lock().map_err(|_| StateError {
+                message: format!("state overlays of task {task} were left inconsistent by a panic"),
+            })?;
+            locked.adopt(&prefix)?;
+            locked.db.clone()
+        };
+        Ok(Self { overlays, db, key: prefix.clone(), prefix, scope: format!("operator `{operator}` of task {task}") })
     }
 
     /// Sets the scratch buffer to `prefix ++ key`.
@@ -191,14 +286,16 @@ impl StateStore for OperatorState {
     }
 
     fn write(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StateError> {
-        let mut overlays = self.lock()?;
-        for (key, value) in writes {
-            let mut full = Vec::with_capacity(self.prefix.len() + key.len());
-            full.extend_from_slice(&self.prefix);
-            full.extend_from_slice(&key);
-            overlays.write(full, value);
-        }
-        Ok(())
+        let full = writes
+            .into_iter()
+            .map(|(key, value)| {
+                let mut full = Vec::with_capacity(self.prefix.len() + key.len());
+                full.extend_from_slice(&self.prefix);
+                full.extend_from_slice(&key);
+                (full, value)
+            })
+            .collect();
+        self.lock()?.write_all(full)
     }
 
     fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries, StateError> {
@@ -267,11 +364,6 @@ fn range_prefix<'a>(
         .take_while(move |(key, _)| key.starts_with(prefix))
 }
 
-fn lock_overlays(overlays: &Mutex<TaskOverlays>) -> MutexGuard<'_, TaskOverlays> {
-    // Only reads `db`, which a panic cannot leave inconsistent.
-    overlays.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,7 +401,7 @@ mod tests {
     #[test]
     fn reads_see_current_over_sealed_over_committed_and_deletes_hide() {
         let (_dir, db, overlays) = setup();
-        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0));
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0)).unwrap();
         state.write(vec![put("a", "db"), put("b", "db"), put("c", "db"), put("d", "db")]).unwrap();
         checkpoint(&db, &overlays, 1);
         assert!(overlays.lock().unwrap().sealed.is_empty());
@@ -345,7 +437,7 @@ mod tests {
     #[test]
     fn scan_merges_layers_with_deletes_and_limit() {
         let (_dir, db, overlays) = setup();
-        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0));
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0)).unwrap();
         let committed: Vec<_> = (0..10).map(|i| put(&format!("k{i}"), "db")).collect();
         state.write(committed).unwrap();
         state.write(vec![put("other", "x"), put("k", "exact")]).unwrap();
@@ -381,7 +473,8 @@ mod tests {
             (overlays.clone(), "op", task("a", 1)),
             (other_task.clone(), "op", task("a", 256)),
         ];
-        let mut states: Vec<_> = scopes.iter().map(|(o, op, t)| OperatorState::new(o.clone(), op, t)).collect();
+        let mut states: Vec<_> =
+            scopes.iter().map(|(o, op, t)| OperatorState::new(o.clone(), op, t).unwrap()).collect();
         for (i, state) in states.iter_mut().enumerate() {
             state.write(vec![put("k", &i.to_string()), put(&format!("only{i}"), "x")]).unwrap();
         }
@@ -403,7 +496,7 @@ mod tests {
     #[test]
     fn seal_and_committed_lifecycle() {
         let (_dir, db, overlays) = setup();
-        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 3));
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 3)).unwrap();
         let prefix = state_prefix("op", &task("t", 3));
         let full = |key: &str| [prefix.as_slice(), key.as_bytes()].concat();
 
@@ -448,11 +541,48 @@ mod tests {
     #[should_panic(expected = "bug in Weir")]
     fn sealing_backwards_is_a_bug() {
         let (_dir, _db, overlays) = setup();
-        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0));
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0)).unwrap();
         state.write(vec![put("a", "1")]).unwrap();
         overlays.lock().unwrap().seal(CheckpointId(2));
         state.write(vec![put("a", "2")]).unwrap();
         overlays.lock().unwrap().seal(CheckpointId(2));
+    }
+
+    #[test]
+    fn a_quota_counts_net_sizes_across_tasks_and_epochs_and_refuses_growth_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // Full keys: "op\0t\0" + 4-byte partition + "\0" = 10 bytes of prefix.
+        let db = Arc::new(StateDb::open(dir.path()).unwrap().with_quota(Some(100)));
+        let quota = db.quota().unwrap().clone();
+        let first = TaskOverlays::new(db.clone());
+        let mut state = OperatorState::new(first.clone(), "op", &task("t", 0)).unwrap();
+        state.write(vec![put("a", "12345"), put("b", "12345")]).unwrap();
+        assert_eq!(quota.used(), 2 * (11 + 5));
+        // Overwriting counts the difference, also across a committed checkpoint.
+        checkpoint(&db, &first, 1);
+        state.write(vec![put("a", "1"), put("a", "123")]).unwrap();
+        assert_eq!(quota.used(), 32 - 2);
+        // A second task shares the quota; a batch past it fails whole.
+        let second = TaskOverlays::new(db.clone());
+        let mut other = OperatorState::new(second.clone(), "op", &task("t", 1)).unwrap();
+        let error = other.write(vec![put("x", "1"), put("y", &"v".repeat(75))]).unwrap_err();
+        assert!(error.message.contains("state.max_bytes = 100"), "{error}");
+        assert_eq!(get(&mut other, "x"), None, "nothing of the refused batch was written");
+        assert_eq!(quota.used(), 30);
+        // Deleting makes room again.
+        state.write(vec![delete("b")]).unwrap();
+        other.write(vec![put("y", &"v".repeat(75))]).unwrap();
+        assert_eq!(quota.used(), 100, "up to the limit itself");
+        // Uncommitted writes of a recovering task are given back.
+        second.lock().unwrap().discard_all();
+        assert_eq!(quota.used(), 14);
+        // A task that ends gives its bytes back; its successor adopts the committed state.
+        checkpoint(&db, &first, 2);
+        drop(state);
+        drop(first);
+        assert_eq!(quota.used(), 0);
+        let _reopened = OperatorState::new(TaskOverlays::new(db.clone()), "op", &task("t", 0)).unwrap();
+        assert_eq!(quota.used(), 14);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, DBRawIterator, Options, PrefixRange, ReadOptions,
@@ -16,7 +16,7 @@ use super::keys::{
     self, META_CHANGELOG_OFFSET, META_CHANGELOG_TOPIC, META_CHECKPOINT, META_COMPONENT, META_EPOCH_FLOOR, META_LINEAGE,
     META_OFFSET, META_PIPELINE, META_SNAPSHOT, META_TRANSACTIONAL_IDS,
 };
-use super::{Entries, StateError};
+use super::{Entries, StateError, StateQuota};
 use crate::types::{CheckpointId, TaskId};
 
 /// Column family of the committed state: full state keys (see [`super::state_prefix`]) → values.
@@ -85,6 +85,8 @@ pub struct StateDb {
     /// Serialises the transitions, and the multi-key reads of `meta` against them, so each sees
     /// one consistent state.
     transitions: Mutex<()>,
+    /// `state.max_bytes`, shared by the tasks' overlays.
+    quota: Option<Arc<StateQuota>>,
 }
 
 impl fmt::Debug for StateDb {
@@ -143,7 +145,33 @@ impl StateDb {
     }
 
     fn wrap(db: DB, dir: &Path) -> Self {
-        Self { db, dir: dir.to_path_buf(), transitions: Mutex::new(()) }
+        Self { db, dir: dir.to_path_buf(), transitions: Mutex::new(()), quota: None }
+    }
+
+    /// Limits the state the tasks over this database hold to `max_bytes` (`state.max_bytes`;
+    /// see [`StateQuota`]); `None` for no limit.
+    #[must_use]
+    pub fn with_quota(mut self, max_bytes: Option<u64>) -> Self {
+        self.quota = max_bytes.map(|limit| Arc::new(StateQuota::new(limit)));
+        self
+    }
+
+    /// The quota set by [`with_quota`](Self::with_quota).
+    pub fn quota(&self) -> Option<&Arc<StateQuota>> {
+        self.quota.as_ref()
+    }
+
+    /// Bytes of committed state keys and values under `prefix` (full keys).
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read.
+    pub fn prefix_bytes(&self, prefix: &[u8]) -> Result<u64, StateError> {
+        let mut bytes = 0;
+        self.for_each(self.cf(CF_STATE), prefix, |key, value| {
+            bytes += (key.len() + value.len()) as u64;
+            Ok(true)
+        })?;
+        Ok(bytes)
     }
 
     /// The directory of the database.

@@ -98,6 +98,17 @@ pub enum ErrorKind {
         /// The limit in force, in bytes.
         limit_bytes: usize,
     },
+    /// The guests of the operator's [`ResourcePool`](super::ResourcePool) together needed more
+    /// linear memory than the pool has (under `weir serve`, the tenant's `max_total_memory_mb`).
+    #[error(
+        "memory quota exceeded: the operators of {owner} together asked for more than {limit_bytes} bytes of linear memory (its max_total_memory_mb); stop a pipeline, lower operators' `memory_limit_mb`, or ask for a larger quota"
+    )]
+    PoolMemory {
+        /// Who the pool belongs to, e.g. ``tenant `acme` ``.
+        owner: String,
+        /// The pool's limit, in bytes.
+        limit_bytes: usize,
+    },
     /// The guest panicked (a Rust `panic!` or the equivalent of another language).
     #[error("guest panicked: {message}")]
     GuestPanic {

@@ -44,7 +44,7 @@ pub(crate) struct HostState {
 impl HostState {
     pub(crate) fn new(
         operator: Arc<str>,
-        memory_bytes: usize,
+        limiter: MemoryLimiter,
         state: Box<dyn StateStore>,
         timers: Box<dyn StateStore>,
     ) -> Self {
@@ -61,7 +61,7 @@ impl HostState {
         Self {
             wasi,
             table: ResourceTable::new(),
-            limiter: MemoryLimiter::new(memory_bytes),
+            limiter,
             log,
             state,
             writes: BTreeMap::new(),

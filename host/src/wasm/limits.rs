@@ -1,8 +1,9 @@
 //! Per-operator resource limits and the wasmtime `ResourceLimiter` that enforces memory.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::OutputRecord;
+use super::{OutputRecord, ResourcePool};
 
 /// Default linear-memory limit of one operator instance: 64 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
@@ -60,7 +61,7 @@ fn varint_len(len: usize) -> usize {
 }
 
 /// Limits of one operator instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct OperatorLimits {
     /// Upper bound of each linear memory of the instance (a component usually has one), in
     /// bytes; by default 64 MiB.
@@ -74,43 +75,80 @@ pub struct OperatorLimits {
     /// `message.max.bytes`. A pipeline sets the smallest of its producer's and its sink topics'
     /// limits, so that an output the sink would refuse fails the call that made it.
     pub max_record: RecordLimit,
+    /// Memory and CPU shared with other operators (a tenant's under `weir serve`); none by
+    /// default.
+    pub pool: Option<Arc<ResourcePool>>,
 }
 
 impl Default for OperatorLimits {
     fn default() -> Self {
-        Self { memory_bytes: DEFAULT_MEMORY_BYTES, deadline: DEFAULT_DEADLINE, max_record: RecordLimit::default() }
+        Self {
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            deadline: DEFAULT_DEADLINE,
+            max_record: RecordLimit::default(),
+            pool: None,
+        }
     }
 }
 
-/// Enforces [`OperatorLimits::memory_bytes`] and remembers that it refused a growth, so a trap
-/// that follows (a guest allocator aborting) is reported as a memory-limit failure.
+/// Which limit refused a linear-memory growth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The operator's own `memory_bytes`.
+    Operator,
+    /// The [`ResourcePool`]'s total.
+    Pool,
+}
+
+/// Enforces [`OperatorLimits::memory_bytes`] and the pool's total, and remembers which refused
+/// a growth, so a trap that follows (a guest allocator aborting) is reported as a memory-limit
+/// failure. Gives the instance's memory back to the pool when dropped with its store.
 #[derive(Debug)]
 pub(crate) struct MemoryLimiter {
     limit: usize,
-    pub(crate) refused: bool,
+    pool: Option<Arc<ResourcePool>>,
+    pub(crate) refused: Option<Refusal>,
     /// Largest linear memory granted so far, in bytes.
     pub(crate) peak: usize,
+    /// Growth granted by the pool over every memory of the instance, in bytes.
+    pooled: usize,
 }
 
 impl MemoryLimiter {
-    pub(crate) fn new(limit: usize) -> Self {
-        Self { limit, refused: false, peak: 0 }
+    pub(crate) fn new(limits: &OperatorLimits) -> Self {
+        Self { limit: limits.memory_bytes, pool: limits.pool.clone(), refused: None, peak: 0, pooled: 0 }
     }
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         // Refuse rather than trap: `memory.grow` returns -1 and a guest may cope with it.
-        let allowed = desired <= self.limit;
-        self.refused |= !allowed;
-        if allowed {
+        let growth = desired.saturating_sub(current);
+        let refusal = if desired > self.limit {
+            Some(Refusal::Operator)
+        } else if self.pool.as_ref().is_some_and(|pool| !pool.grow(growth)) {
+            Some(Refusal::Pool)
+        } else {
+            self.pooled += growth;
+            None
+        };
+        self.refused = self.refused.or(refusal);
+        if refusal.is_none() {
             self.peak = self.peak.max(desired);
         }
-        Ok(allowed)
+        Ok(refusal.is_none())
     }
 
     fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
+    }
+}
+
+impl Drop for MemoryLimiter {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.shrink(self.pooled);
+        }
     }
 }
 

@@ -28,6 +28,7 @@ mod guest_log;
 mod host;
 mod limits;
 mod operator;
+mod pool;
 
 pub use bindings::current::weir::transform::log::Level;
 pub use bindings::current::weir::transform::types::{
@@ -39,3 +40,4 @@ pub use engine::{EngineConfig, WasmEngine};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
 pub use limits::{DEFAULT_MAX_RECORD_BYTES, OperatorLimits, RecordLimit, record_size};
 pub use operator::Operator;
+pub use pool::ResourcePool;

@@ -12,7 +12,8 @@ use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
-use super::limits::{OperatorLimits, record_size};
+use super::limits::{MemoryLimiter, OperatorLimits, Refusal, record_size};
+use super::pool::thread_cpu_time;
 use super::{InputRecord, OutputRecord, TimeDomain, Timer};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
@@ -121,8 +122,10 @@ impl Operator {
             Ok(outputs) => self.validate(&outputs).map(|()| outputs),
             // A runtime that turns a refused growth into an exception (Python's MemoryError,
             // which the SDK reports as an error) ran out of memory all the same: say so.
-            Err(_) if self.memory_refused() => Err(ErrorKind::MemoryLimit { limit_bytes: self.limits.memory_bytes }),
-            Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
+            Err(error) => Err(match self.memory_refused() {
+                Some(refusal) => memory_error(refusal, &self.limits),
+                None => ErrorKind::Guest { message: error.message, offset: error.offset },
+            }),
         };
         let result = result.and_then(|outputs| {
             let Instance::Live { store, .. } = &mut self.instance else {
@@ -235,8 +238,11 @@ impl Operator {
     }
 
     /// Whether the live instance's last call was refused a memory growth.
-    fn memory_refused(&self) -> bool {
-        matches!(&self.instance, Instance::Live { store, .. } if store.data().limiter.refused)
+    fn memory_refused(&self) -> Option<Refusal> {
+        match &self.instance {
+            Instance::Live { store, .. } => store.data().limiter.refused,
+            _ => None,
+        }
     }
 
     /// Largest linear memory of the live instance so far, in bytes; 0 when there is none.
@@ -307,9 +313,8 @@ impl Operator {
         let Instance::Live { store, bindings } = &mut self.instance else {
             unreachable!("this is a bug in Weir: ensure_live left no live instance")
         };
-        arm(store, &self.limits);
         store.data_mut().watermark = self.watermark;
-        let result = f(bindings, store);
+        let result = metered(store, &self.limits, |store| f(bindings, store));
         store.data_mut().deadline = None;
         let result = result.map_err(|error| classify(&error, store, &self.limits));
         result.map_err(|kind| self.fail(call, offsets, kind))
@@ -326,23 +331,22 @@ impl Operator {
         };
         let mut store = Box::new(Store::new(
             self.component.pre.engine(),
-            HostState::new(self.name.clone(), self.limits.memory_bytes, state, timers),
+            HostState::new(self.name.clone(), MemoryLimiter::new(&self.limits), state, timers),
         ));
         store.limiter(|host| &mut host.limiter);
-        arm(&mut store, &self.limits);
-        let started = (|| {
-            let bindings = self.component.pre.instantiate(&mut store).map_err(|e| (Call::Init, Err(e)))?;
-            match bindings.call_init(&mut store, &self.config) {
+        let started = metered(&mut store, &self.limits, |store| {
+            let bindings = self.component.pre.instantiate(&mut *store).map_err(|e| (Call::Init, Err(e)))?;
+            match bindings.call_init(&mut *store, &self.config) {
                 Ok(Ok(())) => {}
                 Ok(Err(message)) => return Err((Call::Init, Ok(message))),
                 Err(trap) => return Err((Call::Init, Err(trap))),
             }
-            match bindings.call_restore(&mut store, &self.snapshot) {
+            match bindings.call_restore(&mut *store, &self.snapshot) {
                 Ok(Ok(())) => Ok(bindings),
                 Ok(Err(message)) => Err((Call::Restore, Ok(message))),
                 Err(trap) => Err((Call::Restore, Err(trap))),
             }
-        })();
+        });
         store.data_mut().deadline = None;
         match started {
             Ok(bindings) => {
@@ -407,7 +411,7 @@ fn arm(store: &mut Store<HostState>, limits: &OperatorLimits) {
     let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
     store.set_epoch_deadline(ticks.max(1));
     store.data_mut().deadline = Some(Instant::now() + limits.deadline);
-    store.data_mut().limiter.refused = false;
+    store.data_mut().limiter.refused = None;
     store.data_mut().clear_writes();
     if let Ok(mut log) = store.data().log.lock() {
         log.clear_stderr_tail();
@@ -426,8 +430,8 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return ErrorKind::Exit { status: exit.0 };
     }
-    if store.data().limiter.refused {
-        return ErrorKind::MemoryLimit { limit_bytes: limits.memory_bytes };
+    if let Some(refusal) = store.data().limiter.refused {
+        return memory_error(refusal, limits);
     }
     let panic_message = store.data().log.lock().ok().and_then(|mut log| log.take_panic_message());
     match error.downcast_ref::<wasmtime::Trap>() {
@@ -439,6 +443,35 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
         Some(trap) => ErrorKind::Trap { trap: *trap },
         None => ErrorKind::Host { reason: format!("{error:#}") },
     }
+}
+
+/// The error of a refused memory growth.
+fn memory_error(refusal: Refusal, limits: &OperatorLimits) -> ErrorKind {
+    match (refusal, &limits.pool) {
+        (Refusal::Pool, Some(pool)) => {
+            ErrorKind::PoolMemory { owner: pool.owner().to_owned(), limit_bytes: pool.memory_limit() }
+        }
+        _ => ErrorKind::MemoryLimit { limit_bytes: limits.memory_bytes },
+    }
+}
+
+/// Runs a guest call: waits for the pool's CPU share (before the deadline starts), [`arm`]s the
+/// call, and charges its thread CPU time to the pool.
+fn metered<R>(
+    store: &mut Store<HostState>,
+    limits: &OperatorLimits,
+    call: impl FnOnce(&mut Store<HostState>) -> R,
+) -> R {
+    let Some(pool) = &limits.pool else {
+        arm(store, limits);
+        return call(store);
+    };
+    pool.admit();
+    arm(store, limits);
+    let start = thread_cpu_time();
+    let result = call(store);
+    pool.charge(thread_cpu_time().saturating_sub(start));
+    result
 }
 
 fn batch_offsets(batch: &[InputRecord]) -> Option<BatchOffsets> {

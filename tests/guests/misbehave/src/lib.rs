@@ -17,9 +17,12 @@
 //! | `open-file` | tries `std::fs::read("/etc/passwd")`, emits value `open-file: ok` or `open-file: err: <error>` |
 //! | `connect` | tries a TCP connection to `127.0.0.1:9092` through `wasi:sockets`, emits `connect: ok` or `connect: err: <error>` |
 //! | `env` | emits `env: <number of environment variables>` |
+//! | `fill` | stores 64 KiB of state under the key `fill-<offset>` (state quota), then forwards the record |
 //! | `timer:<event\|processing>:<ms>` | registers a timer for the record's key on that clock at `<ms>`, emits `watermark: <the timers.watermark import's answer>` |
 //! | `cancel:<event\|processing>:<ms>` | cancels that timer of the record's key, emits nothing |
 //! | anything else | forwards the record unchanged |
+//!
+//! A word may also come as a JSON string (`"loop"`), as `weir produce` writes a `.jsonl` file.
 //!
 //! `on_timer` emits `fired <event|processing> <time> <key>` (key `fired`), and fails with a
 //! transform error for a timer of key `fail`.
@@ -97,7 +100,8 @@ impl Transform for Misbehave {
         state::put("count", (count + 1).to_string());
 
         let offset = record.offset();
-        match record.value_str().unwrap_or("") {
+        // The word bare or as a JSON string (a `.jsonl` file loaded with `weir produce`).
+        match record.value_str().unwrap_or("").trim_matches('"') {
             "loop" => {
                 let mut n = 0u64;
                 loop {
@@ -140,6 +144,10 @@ impl Transform for Misbehave {
                 },
             )),
             "env" => out.emit(reply(record, format!("env: {}", std::env::vars().count()))),
+            "fill" => {
+                state::put(format!("fill-{offset}"), vec![0u8; 64 << 10]);
+                out.forward(record);
+            }
             word if word.starts_with("timer:") || word.starts_with("cancel:") => {
                 let mut parts = word.split(':');
                 let (verb, clock, ms) = (parts.next(), parts.next(), parts.next().and_then(|m| m.parse::<i64>().ok()));

