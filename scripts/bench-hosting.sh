@@ -15,7 +15,7 @@ source scripts/setup.sh host guests kafka
 port="${WEIR_KAFKA_PORT:-9092}"
 listen="127.0.0.1:${WEIR_SERVE_PORT:-7071}"
 scripts/kafka.sh start >/dev/null
-scripts/build-plugins.sh plugins guests >/dev/null
+scripts/build-plugins.sh plugins tests/guests >/dev/null
 "${WEIR_HOST_BUILD[@]}"
 weir="$CARGO_TARGET_DIR/release/weir"
 run="bench-hosting-$(date +%s)"

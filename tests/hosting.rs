@@ -25,11 +25,21 @@ struct Serve {
 impl Serve {
     /// Writes `serve.toml` (with `extra` lines) and starts the server.
     fn start(extra: &str) -> Self {
+        Self::node("node-1", &unique_name("weir-registry"), extra)
+    }
+
+    /// Starts another node sharing this one's registry topic, as `node_id`.
+    fn another_node(&self, node_id: &str) -> Self {
+        let text = std::fs::read_to_string(self.dir.path().join("serve.toml")).expect("serve.toml");
+        let registry = text.split("registry_topic = \"").nth(1).and_then(|t| t.split('"').next()).expect("registry");
+        Self::node(node_id, registry, "")
+    }
+
+    fn node(node_id: &str, registry: &str, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let text = format!(
-            "listen = \"127.0.0.1:0\"\nbrokers = \"{}\"\ndata_dir = \"data\"\nnode_id = \"node-1\"\nregistry_topic = \"{}\"\n{extra}\n",
+            "listen = \"127.0.0.1:0\"\nbrokers = \"{}\"\ndata_dir = \"data\"\nnode_id = \"{node_id}\"\nregistry_topic = \"{registry}\"\n{extra}\n",
             bootstrap(),
-            unique_name("weir-registry")
         );
         std::fs::write(dir.path().join("serve.toml"), text).expect("serve.toml");
         let mut serve = Self { dir, child: None, base: String::new() };
@@ -505,4 +515,84 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
         .find_map(|line| line.strip_prefix("weir_tenant_guest_cpu_seconds_total{tenant=\"noisy\"} "))
         .and_then(|value| value.parse::<f64>().ok());
     assert!(cpu.is_some_and(|seconds| seconds > 0.1), "{metrics}");
+}
+
+/// Polls `check` every 250 ms until it holds; panics naming `what` after [`RUN_TIMEOUT`].
+fn eventually(what: &str, mut check: impl FnMut() -> bool, logs: &dyn Fn() -> String) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < RUN_TIMEOUT, "{what} never happened\n{}", logs());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Two nodes sharing a registry topic serve the same tenants, transforms and pipelines: what one
+/// node is asked reaches the other within a moment, and both run the pipeline as members of its
+/// consumer group, sharing its partitions, with the output exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_nodes_share_tenants_and_pipelines_through_the_registry_topic() {
+    const PARTITIONS: i32 = 4;
+    let first = Serve::start("");
+    let second = first.another_node("node-2");
+    let logs = || format!("node-1:\n{}\nnode-2:\n{}", first.log(), second.log());
+    let run = unique_name("weir-nodes");
+    let token = first.tenant("acme", &format!("{run}."), None);
+    eventually(
+        "the tenant reaching node 2",
+        || second.call("GET", "/v1/pipelines", Some(&token), None).0 == 200,
+        &logs,
+    );
+
+    // Uploaded to node 2, deployed through node 1: node 1 writes the component from its chunks.
+    let bytes = std::fs::read(plugin("flight-delays")).expect("flight-delays.wasm");
+    assert_eq!(second.upload(&token, "flight-delays", bytes).0, 201);
+    eventually(
+        "the transform reaching node 1",
+        || first.call("GET", "/v1/transforms/flight-delays", Some(&token), None).0 == 200,
+        &logs,
+    );
+    let (source, sink) = (format!("{run}.flights"), format!("{run}.delays"));
+    weir_tests::create_topic(&source, PARTITIONS).await;
+    first.ok("PUT", "/v1/pipelines/delays", &token, toml_body(&flight_delays_spec(&source, &sink, None)));
+    let assigned = |node: &Serve| {
+        let (status, logs) = node.call("GET", "/v1/pipelines/delays/logs", Some(&token), None);
+        status == 200 && logs.to_string().contains("partitions assigned by the consumer group")
+    };
+    eventually("node 2 running the pipeline", || assigned(&second), &logs);
+    eventually("node 1 running the pipeline", || assigned(&first), &logs);
+
+    let rows = flight_rows(4_000);
+    produce(&source, PARTITIONS, &keyed(&rows)).await;
+    let mut reader = Reader::new(&sink, PARTITIONS, Isolation::ReadCommitted);
+    assert_eq!(reader.read_until(rows.len(), RUN_TIMEOUT), rows.len(), "{}", logs());
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+    for (name, node) in [("node 1", &first), ("node 2", &second)] {
+        let status = node.ok("GET", "/v1/pipelines/delays", &token, None);
+        let records = status["metrics"]["records_in"].as_u64().unwrap_or(0);
+        assert!(records > 0, "{name} processed none of the flights: {status}\n{}", logs());
+    }
+
+    // A stop through node 2 stops node 1's run; a delete through node 1 removes node 2's.
+    second.ok("POST", "/v1/pipelines/delays/stop", &token, None);
+    eventually(
+        "node 1 stopping the pipeline",
+        || first.ok("GET", "/v1/pipelines/delays", &token, None)["state"] == "stopped",
+        &logs,
+    );
+    first.ok("DELETE", "/v1/pipelines/delays", &token, None);
+    eventually(
+        "node 2 forgetting the pipeline",
+        || second.ok("GET", "/v1/pipelines", &token, None) == json!([]),
+        &logs,
+    );
+    // A token rotated on one node stops working on the other.
+    let rotated = first.ok("POST", "/v1/tenants/acme/token", ADMIN, None)["token"].as_str().expect("token").to_owned();
+    eventually(
+        "node 2 refusing the old token",
+        || second.call("GET", "/v1/pipelines", Some(&token), None).0 == 401,
+        &logs,
+    );
+    assert_eq!(second.call("GET", "/v1/pipelines", Some(&rotated), None).0, 200);
 }

@@ -97,6 +97,12 @@ impl ApiError {
     }
 }
 
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.body.message)
+    }
+}
+
 impl From<SpecError> for ApiError {
     fn from(error: SpecError) -> Self {
         let message =

@@ -16,6 +16,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod error;
+mod follow;
 pub mod registry;
 pub mod spec;
 pub mod store;
@@ -150,7 +151,7 @@ impl Server {
     /// not parse.
     pub async fn open(config: ServeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Self>> {
         let engine = Arc::new(WasmEngine::new(&EngineConfig { cache_dir: Some(config.data_dir.join("compiled")) })?);
-        let (store, values) = Store::open(&config.brokers, &config.registry_topic).await?;
+        let store::Opened { store, values, end } = Store::open(&config.brokers, &config.registry_topic).await?;
         let components = config.data_dir.join("components");
         let registry = Registry::load(&values, &components)?;
         let supervisor =
@@ -183,6 +184,7 @@ impl Server {
             }
         }
         drop(registry);
+        follow::spawn(server.clone(), values, end)?;
         Ok(server)
     }
 

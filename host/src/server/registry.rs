@@ -76,7 +76,7 @@ pub enum Desired {
 }
 
 /// A deployed pipeline: the tenant's spec with every transform's version pinned.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pipeline {
     /// Its name, unique per tenant.
     pub name: String,

@@ -6,6 +6,7 @@
 //! `max.message.bytes` (1 MiB).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -17,52 +18,45 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 /// How long a write or the start-up read may wait for the broker.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The registry topic: writes, and the start-up read.
+/// The registry topic: writes, the start-up read, and reads that follow it.
 pub struct Store {
     producer: FutureProducer,
+    brokers: String,
     topic: String,
+    /// Offset of this node's last acknowledged write; -1 before the first.
+    last_written: AtomicI64,
+}
+
+/// The registry topic read to its end at start-up.
+pub struct Opened {
+    /// The store, for writes and further reads.
+    pub store: Store,
+    /// Each key's last value (tombstoned keys left out).
+    pub values: BTreeMap<String, Vec<u8>>,
+    /// The offset after the last record read.
+    pub end: i64,
 }
 
 impl Store {
     /// Creates the topic when missing (compacted, one partition) and reads it to its end.
-    /// Returns the store and each key's last value (tombstoned keys left out).
     ///
     /// # Errors
     /// When the cluster cannot be reached within 30 s or refuses the topic.
-    pub async fn open(brokers: &str, topic: &str) -> anyhow::Result<(Self, BTreeMap<String, Vec<u8>>)> {
+    pub async fn open(brokers: &str, topic: &str) -> anyhow::Result<Opened> {
         let none = BTreeMap::new();
-        let down = |e: rdkafka::error::KafkaError| {
-            anyhow::anyhow!(
-                "cannot open the registry topic {topic} on {brokers} (`brokers`, `registry_topic`): {e}; is the broker up?"
-            )
-        };
+        let down = |e| unreachable_topic(brokers, topic, e);
         let admin = Admin::new(brokers, &none).map_err(down)?;
         admin.create_topic_with(topic, 1, &[("cleanup.policy", "compact")]).await.map_err(down)?;
-        let reader = TopicReader::new(brokers, &none, topic, "weir-serve-registry").map_err(down)?;
+        let mut values = BTreeMap::new();
         // A topic just created may take a moment to reach the metadata of every broker.
         let started = std::time::Instant::now();
-        let (low, high) = loop {
-            match reader.range(0, TIMEOUT) {
-                Ok(range) => break range,
+        let end = loop {
+            match read_after(brokers, topic, 0, &mut values) {
+                Ok(end) => break end,
                 Err(_) if started.elapsed() < TIMEOUT => std::thread::sleep(Duration::from_millis(200)),
-                Err(error) => return Err(down(error)),
+                Err(error) => return Err(error),
             }
         };
-        let mut values = BTreeMap::new();
-        if high > low {
-            let from = BTreeMap::from([(0, low)]);
-            let until = BTreeMap::from([(0, high)]);
-            reader.read(&from, &until, 1024, TIMEOUT, down, |_, batch, _| {
-                for (key, value, _) in batch {
-                    let key = String::from_utf8_lossy(&key).into_owned();
-                    match value {
-                        Some(value) => values.insert(key, value),
-                        None => values.remove(&key),
-                    };
-                }
-                Ok(())
-            })?;
-        }
         // A write fails after TIMEOUT (not librdkafka's default 5 minutes) while the broker is down.
         let timeout_ms = TIMEOUT.as_millis().to_string();
         let own = [
@@ -72,7 +66,23 @@ impl Store {
             ("message.timeout.ms", timeout_ms.as_str()),
         ];
         let producer = crate::kafka::client_config(brokers, &none, &own).create().map_err(down)?;
-        Ok((Self { producer, topic: topic.to_owned() }, values))
+        let store =
+            Self { producer, brokers: brokers.to_owned(), topic: topic.to_owned(), last_written: AtomicI64::new(-1) };
+        Ok(Opened { store, values, end })
+    }
+
+    /// Reads the records from offset `from` to the topic's current end into `values` (a
+    /// tombstone removes its key); returns the offset after the last one.
+    ///
+    /// # Errors
+    /// When the broker cannot be reached within 30 s.
+    pub fn read_after(&self, from: i64, values: &mut BTreeMap<String, Vec<u8>>) -> anyhow::Result<i64> {
+        read_after(&self.brokers, &self.topic, from, values)
+    }
+
+    /// Offset of this node's last acknowledged write; -1 before the first.
+    pub fn last_written(&self) -> i64 {
+        self.last_written.load(Ordering::SeqCst)
     }
 
     /// Writes `key` = `value` (`None`: a tombstone) and waits for the broker's acknowledgement.
@@ -84,10 +94,12 @@ impl Store {
         if let Some(value) = value {
             record = record.payload(value);
         }
-        self.producer
+        let delivered = self
+            .producer
             .send(record, TIMEOUT)
             .await
             .map_err(|(e, _)| anyhow::anyhow!("cannot write {key} to the registry topic {}: {e}", self.topic))?;
+        self.last_written.fetch_max(delivered.offset, Ordering::SeqCst);
         Ok(())
     }
 
@@ -103,6 +115,34 @@ impl Store {
         }
         Ok(count)
     }
+}
+
+/// Reads `topic` from `from` to its current end into `values`; returns the end.
+fn read_after(brokers: &str, topic: &str, from: i64, values: &mut BTreeMap<String, Vec<u8>>) -> anyhow::Result<i64> {
+    let down = |e| unreachable_topic(brokers, topic, e);
+    let reader = TopicReader::new(brokers, &BTreeMap::new(), topic, "weir-serve-registry").map_err(down)?;
+    let (low, high) = reader.range(0, TIMEOUT).map_err(down)?;
+    let from = from.max(low);
+    if high > from {
+        let until = BTreeMap::from([(0, high)]);
+        reader.read(&BTreeMap::from([(0, from)]), &until, 1024, TIMEOUT, down, |_, batch, _| {
+            for (key, value, _) in batch {
+                let key = String::from_utf8_lossy(&key).into_owned();
+                match value {
+                    Some(value) => values.insert(key, value),
+                    None => values.remove(&key),
+                };
+            }
+            Ok(())
+        })?;
+    }
+    Ok(high.max(from))
+}
+
+fn unreachable_topic(brokers: &str, topic: &str, error: rdkafka::error::KafkaError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot open the registry topic {topic} on {brokers} (`brokers`, `registry_topic`): {error}; is the broker up?"
+    )
 }
 
 /// The key of chunk `index` of blob `sha256`.

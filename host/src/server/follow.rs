@@ -1,0 +1,120 @@
+//! Follows the registry topic, so that several `weir serve` nodes sharing it serve the same
+//! tenants, transforms and pipelines: every node runs every pipeline whose desired state is
+//! running, as one more member (instance `node_id`) of the pipeline's consumer group, which
+//! shares the partitions among the nodes (KIP-345 static membership, KIP-447 fencing).
+//!
+//! Each node changes its own registry as it answers a request, and writes the change to the
+//! topic first. The follower reads the topic every [`FOLLOW_INTERVAL`]; once it has read back
+//! every write of this node, the topic holds all this node applied, in the order the broker
+//! took the writes, so the registry it describes is the truth: the follower replaces the
+//! node's registry with it and starts, restarts or stops the pipelines that differ. Writes
+//! of other nodes thus reach this one within about a second, and two nodes that change one
+//! object at once both end at the write the broker took last.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::registry::{Desired, Registry, component_path};
+use super::{Server, spec};
+
+/// How often the follower reads the registry topic.
+pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Follows the registry topic from offset `end` (where the start-up read stopped), with
+/// `values` the last value of every key up to there, until the server closes.
+///
+/// # Errors
+/// When the operating system refuses a thread.
+pub(super) fn spawn(
+    server: Arc<Server>,
+    mut values: BTreeMap<String, Vec<u8>>,
+    mut end: i64,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Handle::current();
+    forget_materialized(&mut values, &server.components);
+    std::thread::Builder::new().name("weir-registry".into()).spawn(move || {
+        while !server.closing.load(Ordering::Relaxed) {
+            std::thread::sleep(FOLLOW_INTERVAL);
+            match server.store.read_after(end, &mut values) {
+                Ok(next) if next > end => end = next,
+                Ok(_) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the registry topic; trying again");
+                    continue;
+                }
+            }
+            if let Err(error) = runtime.block_on(server.reconcile(&values, end)) {
+                tracing::error!(%error, "cannot apply the registry topic's changes; trying again at its next change");
+            }
+            forget_materialized(&mut values, &server.components);
+        }
+    })
+}
+
+impl Server {
+    /// Makes the registry the one `values` describe (the topic up to offset `end`) and starts,
+    /// restarts or stops the pipelines that differ. Does nothing while a write of this node is
+    /// beyond `end`: the next read includes it.
+    async fn reconcile(&self, values: &BTreeMap<String, Vec<u8>>, end: i64) -> anyhow::Result<()> {
+        let _mutating = self.mutating.lock().await;
+        let mut registry = self.registry.lock().await;
+        // Every request writes and updates the registry under its lock: holding it, no write of
+        // this node is on its way in between.
+        if self.store.last_written() >= end {
+            return Ok(());
+        }
+        let truth = Registry::load(values, &self.components)?;
+        let mut starts = Vec::new();
+        let mut stops = Vec::new();
+        for (tenant, entry) in &truth.tenants {
+            let before = registry.tenants.get(tenant).filter(|old| old.tenant.id == entry.tenant.id);
+            for (name, pipeline) in &entry.pipelines {
+                let old = before.and_then(|old| old.pipelines.get(name));
+                if old.is_some_and(|old| old == pipeline) {
+                    continue;
+                }
+                let qualified = spec::qualified_name(tenant, name);
+                match pipeline.desired {
+                    Desired::Running => match spec::resolve(pipeline.spec.clone(), entry, name, &self.config) {
+                        Ok((_, run)) => starts.push((run, self.supervisor.pool(&entry.tenant))),
+                        Err(error) => tracing::error!(
+                            tenant, pipeline = name, field = %error.field, error = %error.message,
+                            "cannot start a pipeline deployed through another node"
+                        ),
+                    },
+                    Desired::Stopped => stops.push((qualified, false)),
+                }
+            }
+        }
+        for (tenant, entry) in &registry.tenants {
+            let now = truth.tenants.get(tenant).filter(|new| new.tenant.id == entry.tenant.id);
+            for name in entry.pipelines.keys() {
+                if now.is_none_or(|now| !now.pipelines.contains_key(name)) {
+                    stops.push((spec::qualified_name(tenant, name), true));
+                }
+            }
+        }
+        *registry = truth;
+        drop(registry);
+        for (qualified, remove) in stops {
+            tracing::info!(pipeline = %qualified, remove, "stopping a pipeline stopped or deleted through the registry");
+            self.stop_blocking(qualified, remove).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        for (run, pool) in starts {
+            tracing::info!(pipeline = %run.name, "starting a pipeline deployed or changed through the registry");
+            self.start_blocking(run, pool).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Drops the chunks of components already written to `components`: only chunks of a
+/// component still to come stay in memory.
+fn forget_materialized(values: &mut BTreeMap<String, Vec<u8>>, components: &std::path::Path) {
+    values.retain(|key, _| match key.strip_prefix("blob/").and_then(|rest| rest.split_once('/')) {
+        Some((sha256, _)) => !component_path(components, sha256).exists(),
+        None => true,
+    });
+}
