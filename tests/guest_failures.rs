@@ -146,6 +146,31 @@ async fn a_pipeline_whose_guest_sleeps_retries_at_its_deadline_and_stops_on_sigt
     assert!(log.contains("offsets 0..=2"), "the error names the batch; log:\n{log}");
 }
 
+/// A stop that comes while a failed batch is replayed record by record (`on_error =
+/// "dead-letter"`, each record running to its 1 s deadline) ends the replay between records and
+/// aborts the open epoch. Before, the stop waited for every record of the batch: 40 s here.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_during_a_record_by_record_replay_ends_it_and_aborts_the_epoch() {
+    let mut spec = Spec::new("misbehave");
+    spec.transform = "deadline_ms = 1000\non_error = \"dead-letter\"".into();
+    let pipeline = TestPipeline::new("weir-stop-replay", &spec);
+    produce(&pipeline.source, 1, &values(&["loop"; 40])).await;
+    let mut child = pipeline.spawn(&[]);
+    // The replay provably runs: it has dead-lettered two records.
+    let replaying = await_log(&pipeline, &["record sent to the dead-letter topic"], 2, RUN_TIMEOUT);
+    assert!(replaying, "the replay never started; log:\n{}", pipeline.log_text());
+    // `stop` fails the test unless weir run exits within 20 s of SIGTERM.
+    pipeline.stop(&mut child, Duration::from_secs(20));
+    let log = plain_log(&pipeline);
+    assert!(log.contains("stopped during a record-by-record replay"), "log:\n{log}");
+    let replayed = log.lines().filter(|l| l.contains("record sent to the dead-letter topic")).count();
+    assert!(replayed < 40, "the replay ran through every record; log:\n{log}");
+    // The aborted epoch's dead letters never become visible.
+    let mut dead = Reader::new(&pipeline.dead_letters, 1, Isolation::ReadCommitted);
+    dead.drain(Duration::from_secs(2));
+    assert!(dead.records.is_empty(), "{} dead letters of the aborted epoch are visible", dead.records.len());
+}
+
 /// A counter kept in guest memory over `a, a, <poison>, a`, one record per batch, in one
 /// epoch: the poison record's failure must roll the guest back to the state before it (2), not
 /// to the epoch's start. Before, the output was 1, 2, 1.

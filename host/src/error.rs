@@ -91,6 +91,12 @@ impl PipelineError {
         }
     }
 
+    /// Whether the pipeline stopped on request in the middle of a round ([`crate::wasm::ErrorKind::Stopped`]):
+    /// a stop, not a failure.
+    pub fn is_stop(&self) -> bool {
+        matches!(self, PipelineError::Operator(error) if matches!(error.kind, crate::wasm::ErrorKind::Stopped))
+    }
+
     /// Whether the runner should recover and try again (with back-off) rather than exit: Kafka
     /// failures that can heal (a broker down, a transaction the broker aborted, a topic
     /// missing — recovery's start-up checks then refuse a missing source topic), operator

@@ -226,6 +226,12 @@ impl PipelineMetrics {
         self.publish_state(state);
     }
 
+    /// Forgets the last error: the pipeline was deployed again (`weir serve`), and an error of
+    /// the previous spec would mislead.
+    pub fn clear_last_error(&self) {
+        lock(&self.live).last_error = None;
+    }
+
     /// Counts a failed operator call (one that stopped the epoch, or one dead-lettered).
     pub fn guest_error(&self, error: &OperatorError) {
         self.families
@@ -333,6 +339,7 @@ fn kind_label(kind: &ErrorKind) -> &'static str {
         ErrorKind::DeadlineExceeded { .. } => "deadline",
         ErrorKind::MemoryLimit { .. } => "memory_limit",
         ErrorKind::PoolMemory { .. } => "memory_quota",
+        ErrorKind::Stopped => "stopped",
         ErrorKind::GuestPanic { .. } => "panic",
         ErrorKind::Exit { .. } => "exit",
         ErrorKind::StackOverflow => "stack_overflow",

@@ -93,7 +93,9 @@ pub fn check_instance(instance: &str) -> Result<(), String> {
     }
 }
 
-/// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns.
+/// Runs the pipeline until `shutdown` is set, then commits the open epoch and returns (a
+/// stop that comes while a failed batch is replayed record by record aborts the epoch instead,
+/// see [`OperatorLimits::stop`]).
 ///
 /// Retriable failures ([`PipelineError::is_retriable`]) run recovery again after an
 /// exponential back-off (1 s doubling to 30 s), logging each attempt.
@@ -105,7 +107,7 @@ pub fn run(
     config: &PipelineConfig,
     engine: &WasmEngine,
     options: &RunOptions,
-    shutdown: &AtomicBool,
+    shutdown: &Arc<AtomicBool>,
 ) -> Result<(), PipelineError> {
     let metrics = options.metrics.pipeline(config);
     let instance = options.instance.clone().unwrap_or_else(default_instance);
@@ -131,6 +133,11 @@ pub fn run(
         });
         match result {
             Ok(()) => {
+                metrics.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
+            Err(error) if error.is_stop() => {
+                tracing::info!(pipeline = %config.name, "stopped during a record-by-record replay; the open epoch was aborted and is processed again at the next start");
                 metrics.set_state(PipelineState::Stopped);
                 return Ok(());
             }
@@ -318,7 +325,7 @@ impl<'a> Runner<'a> {
         chain: &'a Chain,
         options: &'a RunOptions,
         instance: &str,
-        shutdown: &AtomicBool,
+        shutdown: &Arc<AtomicBool>,
         metrics: &Arc<PipelineMetrics>,
     ) -> Result<Self, PipelineError> {
         let task_ids = check_cluster(config)?;
@@ -371,7 +378,12 @@ impl<'a> Runner<'a> {
             chain,
             options,
             outputs: config.sink.outputs.keys().cloned().collect(),
-            limits: OperatorLimits { max_record, pool: options.pool.clone(), ..OperatorLimits::default() },
+            limits: OperatorLimits {
+                max_record,
+                pool: options.pool.clone(),
+                stop: Some(shutdown.clone()),
+                ..OperatorLimits::default()
+            },
             lineage,
             lineage_from_group,
             owner,
@@ -444,7 +456,12 @@ impl<'a> Runner<'a> {
                     Err(error) => return Err(PipelineError::kafka("reading the source")(error)),
                 }
             }
-            self.process(batches)?;
+            if let Err(error) = self.process(batches) {
+                if error.is_stop() {
+                    self.abort_epoch()?;
+                }
+                return Err(error);
+            }
             while let Some(event) = self.source.take_rebalance() {
                 self.rebalance(event)?;
             }
@@ -947,6 +964,19 @@ impl<'a> Runner<'a> {
                 .map_err(PipelineError::kafka(format!("abort_transaction of empty epoch {id}")))?;
         }
         self.begin_epoch(self.floor)
+    }
+
+    /// A stop in the middle of a round: aborts the open epoch's transaction, so its outputs
+    /// never become visible and read_committed readers of the sink need not wait for
+    /// `transaction.timeout.ms`. Its state writes are dropped with the tasks.
+    fn abort_epoch(&mut self) -> Result<(), PipelineError> {
+        if self.config.sink.guarantee == Guarantee::ExactlyOnce {
+            let id = self.epoch.id;
+            self.slot()
+                .abort(self.config.checkpoint.timeout)
+                .map_err(PipelineError::kafka(format!("abort_transaction of epoch {id}")))?;
+        }
+        Ok(())
     }
 
     /// Shutdown: commits the open epoch, or aborts its (empty) transaction.

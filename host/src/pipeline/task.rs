@@ -481,6 +481,14 @@ fn isolate(
     tracing::warn!(error = %first, "isolating the failing record of the batch (on_error = dead-letter)");
     let mut outputs = Vec::new();
     for record in records {
+        if operator.stop_requested() {
+            return Err(OperatorError {
+                operator: operator.name().to_owned(),
+                call: Call::Process,
+                offsets: None,
+                kind: ErrorKind::Stopped,
+            });
+        }
         match process_restorable(operator, std::slice::from_ref(&record)) {
             Ok(out) => outputs.extend(out),
             Err(error) if error.is_record_failure() => {

@@ -75,6 +75,7 @@ impl Supervisor {
     pub fn start(&self, config: PipelineConfig, pool: Arc<ResourcePool>) -> std::io::Result<()> {
         let name = config.name.clone();
         self.stop(&name);
+        self.metrics.pipeline(&config).clear_last_error();
         let shutdown = Arc::new(AtomicBool::new(false));
         let options = RunOptions {
             ignore_group_offsets: false,

@@ -17,7 +17,7 @@ pub const REQUIRED_EXPORTS: [&str; 4] = ["init", "process", "snapshot", "restore
 #[non_exhaustive]
 pub enum ContractError {
     /// The file does not start with the WebAssembly magic bytes.
-    #[error("not a WebAssembly file (no `\\0asm` header); build transforms with scripts/build-plugins.sh")]
+    #[error("not a WebAssembly file (no `\\0asm` header); build the transform with `weir transform build`")]
     NotWasm,
     /// A core module (WebAssembly 1.0), not a component.
     #[error(

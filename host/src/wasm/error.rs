@@ -109,6 +109,13 @@ pub enum ErrorKind {
         /// The pool's limit, in bytes.
         limit_bytes: usize,
     },
+    /// The pipeline was asked to stop while it replayed a failed batch record by record
+    /// (`on_error = "dead-letter"`): the replay ended between records, and the open epoch is
+    /// abandoned (its records are processed again at the next start).
+    #[error(
+        "stopped during a record-by-record replay; the open epoch is abandoned and processed again at the next start"
+    )]
+    Stopped,
     /// The guest panicked (a Rust `panic!` or the equivalent of another language).
     #[error("guest panicked: {message}")]
     GuestPanic {
@@ -215,7 +222,7 @@ impl OperatorError {
     /// `restore` of the last snapshot failed), a failed `snapshot` — which `on_error =
     /// "dead-letter"` must not turn into dead letters: they fail the pipeline.
     pub fn is_record_failure(&self) -> bool {
-        self.call == Call::Process && !matches!(self.kind, ErrorKind::State(_))
+        self.call == Call::Process && !matches!(self.kind, ErrorKind::State(_) | ErrorKind::Stopped)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Per-operator resource limits and the wasmtime `ResourceLimiter` that enforces memory.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::{OutputRecord, ResourcePool};
@@ -78,6 +79,10 @@ pub struct OperatorLimits {
     /// Memory and CPU shared with other operators (a tenant's under `weir serve`); none by
     /// default.
     pub pool: Option<Arc<ResourcePool>>,
+    /// Set when the pipeline is asked to stop: a record-by-record replay of a failed batch
+    /// (`on_error = "dead-letter"`) ends between records instead of running every record to
+    /// its deadline.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for OperatorLimits {
@@ -87,6 +92,7 @@ impl Default for OperatorLimits {
             deadline: DEFAULT_DEADLINE,
             max_record: RecordLimit::default(),
             pool: None,
+            stop: None,
         }
     }
 }

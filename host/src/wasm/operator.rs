@@ -93,6 +93,11 @@ impl Operator {
         &self.name
     }
 
+    /// Whether the pipeline was asked to stop ([`OperatorLimits::stop`]).
+    pub fn stop_requested(&self) -> bool {
+        self.limits.stop.as_ref().is_some_and(|stop| stop.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Runs `process` over `batch` (records of one task, in offset order).
     ///
     /// Ok means the outputs are valid and the call's state writes were applied to the state
