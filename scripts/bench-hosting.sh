@@ -32,13 +32,7 @@ registry_topic = "_weir-registry-$run"
 EOF
 export WEIR_ADMIN_TOKEN="$(head -c 32 /dev/urandom | base64 | tr -d '/+=')"
 export WEIR_SERVER="http://$listen"
-"$weir" serve --config "$work/serve.toml" > "$work/serve.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-until grep -q "serving the API" "$work/serve.log"; do
-    kill -0 "$pid" 2>/dev/null || { echo "weir serve exited:"; tail -n 20 "$work/serve.log"; exit 1; }
-    sleep 0.5
-done
+weir_serve "$weir" "$work/serve.toml" "$work/serve.log"
 
 # tenant NAME [QUOTAS...]: creates it, prints its token.
 tenant() {
@@ -126,4 +120,4 @@ print(f'| $percent | {solo:,.0f} | {beside:,.0f} | {beside / solo:.2f} | {$cpu_a
     for word in loop alloc error; do WEIR_TOKEN="$a" "$weir" pipelines rm "$word" > /dev/null; done
     for name in solo beside; do WEIR_TOKEN="$b" "$weir" pipelines rm "$name" > /dev/null; done
 done
-kill -TERM "$pid"; wait "$pid"; trap - EXIT
+kill -TERM "$WEIR_SERVE_PID"; wait "$WEIR_SERVE_PID"; trap - EXIT

@@ -100,6 +100,19 @@ weir_cli() {
     WEIR_CLI=$CARGO_TARGET_DIR/release/weir
 }
 
+# weir_serve WEIR CONFIG LOG: starts `WEIR serve --config CONFIG` (the admin token from
+# $WEIR_ADMIN_TOKEN) logging to LOG, kills it when the calling script exits, and waits until it
+# serves; sets WEIR_SERVE_PID. Exits the script when the server dies first.
+weir_serve() {
+    "$1" serve --config "$2" > "$3" 2>&1 &
+    WEIR_SERVE_PID=$!
+    trap "kill $WEIR_SERVE_PID 2>/dev/null || true" EXIT
+    until grep -q "serving the API" "$3"; do
+        kill -0 "$WEIR_SERVE_PID" 2>/dev/null || { echo "weir serve exited:" >&2; tail -n 20 "$3" >&2; exit 1; }
+        sleep 0.5
+    done
+}
+
 # Whether rustup's wasm32-wasip2 target is installed (then no Debian wasm toolchain is needed).
 weir_rustup_wasm() {
     command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2

@@ -22,13 +22,7 @@ sed -e "s|127.0.0.1:9092|127.0.0.1:$port|" -e "s|^data_dir = .*|data_dir = \"$wo
     examples/hosting/serve.toml > "$work/serve.toml"
 export WEIR_ADMIN_TOKEN="${WEIR_ADMIN_TOKEN:-$(head -c 32 /dev/urandom | base64 | tr -d '/+=')}"
 export WEIR_SERVER="http://127.0.0.1:${WEIR_SERVE_PORT:-7070}"
-"$weir" serve --config "$work/serve.toml" > "$work/serve.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-until grep -q "serving the API" "$work/serve.log"; do
-    kill -0 "$pid" 2>/dev/null || { echo "weir serve exited:"; tail -n 20 "$work/serve.log"; exit 1; }
-    sleep 0.5
-done
+weir_serve "$weir" "$work/serve.toml" "$work/serve.log"
 echo "weir serve is up at $WEIR_SERVER (log $work/serve.log)"
 
 declare -A tokens
@@ -57,5 +51,5 @@ done
 echo "both tenants processed all 336,776 flights in $(( $(date +%s) - started )) s"
 WEIR_TOKEN="${tokens[acme]}" "$weir" pipelines ls
 WEIR_TOKEN="${tokens[acme]}" "$weir" logs flight-delays | tail -n 3
-kill -TERM "$pid"; wait "$pid"; trap - EXIT
+kill -TERM "$WEIR_SERVE_PID"; wait "$WEIR_SERVE_PID"; trap - EXIT
 echo "weir serve stopped (every pipeline committed its open epoch)"
