@@ -71,7 +71,7 @@ EOF
     python3 -c "import time; print(f'{time.time() - $started:.1f}')"
 }
 
-echo "| A's cpu_percent | B alone (records/s) | B beside A (records/s) | ratio | A's guest CPU (s) while B ran |"
+echo "| A's cpu_percent | B alone (records/s) | B beside A (records/s) | ratio | A's metered CPU (s) while B ran |"
 echo "|---|---|---|---|---|"
 round=0
 for percent in ${NOISY_CPU_PERCENT:-50}; do
@@ -109,11 +109,11 @@ EOF
     sleep 5
     cpu_before=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
 import sys
-print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"$ta\"')))")
+print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$ta\"')))")
     beside=$(delays "$b" "$tb" beside)
     cpu_after=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
 import sys
-print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_guest_cpu_seconds_total{tenant=\"$ta\"')))")
+print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$ta\"')))")
     python3 -c "
 solo, beside = $flights / $solo, $flights / $beside
 print(f'| $percent | {solo:,.0f} | {beside:,.0f} | {beside / solo:.2f} | {$cpu_after - $cpu_before:.1f} of {$beside:.0f} |')"

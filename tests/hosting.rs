@@ -512,7 +512,7 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
         .expect("metrics text");
     let cpu = metrics
         .lines()
-        .find_map(|line| line.strip_prefix("weir_tenant_guest_cpu_seconds_total{tenant=\"noisy\"} "))
+        .find_map(|line| line.strip_prefix("weir_tenant_cpu_seconds_total{tenant=\"noisy\"} "))
         .and_then(|value| value.parse::<f64>().ok());
     assert!(cpu.is_some_and(|seconds| seconds > 0.1), "{metrics}");
 }

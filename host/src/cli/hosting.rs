@@ -69,7 +69,7 @@ pub struct QuotaArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     max_total_memory_mb: Option<u64>,
-    /// CPU time of its guest code on a node, in percent of one core.
+    /// CPU time of its pipelines (guest calls, pipeline threads) on a node, in percent of one core.
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_percent: Option<u32>,

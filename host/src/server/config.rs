@@ -74,8 +74,9 @@ pub struct Quotas {
     /// (a growth past it fails the call like `memory_limit_mb` does). Default 512.
     #[serde(default = "default_max_total_memory_mb")]
     pub max_total_memory_mb: u64,
-    /// CPU time the tenant's guest code may use on a node, in percent of one core (100 = one
-    /// core); calls wait while the tenant is over it. Default 100.
+    /// CPU time the tenant's pipelines may use on a node (guest calls and the pipelines' own
+    /// threads, see [`crate::wasm::ResourcePool`]), in percent of one core (100 = one core);
+    /// their work waits while the tenant is over it. Default 100.
     #[serde(default = "default_cpu_percent")]
     pub cpu_percent: u32,
 }

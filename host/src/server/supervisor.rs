@@ -150,7 +150,7 @@ impl Pools {
     }
 }
 
-/// `weir_tenant_guest_cpu_seconds_total`, `weir_tenant_memory_bytes` and
+/// `weir_tenant_cpu_seconds_total`, `weir_tenant_memory_bytes` and
 /// `weir_tenant_memory_limit_bytes`, by `tenant`: read from the pools at each scrape.
 struct PoolMetrics {
     pools: Arc<Pools>,
@@ -167,8 +167,8 @@ impl PoolMetrics {
             pools,
             cpu: prometheus::CounterVec::new(
                 opts(
-                    "weir_tenant_guest_cpu_seconds_total",
-                    "Thread CPU time of the tenant's guest calls on this node (its cpu_percent quota meters it).",
+                    "weir_tenant_cpu_seconds_total",
+                    "Thread CPU time of the tenant's guest calls and pipeline rounds on this node, as its cpu_percent quota meters it.",
                 ),
                 &by_tenant,
             )

@@ -13,7 +13,6 @@ use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
 use super::limits::{MemoryLimiter, OperatorLimits, Refusal, record_size};
-use super::pool::thread_cpu_time;
 use super::{InputRecord, OutputRecord, TimeDomain, Timer};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
@@ -467,16 +466,9 @@ fn metered<R>(
     limits: &OperatorLimits,
     call: impl FnOnce(&mut Store<HostState>) -> R,
 ) -> R {
-    let Some(pool) = &limits.pool else {
-        arm(store, limits);
-        return call(store);
-    };
-    pool.admit();
+    let _meter = limits.pool.as_ref().map(|pool| pool.meter());
     arm(store, limits);
-    let start = thread_cpu_time();
-    let result = call(store);
-    pool.charge(thread_cpu_time().saturating_sub(start));
-    result
+    call(store)
 }
 
 fn batch_offsets(batch: &[InputRecord]) -> Option<BatchOffsets> {

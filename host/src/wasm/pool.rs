@@ -16,10 +16,13 @@ const CPU_BURST: Duration = Duration::from_millis(100);
 /// - **Memory**: the linear memory granted to every live instance in the pool together stays
 ///   within `memory_bytes`; a growth past it is refused like one past the operator's own limit
 ///   (the call fails with [`ErrorKind::PoolMemory`](super::ErrorKind::PoolMemory)).
-/// - **CPU**: guest code of the pool runs for at most `cpu_cores` seconds of thread CPU time per
-///   second of wall time (a token bucket refilled at that rate, holding at most 100 ms of it).
-///   A call starts only when the pool is not in debt; its CPU time (`CLOCK_THREAD_CPUTIME_ID`)
-///   is charged after it. Host work (Kafka, RocksDB) is not counted.
+/// - **CPU**: the pool's metered work runs for at most `cpu_cores` seconds of thread CPU time
+///   per second of wall time (a token bucket refilled at that rate, holding at most 100 ms of
+///   it). Metered work ([`ResourcePool::meter`]) starts only when the pool is not in debt; its
+///   thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) is charged after it. Operators meter every
+///   guest call; a pipeline's runner meters each round of its own thread (polling, dead
+///   letters, checkpoints). Worker threads' host work outside guest calls, librdkafka's own
+///   threads and the broker are not counted.
 ///
 /// `weir serve` gives each tenant one pool per node from its quotas `max_total_memory_mb` and
 /// `cpu_percent`, so one tenant's busy or hungry guests cannot take the node from another's.
@@ -50,7 +53,7 @@ struct Bucket {
 
 impl ResourcePool {
     /// A pool for `owner` (named in errors, e.g. ``tenant `acme` ``) of `memory_bytes` of linear
-    /// memory in total and `cpu_cores` cores of guest CPU time (`None`: no CPU limit).
+    /// memory in total and `cpu_cores` cores of metered CPU time (`None`: no CPU limit).
     pub fn new(owner: impl Into<String>, memory_bytes: usize, cpu_cores: Option<f64>) -> Self {
         Self {
             owner: owner.into(),
@@ -94,13 +97,22 @@ impl ResourcePool {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| Some(used.saturating_sub(bytes)));
     }
 
-    /// Guest CPU time charged to the pool so far (zero without a CPU limit).
+    /// CPU time charged to the pool so far (zero without a CPU limit).
     pub fn cpu_charged(&self) -> Duration {
         self.cpu.as_ref().map_or(Duration::ZERO, |cpu| cpu.lock().charged)
     }
 
+    /// Starts metering the calling thread's CPU time: waits, up to [`MAX_CPU_WAIT`], until the
+    /// pool has paid off its CPU debt; the returned meter charges the thread's CPU time from
+    /// now until it is dropped. Meters on one thread must not nest (their time would count
+    /// twice).
+    pub fn meter(&self) -> CpuMeter<'_> {
+        self.admit();
+        CpuMeter { pool: self, start: thread_cpu_time() }
+    }
+
     /// Waits, up to [`MAX_CPU_WAIT`], until the pool has paid off its CPU debt.
-    pub(super) fn admit(&self) {
+    fn admit(&self) {
         let Some(cpu) = &self.cpu else { return };
         let debt = {
             let mut bucket = cpu.lock();
@@ -114,12 +126,26 @@ impl ResourcePool {
     }
 
     /// Charges `spent` CPU time to the pool.
-    pub(super) fn charge(&self, spent: Duration) {
+    fn charge(&self, spent: Duration) {
         let Some(cpu) = &self.cpu else { return };
         let mut bucket = cpu.lock();
         cpu.refill(&mut bucket);
         bucket.balance -= spent.as_nanos() as f64;
         bucket.charged += spent;
+    }
+}
+
+/// Charges the CPU time of its thread to a [`ResourcePool`] when dropped (see
+/// [`ResourcePool::meter`]).
+#[must_use = "the meter charges when dropped"]
+pub struct CpuMeter<'a> {
+    pool: &'a ResourcePool,
+    start: Duration,
+}
+
+impl Drop for CpuMeter<'_> {
+    fn drop(&mut self) {
+        self.pool.charge(thread_cpu_time().saturating_sub(self.start));
     }
 }
 
@@ -138,7 +164,7 @@ impl CpuBucket {
 }
 
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
-pub(super) fn thread_cpu_time() -> Duration {
+fn thread_cpu_time() -> Duration {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `clock_gettime` writes one `timespec` through a valid pointer; it cannot fail for
     // this clock on Linux, and a failure would leave zeros (no charge).
@@ -164,17 +190,23 @@ mod tests {
 
     #[test]
     fn a_pool_in_cpu_debt_waits_its_debt_at_its_rate() {
-        // Half a core: 40 ms of CPU is paid off in 80 ms of wall time (less the burst banked).
+        // Half a core: the next metered work starts only once the wall time since the pool
+        // began pays for twice the CPU time charged.
+        let created = Instant::now();
         let pool = ResourcePool::new("tenant `a`", 0, Some(0.5));
-        pool.charge(Duration::from_millis(40));
-        assert_eq!(pool.cpu_charged(), Duration::from_millis(40));
-        let start = Instant::now();
-        pool.admit();
-        let waited = start.elapsed();
-        assert!(waited >= Duration::from_millis(70), "waited {waited:?}");
-        // Without a CPU limit nothing waits, and thread CPU time moves forward.
-        let before = thread_cpu_time();
-        while thread_cpu_time() == before {}
-        ResourcePool::new("tenant `b`", 0, None).admit();
+        {
+            let _meter = pool.meter();
+            let start = thread_cpu_time();
+            while thread_cpu_time() < start + Duration::from_millis(40) {}
+        }
+        let charged = pool.cpu_charged();
+        assert!(charged >= Duration::from_millis(40), "{charged:?}");
+        drop(pool.meter());
+        let elapsed = created.elapsed();
+        assert!(elapsed.as_secs_f64() >= 0.99 * charged.as_secs_f64() / 0.5, "{elapsed:?} for {charged:?}");
+        // Without a CPU limit nothing is charged.
+        let free = ResourcePool::new("tenant `b`", 0, None);
+        drop(free.meter());
+        assert_eq!(free.cpu_charged(), Duration::ZERO);
     }
 }
