@@ -59,9 +59,10 @@ impl Serve {
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log");
         let before = self.log().matches("serving the API at").count();
+        // A relative `--config`, as a user in the server's directory types it.
         let child = Command::new(weir_binary())
-            .args(["serve", "--config"])
-            .arg(self.dir.path().join("serve.toml"))
+            .args(["serve", "--config", "serve.toml"])
+            .current_dir(self.dir.path())
             .env("WEIR_ADMIN_TOKEN", ADMIN)
             .stdout(Stdio::null())
             .stderr(log)
@@ -595,4 +596,81 @@ async fn two_nodes_share_tenants_and_pipelines_through_the_registry_topic() {
         &logs,
     );
     assert_eq!(second.call("GET", "/v1/pipelines", Some(&rotated), None).0, 200);
+}
+
+/// A pipeline whose stop takes long (its guest is in a 30 s call) holds up neither the node's
+/// registry (a token revoked through the other node stops working at once) nor other
+/// pipelines' requests.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_stop_holds_up_neither_the_registry_nor_other_pipelines() {
+    let first = Serve::start("");
+    let second = first.another_node("node-2");
+    let logs = || format!("node-1:\n{}\nnode-2:\n{}", first.log(), second.log());
+    let run = unique_name("weir-slow");
+    let slow = first.tenant("slow", &format!("{run}-s."), Some(json!({ "max_deadline_ms": 60000 })));
+    let other = first.tenant("other", &format!("{run}-o."), None);
+    let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
+    assert_eq!(first.upload(&slow, "misbehave", misbehave.clone()).0, 201);
+    assert_eq!(first.upload(&other, "misbehave", misbehave).0, 201);
+    let (source, sink) = (format!("{run}-s.in"), format!("{run}-s.out"));
+    weir_tests::create_topic(&source, 2).await;
+    let spec = format!(
+        "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"m\"\ntransform = \"misbehave\"\n\
+         deadline_ms = 40000\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
+    );
+    first.ok("PUT", "/v1/pipelines/p", &slow, toml_body(&spec));
+    let assigned = |node: &Serve| {
+        let (status, logs) = node.call("GET", "/v1/pipelines/p/logs", Some(&slow), None);
+        status == 200 && logs.to_string().contains("partitions assigned by the consumer group")
+    };
+    eventually("node 2 running the pipeline", || assigned(&second), &logs);
+    // One partition each (one node gave one up), so that both nodes' guests sleep 30 s.
+    eventually(
+        "a node giving up a partition",
+        || first.log().contains("kept=1") || second.log().contains("kept=1"),
+        &logs,
+    );
+    // Keys spread over both partitions (murmur2, as Kafka's default partitioner).
+    let sleeps: Vec<_> =
+        ["a", "b", "c", "d", "e", "f", "g", "h"].iter().map(|k| (Some((*k).to_owned()), "sleep".to_owned())).collect();
+    produce(&source, 2, &sleeps).await;
+    eventually(
+        "both nodes in the guest's sleep",
+        || [&first, &second].iter().all(|node| node.log().contains("misbehave: sleeping 30 s")),
+        &logs,
+    );
+    // The stop through node 1 waits for its own guest; node 2 hears of it through the registry.
+    let stopping = std::thread::scope(|scope| {
+        let stop = scope.spawn(|| first.ok("POST", "/v1/pipelines/p/stop", &slow, None));
+        let stopped =
+            |node: &Serve| node.log().contains("pipeline{pipeline=slow.p}: weir::server::supervisor: stopped");
+        eventually(
+            "node 2 beginning to stop",
+            || second.log().contains("stopping a pipeline stopped or deleted"),
+            &logs,
+        );
+        // Another tenant's deploy through node 1 does not wait for that stop.
+        let other_spec = format!(
+            "[source]\ntopics = [\"{run}-o.in\"]\n[[transforms]]\nname = \"m\"\ntransform = \"misbehave\"\n\
+             [sink]\ntopic = \"{run}-o.out\"\ncreate_topics = true\n"
+        );
+        first.ok("PUT", "/v1/pipelines/q", &other, toml_body(&other_spec));
+        // A revocation through node 1 reaches node 2, whose follower does not wait either; a
+        // tenant created through node 2 reaches node 1.
+        assert_eq!(first.call("DELETE", "/v1/tenants/other/token", Some(ADMIN), None).0, 204);
+        eventually(
+            "node 2 refusing the revoked token",
+            || second.call("GET", "/v1/pipelines", Some(&other), None).0 == 401,
+            &logs,
+        );
+        let third = second.tenant("third", &format!("{run}-t."), None);
+        eventually(
+            "node 1 knowing the new tenant",
+            || first.call("GET", "/v1/pipelines", Some(&third), None).0 == 200,
+            &logs,
+        );
+        assert!(!stopped(&first) && !stopped(&second), "the guests' 30 s sleeps ended first:\n{}", logs());
+        stop.join().expect("stop")
+    });
+    assert_eq!(stopping["desired"], "stopped", "{stopping}");
 }

@@ -428,7 +428,7 @@ impl<'a> Runner<'a> {
         while !shutdown.load(Ordering::Relaxed) {
             // The round's work on this thread counts in the pool's CPU share (guest calls on the
             // workers meter themselves).
-            let _meter = self.options.pool.as_ref().map(|pool| pool.meter());
+            let _meter = self.options.pool.as_ref().map(|pool| pool.meter(Some(shutdown)));
             // Per task, the batches of this round: full ones, then the one filling.
             let mut batches: Vec<Vec<Vec<InputRecord>>> = Vec::new();
             batches.resize_with(self.tasks.len(), Vec::new);

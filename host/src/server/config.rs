@@ -208,7 +208,10 @@ impl ServeConfig {
         Ok(Self {
             listen: file.listen,
             brokers: file.brokers,
-            data_dir: base.join(file.data_dir),
+            // Absolute: pipeline specs resolve their paths against it, and the working
+            // directory is not theirs (`--config serve.toml` makes `base` empty).
+            data_dir: std::path::absolute(base.join(&file.data_dir))
+                .map_err(|e| anyhow::anyhow!("`data_dir`: {}: {e}", file.data_dir.display()))?,
             node_id: file.node_id,
             registry_topic,
             max_upload_bytes: (max_upload_mb as usize) << 20,
@@ -233,6 +236,9 @@ mod tests {
         assert_eq!(config.max_upload_bytes, 32 << 20);
         assert_eq!(config.tenant_defaults, Quotas::default());
         assert_eq!(config.registry_topic, DEFAULT_REGISTRY_TOPIC);
+        // `weir serve --config serve.toml` in its own directory: the base is empty.
+        let config = ServeConfig::from_toml_str(MINIMAL, Path::new(""), Some("0123456789abcdef".into())).unwrap();
+        assert_eq!(config.data_dir, std::env::current_dir().unwrap().join("data"));
     }
 
     #[test]

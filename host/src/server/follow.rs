@@ -7,9 +7,10 @@
 //! topic first. The follower reads the topic every [`FOLLOW_INTERVAL`]; once it has read back
 //! every write of this node, the topic holds all this node applied, in the order the broker
 //! took the writes, so the registry it describes is the truth: the follower replaces the
-//! node's registry with it and starts, restarts or stops the pipelines that differ. Writes
-//! of other nodes thus reach this one within about a second, and two nodes that change one
-//! object at once both end at the write the broker took last.
+//! node's registry with it at once (tokens, tenants, transforms) and has each pipeline that
+//! differs start, restart or stop on a task of its own. Writes of other nodes thus reach this
+//! one within about a second, and two nodes that change one object at once both end at the
+//! write the broker took last.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,11 +55,11 @@ pub(super) fn spawn(
 }
 
 impl Server {
-    /// Makes the registry the one `values` describe (the topic up to offset `end`) and starts,
-    /// restarts or stops the pipelines that differ. Does nothing while a write of this node is
-    /// beyond `end`: the next read includes it.
-    async fn reconcile(&self, values: &BTreeMap<String, Vec<u8>>, end: i64) -> anyhow::Result<()> {
-        let _mutating = self.mutating.lock().await;
+    /// Makes the registry the one `values` describe (the topic up to offset `end`) and has each
+    /// pipeline that differs converge on its own task ([`Server::converge`]), so that a slow
+    /// stop holds up neither the registry nor other pipelines. Does nothing while a write of
+    /// this node is beyond `end`: the next read includes it.
+    async fn reconcile(self: &Arc<Self>, values: &BTreeMap<String, Vec<u8>>, end: i64) -> anyhow::Result<()> {
         let mut registry = self.registry.lock().await;
         // Every request writes and updates the registry under its lock: holding it, no write of
         // this node is on its way in between.
@@ -66,25 +67,12 @@ impl Server {
             return Ok(());
         }
         let truth = Registry::load(values, &self.components)?;
-        let mut starts = Vec::new();
-        let mut stops = Vec::new();
+        let mut changed = Vec::new();
         for (tenant, entry) in &truth.tenants {
             let before = registry.tenants.get(tenant).filter(|old| old.tenant.id == entry.tenant.id);
             for (name, pipeline) in &entry.pipelines {
-                let old = before.and_then(|old| old.pipelines.get(name));
-                if old.is_some_and(|old| old == pipeline) {
-                    continue;
-                }
-                let qualified = spec::qualified_name(tenant, name);
-                match pipeline.desired {
-                    Desired::Running => match spec::resolve(pipeline.spec.clone(), entry, name, &self.config) {
-                        Ok((_, run)) => starts.push((run, self.supervisor.pool(&entry.tenant))),
-                        Err(error) => tracing::error!(
-                            tenant, pipeline = name, field = %error.field, error = %error.message,
-                            "cannot start a pipeline deployed through another node"
-                        ),
-                    },
-                    Desired::Stopped => stops.push((qualified, false)),
+                if before.and_then(|old| old.pipelines.get(name)) != Some(pipeline) {
+                    changed.push((tenant.clone(), name.clone()));
                 }
             }
         }
@@ -92,21 +80,54 @@ impl Server {
             let now = truth.tenants.get(tenant).filter(|new| new.tenant.id == entry.tenant.id);
             for name in entry.pipelines.keys() {
                 if now.is_none_or(|now| !now.pipelines.contains_key(name)) {
-                    stops.push((spec::qualified_name(tenant, name), true));
+                    changed.push((tenant.clone(), name.clone()));
                 }
             }
         }
         *registry = truth;
         drop(registry);
-        for (qualified, remove) in stops {
-            tracing::info!(pipeline = %qualified, remove, "stopping a pipeline stopped or deleted through the registry");
-            self.stop_blocking(qualified, remove).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-        for (run, pool) in starts {
-            tracing::info!(pipeline = %run.name, "starting a pipeline deployed or changed through the registry");
-            self.start_blocking(run, pool).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        for (tenant, name) in changed {
+            let server = self.clone();
+            tokio::spawn(async move { server.converge(&tenant, &name).await });
         }
         Ok(())
+    }
+
+    /// Brings pipeline `name` of `tenant` on this node to what the registry says now: running
+    /// its current spec, stopped, or gone. Level-triggered (it reads the registry once it holds
+    /// the pipeline's lock), so runs for successive changes may come in any order.
+    async fn converge(&self, tenant: &str, name: &str) {
+        let _turn = self.lock_pipeline(tenant, name).await;
+        let qualified = spec::qualified_name(tenant, name);
+        let wanted = {
+            let registry = self.registry.lock().await;
+            match registry.tenants.get(tenant).and_then(|entry| Some((entry, entry.pipelines.get(name)?))) {
+                None => None,
+                Some((_, pipeline)) if pipeline.desired == Desired::Stopped => Some(None),
+                Some((entry, pipeline)) => match spec::resolve(pipeline.spec.clone(), entry, name, &self.config) {
+                    Ok((_, run)) => Some(Some((run, self.supervisor.pool(&entry.tenant)))),
+                    Err(error) => {
+                        tracing::error!(tenant, pipeline = name, field = %error.field, error = %error.message, "cannot start a pipeline deployed through another node");
+                        return;
+                    }
+                },
+            }
+        };
+        let done = match wanted {
+            Some(Some((run, _))) if self.supervisor.runs(&run) => Ok(()),
+            Some(Some((run, pool))) => {
+                tracing::info!(pipeline = %qualified, "starting a pipeline deployed or changed through the registry");
+                self.start_blocking(run, pool).await
+            }
+            stopped => {
+                let remove = stopped.is_none();
+                tracing::info!(pipeline = %qualified, remove, "stopping a pipeline stopped or deleted through the registry");
+                self.stop_blocking(qualified.clone(), remove).await
+            }
+        };
+        if let Err(error) = done {
+            tracing::error!(pipeline = %qualified, %error, "cannot apply the registry's change to the pipeline");
+        }
     }
 }
 

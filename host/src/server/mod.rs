@@ -22,6 +22,7 @@ pub mod spec;
 pub mod store;
 pub mod supervisor;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,9 +135,10 @@ pub struct Server {
     supervisor: Arc<Supervisor>,
     /// One compilation at a time: a hostile upload cannot take every core.
     compiling: Arc<Semaphore>,
-    /// Held through each deploy, start, stop and delete, including the wait for the old run to
-    /// stop: two concurrent requests on one pipeline could otherwise each start a run.
-    mutating: Mutex<()>,
+    /// One lock per pipeline (qualified name), held through each deploy, start, stop and delete
+    /// of it, including the wait for the old run to stop: two concurrent requests on one
+    /// pipeline could otherwise each start a run. Other pipelines' requests do not wait.
+    pipeline_locks: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
     components: PathBuf,
     /// Set when the server shuts down: waiting log requests answer at once.
     closing: std::sync::atomic::AtomicBool,
@@ -167,7 +169,7 @@ impl Server {
             registry: Mutex::new(registry),
             supervisor,
             compiling: Arc::new(Semaphore::new(1)),
-            mutating: Mutex::new(()),
+            pipeline_locks: Default::default(),
             components,
             closing: Default::default(),
         });
@@ -519,7 +521,7 @@ impl Server {
         json: bool,
     ) -> Result<(PipelineStatus, bool), ApiError> {
         check_object_name("pipeline", name)?;
-        let _mutating = self.mutating.lock().await;
+        let _turn = self.lock_pipeline(tenant, name).await;
         let spec = spec::parse_body(body, json)?;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
@@ -547,7 +549,7 @@ impl Server {
     /// 404 for an unknown pipeline; 400 when its spec no longer resolves; 503 when the registry
     /// topic cannot be written.
     pub async fn set_desired(&self, tenant: &str, name: &str, desired: Desired) -> Result<PipelineStatus, ApiError> {
-        let _mutating = self.mutating.lock().await;
+        let _turn = self.lock_pipeline(tenant, name).await;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
         let mut pipeline = entry.pipelines.get(name).cloned().ok_or_else(|| no_pipeline(name))?;
@@ -572,7 +574,7 @@ impl Server {
     /// # Errors
     /// 404 for an unknown pipeline; 503 when the registry topic cannot be written.
     pub async fn delete_pipeline(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
-        let _mutating = self.mutating.lock().await;
+        let _turn = self.lock_pipeline(tenant, name).await;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
         entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
@@ -652,6 +654,16 @@ impl Server {
                 view
             }),
         }
+    }
+
+    /// Waits for pipeline `name` of `tenant` to be free of other deploys, starts, stops and
+    /// deletes, and holds it until the guard drops.
+    async fn lock_pipeline(&self, tenant: &str, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.pipeline_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            locks.entry(spec::qualified_name(tenant, name)).or_default().clone()
+        };
+        lock.lock_owned().await
     }
 
     async fn put_pipeline(&self, tenant: &str, pipeline: &Pipeline) -> Result<(), ApiError> {

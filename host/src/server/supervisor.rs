@@ -26,6 +26,7 @@ pub struct Supervisor {
 }
 
 struct Running {
+    config: PipelineConfig,
     shutdown: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
@@ -85,7 +86,7 @@ impl Supervisor {
             max_identical_failures: Some(self.max_identical_failures),
             pool: Some(pool),
         };
-        let (engine, flag) = (self.engine.clone(), shutdown.clone());
+        let (engine, flag, run_config) = (self.engine.clone(), shutdown.clone(), config.clone());
         let thread = std::thread::Builder::new().name(format!("weir-{name}")).spawn(move || {
             let span = tracing::info_span!("pipeline", pipeline = %config.name);
             let _span = span.enter();
@@ -95,7 +96,7 @@ impl Supervisor {
                 Err(error) => tracing::error!(%error, "failed; start it again once the cause is fixed"),
             }
         })?;
-        self.running().insert(name, Running { shutdown, thread });
+        self.running().insert(name, Running { config: run_config, shutdown, thread });
         Ok(())
     }
 
@@ -115,6 +116,11 @@ impl Supervisor {
     pub fn remove(&self, name: &str) {
         self.stop(name);
         PipelineLog::global().forget(name);
+    }
+
+    /// Whether `config` runs now, as it is (its thread has not ended).
+    pub fn runs(&self, config: &PipelineConfig) -> bool {
+        self.running().get(&config.name).is_some_and(|r| r.config == *config && !r.thread.is_finished())
     }
 
     /// Whether pipeline `name` has a thread (running, starting or recovering; a pipeline that

@@ -466,7 +466,7 @@ fn metered<R>(
     limits: &OperatorLimits,
     call: impl FnOnce(&mut Store<HostState>) -> R,
 ) -> R {
-    let _meter = limits.pool.as_ref().map(|pool| pool.meter());
+    let _meter = limits.pool.as_ref().map(|pool| pool.meter(limits.stop.as_deref()));
     arm(store, limits);
     call(store)
 }

@@ -1,7 +1,7 @@
 //! Limits shared by the operators of several pipelines: under `weir serve`, one tenant's.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest one guest call waits for its pool's CPU share, so that even an extreme setting (1 %
@@ -102,26 +102,33 @@ impl ResourcePool {
         self.cpu.as_ref().map_or(Duration::ZERO, |cpu| cpu.lock().charged)
     }
 
-    /// Starts metering the calling thread's CPU time: waits, up to [`MAX_CPU_WAIT`], until the
-    /// pool has paid off its CPU debt; the returned meter charges the thread's CPU time from
-    /// now until it is dropped. Meters on one thread must not nest (their time would count
-    /// twice).
-    pub fn meter(&self) -> CpuMeter<'_> {
-        self.admit();
+    /// Starts metering the calling thread's CPU time: waits, up to [`MAX_CPU_WAIT`] and no
+    /// longer than until `stop` is set, for the pool to pay off its CPU debt; the returned meter
+    /// charges the thread's CPU time from now until it is dropped. Meters on one thread must not
+    /// nest (their time would count twice).
+    pub fn meter(&self, stop: Option<&AtomicBool>) -> CpuMeter<'_> {
+        self.admit(stop);
         CpuMeter { pool: self, start: thread_cpu_time() }
     }
 
-    /// Waits, up to [`MAX_CPU_WAIT`], until the pool has paid off its CPU debt.
-    fn admit(&self) {
+    /// Waits, up to [`MAX_CPU_WAIT`] and until `stop` is set, for the pool to pay off its debt.
+    fn admit(&self, stop: Option<&AtomicBool>) {
         let Some(cpu) = &self.cpu else { return };
         let debt = {
             let mut bucket = cpu.lock();
             cpu.refill(&mut bucket);
             -bucket.balance
         };
-        if debt > 0.0 {
-            let wait = Duration::from_nanos((debt / cpu.cores) as u64).min(MAX_CPU_WAIT);
-            std::thread::sleep(wait);
+        if debt <= 0.0 {
+            return;
+        }
+        let until = Instant::now() + Duration::from_nanos((debt / cpu.cores) as u64).min(MAX_CPU_WAIT);
+        // In slices, so that a stop gets through at once.
+        while let Some(left) = until.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
+            if stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
         }
     }
 
@@ -195,18 +202,24 @@ mod tests {
         let created = Instant::now();
         let pool = ResourcePool::new("tenant `a`", 0, Some(0.5));
         {
-            let _meter = pool.meter();
+            let _meter = pool.meter(None);
             let start = thread_cpu_time();
             while thread_cpu_time() < start + Duration::from_millis(40) {}
         }
         let charged = pool.cpu_charged();
         assert!(charged >= Duration::from_millis(40), "{charged:?}");
-        drop(pool.meter());
+        drop(pool.meter(None));
         let elapsed = created.elapsed();
         assert!(elapsed.as_secs_f64() >= 0.99 * charged.as_secs_f64() / 0.5, "{elapsed:?} for {charged:?}");
         // Without a CPU limit nothing is charged.
         let free = ResourcePool::new("tenant `b`", 0, None);
-        drop(free.meter());
+        drop(free.meter(None));
         assert_eq!(free.cpu_charged(), Duration::ZERO);
+        // A stop ends the wait at once, however deep the debt (here 200 s of wall time).
+        pool.charge(Duration::from_secs(100));
+        let stopped = AtomicBool::new(true);
+        let start = Instant::now();
+        drop(pool.meter(Some(&stopped)));
+        assert!(start.elapsed() < MAX_CPU_WAIT, "waited {:?}", start.elapsed());
     }
 }

@@ -7,7 +7,7 @@
 //! | value (UTF-8) | behaviour |
 //! |---|---|
 //! | `loop` | loops forever (CPU deadline) |
-//! | `sleep` | sleeps 30 s with `std::thread::sleep` (a WASI clock subscription and poll: a wait in the host), then forwards the record |
+//! | `sleep` | logs `misbehave: sleeping 30 s`, sleeps 30 s with `std::thread::sleep` (a WASI clock subscription and poll: a wait in the host), then forwards the record |
 //! | `alloc` | allocates 1 MiB blocks forever, touching every page (memory limit) |
 //! | `panic` | panics with `misbehave: panic at offset <offset>` (a trap) |
 //! | `exit` | calls `std::process::exit(3)` (WASI `exit`) |
@@ -109,6 +109,7 @@ impl Transform for Misbehave {
                 }
             }
             "sleep" => {
+                weir_guest::log::info("misbehave: sleeping 30 s");
                 std::thread::sleep(std::time::Duration::from_secs(30));
                 out.forward(record);
             }
