@@ -148,7 +148,8 @@ pub struct SourceConfig {
     pub group_id: Option<String>,
     /// `source.consumer`: extra librdkafka consumer properties, e.g.
     /// `{ "fetch.min.bytes" = "1024" }`; values may be TOML strings, integers, floats or booleans;
-    /// by default none. Keys Weir sets itself ([`RESERVED_RDKAFKA_KEYS`]) are refused.
+    /// by default none. Keys Weir sets itself ([`RESERVED_RDKAFKA_KEYS`]) are refused; these
+    /// override Weir's defaults ([`crate::kafka::CONSUMER_DEFAULTS`], a bounded prefetch).
     pub consumer: BTreeMap<String, String>,
     /// `source.batch_size`: most records per `process` call of a transform, 1 to 65536; by
     /// default 256. Larger batches amortise the WebAssembly boundary; smaller ones lower latency.

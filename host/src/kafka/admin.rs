@@ -31,7 +31,7 @@ impl Admin {
     /// # Errors
     /// When librdkafka rejects the configuration.
     pub fn new(brokers: &str, overrides: &BTreeMap<String, String>) -> Result<Self, KafkaError> {
-        let client = super::client_config(brokers, overrides, &[]).create()?;
+        let client = super::client_config(brokers, &[], overrides, &[]).create()?;
         Ok(Self { client, brokers: brokers.to_owned() })
     }
 

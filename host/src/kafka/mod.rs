@@ -29,10 +29,34 @@ use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 
-/// A librdkafka configuration: `bootstrap.servers`, then `overrides`, then Weir's own keys.
-pub(crate) fn client_config(brokers: &str, overrides: &BTreeMap<String, String>, own: &[(&str, &str)]) -> ClientConfig {
+/// Weir's defaults for its consumers (the source and the changelog and topic readers), which
+/// `source.consumer` may override. They bound the input librdkafka prefetches, which is most of
+/// a pipeline's memory: librdkafka's own defaults queue up to 100,000 records per partition
+/// (`queued.min.messages`) and 64 MiB (`queued.max.messages.kbytes`), fetched 1 MiB per
+/// partition at a time (`max.partition.fetch.bytes`), and each queued record costs its
+/// decompressed batch plus ~250 bytes of bookkeeping: 110–180 MiB of peak RSS in the bench
+/// (BENCHMARKS.md, issue 17). A full queue postpones the partition's next fetch by
+/// `fetch.queue.backoff.ms` (librdkafka: 1000), which with a small queue must be short.
+pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
+    ("queued.min.messages", "2000"),
+    ("queued.max.messages.kbytes", "4096"),
+    ("max.partition.fetch.bytes", "262144"),
+    ("fetch.queue.backoff.ms", "10"),
+];
+
+/// A librdkafka configuration: `bootstrap.servers`, then `defaults`, then `overrides`, then
+/// Weir's own keys.
+pub(crate) fn client_config(
+    brokers: &str,
+    defaults: &[(&str, &str)],
+    overrides: &BTreeMap<String, String>,
+    own: &[(&str, &str)],
+) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
+    for (key, value) in defaults {
+        config.set(*key, *value);
+    }
     for (key, value) in overrides {
         config.set(key, value);
     }

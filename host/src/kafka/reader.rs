@@ -64,7 +64,8 @@ impl TopicReader {
             ("auto.offset.reset", "error"),
         ];
         let context = ReaderContext { topic: topic.to_owned() };
-        let consumer = super::client_config(brokers, overrides, &own).create_with_context(context)?;
+        let consumer =
+            super::client_config(brokers, &super::CONSUMER_DEFAULTS, overrides, &own).create_with_context(context)?;
         Ok(Self { consumer, topic: topic.to_owned() })
     }
 

@@ -176,7 +176,8 @@ impl Source {
             ("auto.offset.reset", "error"),
         ];
         own.extend_from_slice(member);
-        let consumer = super::client_config(brokers, overrides, &own).create_with_context(GroupContext::default())?;
+        let consumer = super::client_config(brokers, &super::CONSUMER_DEFAULTS, overrides, &own)
+            .create_with_context(GroupContext::default())?;
         Ok(Self { consumer, group_id: group_id.to_owned() })
     }
 

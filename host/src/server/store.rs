@@ -65,7 +65,7 @@ impl Store {
             ("message.max.bytes", "1000000"),
             ("message.timeout.ms", timeout_ms.as_str()),
         ];
-        let producer = crate::kafka::client_config(brokers, &none, &own).create().map_err(down)?;
+        let producer = crate::kafka::client_config(brokers, &[], &none, &own).create().map_err(down)?;
         let store =
             Self { producer, brokers: brokers.to_owned(), topic: topic.to_owned(), last_written: AtomicI64::new(-1) };
         Ok(Opened { store, values, end })

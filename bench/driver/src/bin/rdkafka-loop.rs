@@ -68,7 +68,13 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> anyhow::Result<()> {
     let transactional = args.transactional_id.is_some();
-    let consumer: BaseConsumer = ClientConfig::new()
+    // Weir's consumer defaults (bounded prefetch, short fetch back-off), so that the baseline
+    // fetches the way Weir does.
+    let mut consumer = ClientConfig::new();
+    for (key, value) in weir::kafka::CONSUMER_DEFAULTS {
+        consumer.set(key, value);
+    }
+    let consumer: BaseConsumer = consumer
         .set("bootstrap.servers", &args.bootstrap)
         .set("group.id", &args.group)
         .set("isolation.level", "read_committed")
