@@ -62,8 +62,9 @@ say() { printf 'bench: %s\n' "$*" >&2; }
 die() { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
 
 # The systems, one line each: name | file that must exist (else the system is skipped) | pipeline
-# template (rendered to @PIPELINE@) or - | finals: ref (the reference aggregates), check (must
-# equal the reference) or - | command. Command placeholders, fresh per run: @BOOTSTRAP@ @INPUT@
+# template (rendered to @PIPELINE@; TEMPLATE:PLUGIN runs target/plugins/PLUGIN.wasm in it, e.g.
+# the Python port that `scripts/build-polyglot.sh py` builds) or - | finals: ref (the reference
+# aggregates), check (must equal the reference) or - | command. Command placeholders, fresh per run: @BOOTSTRAP@ @INPUT@
 # @OUTPUT@ @ID@ (group, application and transactional id) @DIR@ (empty state directory).
 # No spaces inside paths or arguments.
 systems=(
@@ -73,6 +74,8 @@ systems=(
     "weir-flight-delays | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | ref | $bin/weir run @PIPELINE@"
     "weir-flight-delays-1-worker | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@ --workers 1"
     "weir-flight-delays-2-workers | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@ --workers 2"
+    "weir-flight-delays-py-1-worker | $plugins/flight-delays-py.wasm | bench/weir-flight-delays.toml:flight-delays-py | check | $bin/weir run @PIPELINE@ --workers 1"
+    "weir-flight-delays-py-2-workers | $plugins/flight-delays-py.wasm | bench/weir-flight-delays.toml:flight-delays-py | check | $bin/weir run @PIPELINE@ --workers 2"
     "weir-flight-delays-2-processes | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | bench/processes.sh 2 $bin/weir run @PIPELINE@ --workers 1"
     "weir-passthrough-metrics | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@ --metrics 127.0.0.1:$metrics_port"
     "weir-flight-delays-metrics | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@ --metrics 127.0.0.1:$metrics_port"
@@ -160,7 +163,10 @@ measure() {
     dir=$out/$name-$mode-$rep
     mkdir -p "$dir/state"
     if [[ $template != - ]]; then
-        sed -e "s|@NAME@|$id|g" -e "s|@BROKERS@|$bootstrap|g" -e "s|@INPUT@|$input|g" \
+        local plugin=${template#*:}
+        template=${template%%:*}
+        [[ $plugin != "$template" ]] || plugin=
+        sed -e "s|@NAME@|$id|g" -e "${plugin:+s|^wasm = .*|wasm = \"$plugins/$plugin.wasm\"|}" -e "s|@BROKERS@|$bootstrap|g" -e "s|@INPUT@|$input|g" \
             -e "s|@OUTPUT@|$id-out|g" -e "s|@PLUGINS@|$plugins|g" -e "s|@STATE_DIR@|$dir/state|g" \
             "$template" > "$dir/pipeline.toml"
     fi

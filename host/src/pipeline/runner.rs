@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
@@ -35,6 +35,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const OFFSET_KEEP_ALIVE: Duration = Duration::from_secs(24 * 3600);
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// Batches per task the runner may hold polled and not yet processed ([`Runner::stream`]):
+/// enough to read past the records of one partition that librdkafka hands out together (one
+/// fetch's worth: a few thousand flights with the default `max.partition.fetch.bytes`) to other
+/// partitions' records, for the other workers. With 1 the second worker of the bench stood idle
+/// half the time; 16 did no better than 8.
+const READ_AHEAD_BATCHES: usize = 8;
+/// Longest stretch the runner streams records to the workers before it has every task back,
+/// for rebalances, timers and checkpoints ([`Runner::stream`]).
+const STREAM_WINDOW: Duration = Duration::from_millis(200);
 
 /// Options of `weir run` beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
@@ -424,42 +433,12 @@ impl<'a> Runner<'a> {
 
     /// Polls, processes and checkpoints until shutdown; then commits the open epoch.
     fn run(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
-        let batch_size = self.config.source.batch_size;
         while !shutdown.load(Ordering::Relaxed) {
             // The round's work on this thread counts in the pool's CPU share (guest calls on the
             // workers meter themselves).
             let _meter = self.options.pool.as_ref().map(|pool| pool.meter(Some(shutdown)));
-            // Per task, the batches of this round: full ones, then the one filling.
-            let mut batches: Vec<Vec<Vec<InputRecord>>> = Vec::new();
-            batches.resize_with(self.tasks.len(), Vec::new);
             self.tables.poll()?;
-            let mut timeout = POLL_TIMEOUT;
-            let mut polled = 0;
-            // A rebalance event ends the poll (it returns nothing): the batches are processed
-            // in the open epoch, then the rebalance applied.
-            while polled < batch_size * self.tasks.len().max(1) {
-                let Some(message) = self.source.consumer().poll(timeout) else { break };
-                timeout = Duration::ZERO;
-                match message {
-                    Ok(message) => {
-                        polled += 1;
-                        let task_batches = &mut batches[self.task_of(&message)?];
-                        if task_batches.last().is_none_or(|batch| batch.len() >= batch_size) {
-                            task_batches.push(Vec::with_capacity(batch_size));
-                        }
-                        task_batches.last_mut().expect("a batch was pushed").push(input_record(&message));
-                    }
-                    // librdkafka recovers from transient errors itself. A topic that vanished
-                    // does not come back by polling: recovery checks the topics again and
-                    // refuses to start without one. Configuration and authorisation errors stop
-                    // the pipeline ([`PipelineError::is_retriable`]).
-                    Err(error) if classify(&error) == ErrorClass::Transient => {
-                        tracing::warn!(%error, "source consumer error; librdkafka retries")
-                    }
-                    Err(error) => return Err(PipelineError::kafka("reading the source")(error)),
-                }
-            }
-            if let Err(error) = self.process(batches) {
+            if let Err(error) = self.stream(shutdown) {
                 if error.is_stop() {
                     self.abort_epoch()?;
                 }
@@ -741,38 +720,93 @@ impl<'a> Runner<'a> {
         })
     }
 
-    /// Runs a round of batches (per task index, in order) through their tasks, each task on its
-    /// worker thread, which also sends the task's output to the epoch's slot: a task's output,
-    /// and its order, do not depend on the number of workers.
-    fn process(&mut self, mut batches: Vec<Vec<Vec<InputRecord>>>) -> Result<(), PipelineError> {
-        for batch in batches.iter_mut().flatten() {
-            self.tables.join(batch);
-        }
+    /// Polls the source and runs what arrives through the tasks, each on its worker thread
+    /// (which also sends the task's output to the epoch's slot), until a poll comes back empty
+    /// (caught up, or a rebalance event arrived), [`STREAM_WINDOW`] or the checkpoint interval
+    /// has passed, a stop is asked or a task failed; returns once every task is back.
+    ///
+    /// A task goes to its worker as soon as a batch of it is full while the poll goes on, so the
+    /// workers run apart: librdkafka hands out a partition's fetched records together, so a
+    /// stretch of the input often feeds one or two tasks, and workers that waited for each
+    /// other's rounds took turns. A task has one job out at a time, so its batches run in poll
+    /// order (what arrives meanwhile waits for it); a task's output, and its order, do not
+    /// depend on the number of workers. At most [`READ_AHEAD_BATCHES`] × `batch_size` × tasks
+    /// records are out at once.
+    fn stream(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
+        let batch_size = self.config.source.batch_size;
+        let most = READ_AHEAD_BATCHES * batch_size * self.tasks.len().max(1);
+        let until = Instant::now()
+            + STREAM_WINDOW.min(self.config.checkpoint.interval.saturating_sub(self.epoch.started.elapsed()));
         let out = self.out();
-        let work = batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).map(|(i, b)| (i, (b, out.clone())));
-        let results = self.on_workers(work.collect(), |task, (batches, out)| {
-            let (mut records, mut output_bytes) = (0, 0);
-            for batch in batches {
-                let started = Instant::now();
-                let input = Input {
-                    records: batch.len() as u64,
-                    bytes: batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum(),
-                    last_timestamp: batch.last().map(|r| r.timestamp),
-                    took: Duration::ZERO,
-                };
-                let (outputs, dead_letters) = task.process(batch)?;
-                let input = Input { took: started.elapsed(), ..input };
-                output_bytes += out.send(task, &outputs, &dead_letters, &input)?;
-                records += input.records;
+        let mut flow = Flow::new(std::mem::take(&mut self.tasks));
+        let (done_tx, done) = mpsc::channel::<Finished>();
+        let mut polling = true;
+        let mut timeout = POLL_TIMEOUT;
+        loop {
+            while let Ok(finished) = done.try_recv() {
+                flow.settle(finished);
             }
-            Ok::<_, PipelineError>((records, output_bytes))
-        });
-        for (_, result) in results {
-            let (records, output_bytes) = result?;
-            self.epoch.records += records;
-            self.epoch.output_bytes += output_bytes;
+            if polling && flow.failed.is_none() && flow.out_records < most {
+                let polled = self.source.consumer().poll(timeout);
+                timeout = Duration::ZERO;
+                polling = polled.is_some() && Instant::now() < until && !shutdown.load(Ordering::Relaxed);
+                match polled {
+                    Some(Ok(message)) => match self.task_of(&message) {
+                        Ok(index) => {
+                            flow.out_records += 1;
+                            let batches = &mut flow.waiting[index];
+                            if batches.last().is_none_or(|batch| batch.len() >= batch_size) {
+                                batches.push(Vec::with_capacity(batch_size));
+                            }
+                            let batch = batches.last_mut().expect("a batch was pushed");
+                            batch.push(input_record(&message));
+                            if polling && (batch.len() < batch_size || flow.home[index].is_none()) {
+                                continue;
+                            }
+                        }
+                        Err(error) => flow.failed = Some(error),
+                    },
+                    // librdkafka recovers from transient errors itself. A topic that vanished
+                    // does not come back by polling: recovery checks the topics again and
+                    // refuses to start without one. Configuration and authorisation errors stop
+                    // the pipeline ([`PipelineError::is_retriable`]).
+                    Some(Err(error)) if classify(&error) == ErrorClass::Transient => {
+                        tracing::warn!(%error, "source consumer error; librdkafka retries")
+                    }
+                    Some(Err(error)) => flow.failed = Some(PipelineError::kafka("reading the source")(error)),
+                    None => {}
+                }
+            }
+            // Each task at home takes what waits for it: at once when a batch is full, the
+            // rest once the poll is over or too much is out.
+            let flush = !polling || flow.out_records >= most;
+            for index in 0..flow.home.len() {
+                let Some(batches) = flow.ready(index, flush, batch_size) else { continue };
+                let mut task = flow.home[index].take().expect("a ready task is home");
+                let mut batches = batches;
+                for batch in &mut batches {
+                    self.tables.join(batch);
+                }
+                let records = batches.iter().map(Vec::len).sum();
+                let (done_tx, out) = (done_tx.clone(), out.clone());
+                self.workers.spawn(self.lanes[task.id()], move || {
+                    let result = run_batches(&mut task, batches, &out);
+                    // The receiver outlives the job: a failed send means the runner is gone.
+                    let _ = done_tx.send((index, task, records, result));
+                });
+                flow.away += 1;
+            }
+            if flow.away == 0 && (!polling || flow.failed.is_some()) {
+                break;
+            }
+            if flow.away > 0 && (flush || flow.failed.is_some()) {
+                flow.settle(self.workers.wait(&done));
+            }
         }
-        Ok(())
+        self.epoch.records += flow.records;
+        self.epoch.output_bytes += flow.output_bytes;
+        self.tasks = flow.home.into_iter().map(|t| t.expect("every task comes back from its worker")).collect();
+        flow.failed.map_or(Ok(()), Err)
     }
 
     /// Runs `work` on each task named in `inputs` (task index, input) on the task's worker
@@ -1315,6 +1349,75 @@ fn in_range(
             Ok(low)
         }
     }
+}
+
+/// A task back from its worker ([`Runner::stream`]): its index, itself, the records it was
+/// given, and the records and output bytes it processed (or why it failed).
+type Finished = (usize, Task, usize, Result<(u64, u64), PipelineError>);
+
+/// The tasks while [`Runner::stream`] runs: at home (`Some`) or out on a worker.
+struct Flow {
+    home: Vec<Option<Task>>,
+    /// Per task: batches polled and not yet handed to it, full ones then the one filling.
+    waiting: Vec<Vec<Vec<InputRecord>>>,
+    /// Tasks out, and records polled and not yet processed.
+    away: usize,
+    out_records: usize,
+    /// Records and output bytes processed, for the epoch.
+    records: u64,
+    output_bytes: u64,
+    failed: Option<PipelineError>,
+}
+
+impl Flow {
+    fn new(tasks: Vec<Task>) -> Self {
+        let waiting = tasks.iter().map(|_| Vec::new()).collect();
+        let home = tasks.into_iter().map(Some).collect();
+        Self { home, waiting, away: 0, out_records: 0, records: 0, output_bytes: 0, failed: None }
+    }
+
+    /// Takes the batches waiting for task `index` if it is home and they should go: a full
+    /// batch always, any batch when `flush`; none once a task failed.
+    fn ready(&mut self, index: usize, flush: bool, batch_size: usize) -> Option<Vec<Vec<InputRecord>>> {
+        let first = self.waiting[index].first()?;
+        let go = self.failed.is_none() && self.home[index].is_some() && (flush || first.len() >= batch_size);
+        go.then(|| std::mem::take(&mut self.waiting[index]))
+    }
+
+    fn settle(&mut self, (index, task, given, result): Finished) {
+        self.home[index] = Some(task);
+        self.away -= 1;
+        self.out_records -= given;
+        match result {
+            Ok((records, output_bytes)) => {
+                self.records += records;
+                self.output_bytes += output_bytes;
+            }
+            Err(error) => {
+                self.failed.get_or_insert(error);
+            }
+        }
+    }
+}
+
+/// Runs `batches` through `task` in order and sends each one's output to the epoch's slot;
+/// returns the records and output bytes.
+fn run_batches(task: &mut Task, batches: Vec<Vec<InputRecord>>, out: &Out) -> Result<(u64, u64), PipelineError> {
+    let (mut records, mut output_bytes) = (0, 0);
+    for batch in batches {
+        let started = Instant::now();
+        let input = Input {
+            records: batch.len() as u64,
+            bytes: batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum(),
+            last_timestamp: batch.last().map(|r| r.timestamp),
+            took: Duration::ZERO,
+        };
+        let (outputs, dead_letters) = task.process(batch)?;
+        let input = Input { took: started.elapsed(), ..input };
+        output_bytes += out.send(task, &outputs, &dead_letters, &input)?;
+        records += input.records;
+    }
+    Ok((records, output_bytes))
 }
 
 /// Key and value bytes of a record: what `weir_bytes_in_total` and `weir_bytes_out_total` count.

@@ -1,8 +1,8 @@
 //! Worker threads (`[runtime] workers`): each runs the tasks placed on it, so a task's operator
 //! instances are only ever called from one thread while the task is assigned. The runner's
-//! thread polls and checkpoints; it hands the workers a round of work at a time (they send their
-//! tasks' output themselves) and waits for the round (a barrier is such a round, so it reaches
-//! every thread).
+//! thread polls and checkpoints; it hands each task's batches to the task's thread as they fill
+//! ([`Workers::spawn`]; they send their tasks' output themselves), and runs barriers and timers
+//! as rounds on every thread at once ([`Workers::run`]), so a barrier reaches every thread.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -83,6 +83,33 @@ impl Workers {
     }
 }
 
+impl Workers {
+    /// Runs `job` on thread `lane` (modulo the number of threads), after the jobs sent to it
+    /// before; its result comes back however `job` sends it (see [`Workers::wait`]).
+    ///
+    /// # Panics
+    /// When the thread panicked earlier.
+    pub fn spawn(&self, lane: usize, job: impl FnOnce() + Send + 'static) {
+        self.lanes[lane % self.lanes.len()]
+            .send(Box::new(job))
+            .expect("a worker thread panicked earlier (a bug in Weir or a transform host call)");
+    }
+
+    /// The next result a [`Workers::spawn`]ed job sends on `results`.
+    ///
+    /// # Panics
+    /// When a worker thread panicked (its job never sends).
+    pub fn wait<R>(&self, results: &mpsc::Receiver<R>) -> R {
+        loop {
+            match results.recv_timeout(std::time::Duration::from_secs(1)) {
+                Ok(result) => return result,
+                Err(mpsc::RecvTimeoutError::Timeout) if self.threads.iter().all(|t| !t.is_finished()) => {}
+                Err(_) => panic!("a worker thread panicked (a bug in Weir or a transform host call)"),
+            }
+        }
+    }
+}
+
 impl Drop for Workers {
     fn drop(&mut self) {
         self.lanes.clear();
@@ -105,6 +132,38 @@ mod tests {
         for (i, thread) in &results {
             assert_eq!(thread, &format!("weir-worker-{}", i % 3));
         }
+    }
+
+    #[test]
+    fn spawned_jobs_run_in_order_per_lane_and_lanes_run_apart() {
+        let workers = Workers::start(2).unwrap();
+        let (results, done) = mpsc::channel();
+        // Lane 0's first job waits until lane 1 has run both of its jobs: lanes do not wait
+        // for each other's earlier jobs.
+        let (gate_tx, gate) = mpsc::channel::<()>();
+        let tx = results.clone();
+        workers.spawn(0, move || {
+            gate.recv().unwrap();
+            tx.send((0, 1)).unwrap();
+        });
+        let tx = results.clone();
+        workers.spawn(0, move || tx.send((0, 2)).unwrap());
+        for n in 1..=2 {
+            let tx = results.clone();
+            workers.spawn(1, move || tx.send((1, n)).unwrap());
+        }
+        assert_eq!([workers.wait(&done), workers.wait(&done)], [(1, 1), (1, 2)]);
+        gate_tx.send(()).unwrap();
+        assert_eq!([workers.wait(&done), workers.wait(&done)], [(0, 1), (0, 2)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "a worker thread panicked")]
+    fn waiting_for_a_job_whose_thread_panicked_panics() {
+        let workers = Workers::start(1).unwrap();
+        let (_results, done) = mpsc::channel::<()>();
+        workers.spawn(0, || panic!("boom"));
+        workers.wait(&done);
     }
 
     #[test]
