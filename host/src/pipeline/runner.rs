@@ -35,15 +35,16 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const OFFSET_KEEP_ALIVE: Duration = Duration::from_secs(24 * 3600);
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
-/// Batches per task the runner may hold polled and not yet processed ([`Runner::stream`]):
-/// enough to read past the records of one partition that librdkafka hands out together (one
-/// fetch's worth: a few thousand flights with the default `max.partition.fetch.bytes`) to other
-/// partitions' records, for the other workers. With 1 the second worker of the bench stood idle
-/// half the time; 16 did no better than 8.
-const READ_AHEAD_BATCHES: usize = 8;
+/// Batches per worker thread the runner may hold polled and not yet processed
+/// ([`Runner::stream`]): enough to read past the records of one partition that librdkafka hands
+/// out together (one fetch's worth: a few thousand flights with the default
+/// `max.partition.fetch.bytes`) to other partitions' records, for the other workers.
+const READ_AHEAD_BATCHES: usize = 16;
 /// Longest stretch the runner streams records to the workers before it has every task back,
 /// for rebalances, timers and checkpoints ([`Runner::stream`]).
 const STREAM_WINDOW: Duration = Duration::from_millis(200);
+/// Shortest such stretch, even when a checkpoint is due.
+const MIN_STREAM_WINDOW: Duration = Duration::from_millis(10);
 
 /// Options of `weir run` beyond the pipeline file.
 #[derive(Debug, Clone, Default)]
@@ -730,21 +731,27 @@ impl<'a> Runner<'a> {
     /// stretch of the input often feeds one or two tasks, and workers that waited for each
     /// other's rounds took turns. A task has one job out at a time, so its batches run in poll
     /// order (what arrives meanwhile waits for it); a task's output, and its order, do not
-    /// depend on the number of workers. At most [`READ_AHEAD_BATCHES`] × `batch_size` × tasks
-    /// records are out at once.
+    /// depend on the number of workers. At most [`READ_AHEAD_BATCHES`] × `batch_size` × workers
+    /// records are out at once, which bounds both the memory they hold and how long the tasks
+    /// take to come back once the poll is over.
     fn stream(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
         let batch_size = self.config.source.batch_size;
-        let most = READ_AHEAD_BATCHES * batch_size * self.tasks.len().max(1);
+        let most = READ_AHEAD_BATCHES * batch_size * self.workers.len();
+        // Up to the checkpoint that is due, but long enough to take what the consumer holds.
         let until = Instant::now()
-            + STREAM_WINDOW.min(self.config.checkpoint.interval.saturating_sub(self.epoch.started.elapsed()));
+            + STREAM_WINDOW
+                .min(self.config.checkpoint.interval.saturating_sub(self.epoch.started.elapsed()))
+                .max(MIN_STREAM_WINDOW);
         let out = self.out();
         let mut flow = Flow::new(std::mem::take(&mut self.tasks));
         let (done_tx, done) = mpsc::channel::<Finished>();
         let mut polling = true;
         let mut timeout = POLL_TIMEOUT;
         loop {
+            let mut returned = false;
             while let Ok(finished) = done.try_recv() {
                 flow.settle(finished);
+                returned = true;
             }
             if polling && flow.failed.is_none() && flow.out_records < most {
                 let polled = self.source.consumer().poll(timeout);
@@ -760,7 +767,8 @@ impl<'a> Runner<'a> {
                             }
                             let batch = batches.last_mut().expect("a batch was pushed");
                             batch.push(input_record(&message));
-                            if polling && (batch.len() < batch_size || flow.home[index].is_none()) {
+                            let full = batch.len() >= batch_size && flow.home[index].is_some();
+                            if polling && !full && !returned {
                                 continue;
                             }
                         }
@@ -1376,12 +1384,16 @@ impl Flow {
         Self { home, waiting, away: 0, out_records: 0, records: 0, output_bytes: 0, failed: None }
     }
 
-    /// Takes the batches waiting for task `index` if it is home and they should go: a full
-    /// batch always, any batch when `flush`; none once a task failed.
+    /// Takes the batches waiting for task `index` if it is home: the full ones, and the one
+    /// filling too when `flush`; none once a task failed.
     fn ready(&mut self, index: usize, flush: bool, batch_size: usize) -> Option<Vec<Vec<InputRecord>>> {
-        let first = self.waiting[index].first()?;
-        let go = self.failed.is_none() && self.home[index].is_some() && (flush || first.len() >= batch_size);
-        go.then(|| std::mem::take(&mut self.waiting[index]))
+        if self.failed.is_some() || self.home[index].is_none() {
+            return None;
+        }
+        let waiting = &mut self.waiting[index];
+        let filling = waiting.last().is_some_and(|batch| batch.len() < batch_size) && !flush;
+        let ready = waiting.len() - usize::from(filling);
+        (ready > 0).then(|| waiting.drain(..ready).collect())
     }
 
     fn settle(&mut self, (index, task, given, result): Finished) {
