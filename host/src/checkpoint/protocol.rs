@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::fault::{FaultPoint, inject};
 use super::restore::{self, Restored};
@@ -235,6 +235,10 @@ pub fn fence(fence: &[&ProducerSlot], timeout: Duration) -> Result<(), PipelineE
     Ok(())
 }
 
+/// Longest wait in recovery for the changelog to catch up with the group's offsets (at most
+/// `checkpoint.timeout_ms`): transaction markers land on each partition shortly after a commit.
+const MARKER_WAIT: Duration = Duration::from_secs(10);
+
 /// Recovery of the tasks the group gives this process (every start, and every assignment):
 /// reads the group's committed offsets of `tasks` (read_committed asks for stable offsets,
 /// KIP-447: the fetch waits for a transaction of the partitions' previous owner to end), then
@@ -263,6 +267,51 @@ pub fn recover_tasks(
     let timeout = options.timeout;
     let group =
         source.group_offsets(tasks, timeout).map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
+    let started = Instant::now();
+    let committed = loop {
+        let committed = restore_tasks(db, reader, tasks, owner, lineage, adoptable, timeout)?;
+        let first_start = committed.offsets.is_empty() && !group.values().any(|g| is_ours(g, lineage));
+        if !options.check_group || options.ignore_group_offsets || (first_start && options.start_from_group) {
+            break committed;
+        }
+        match check_group_agrees(&committed, &group, lineage, &reader.changelog().topic) {
+            Ok(()) => break committed,
+            // The previous owner's last commit may still have its transaction markers on the
+            // way to some changelog partitions: the last stable offset stops before its records
+            // until they land, while the group's offsets (fetched stable) already name it. Read
+            // on for a while before calling the two inconsistent.
+            Err(error) if started.elapsed() < timeout.min(MARKER_WAIT) => {
+                tracing::debug!(%error, "the group's offsets are ahead of the changelog; reading it again");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    // A checkpoint that moved no position (an idle keep-alive) is only in the group's metadata.
+    let in_group = group
+        .values()
+        .filter_map(|g| CheckpointMetadata::parse(&g.metadata))
+        .filter(|m| m.is_of(lineage))
+        .map(|m| m.checkpoint)
+        .max();
+    if let Some(id) = in_group {
+        db.raise_epoch_floor(id)?;
+    }
+    let next = db.epoch_floor()?.max(committed.id).next();
+    Ok(Recovered { committed, next, group })
+}
+
+/// Restores `tasks` from the changelog up to its last stable offsets ([`restore::restore`]),
+/// adopting the changelog's lineage when `adoptable`; returns what it committed for them.
+fn restore_tasks(
+    db: &StateDb,
+    reader: &ChangelogReader,
+    tasks: &[TaskId],
+    owner: &Owner,
+    lineage: &mut Lineage,
+    adoptable: bool,
+    timeout: Duration,
+) -> Result<Committed, PipelineError> {
     let Restored { lineage: found } = restore::restore(db, reader, tasks, &lineage.lineage, timeout)?;
     if let Some(found) = found.filter(|found| *found != lineage.lineage) {
         if !adoptable {
@@ -277,28 +326,12 @@ pub fn recover_tasks(
         db.set_owner(Some(owner), &lineage.lineage)?;
     }
     let all = db.committed()?;
-    let committed = Committed {
+    Ok(Committed {
         id: all.id,
         offsets: all.offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
         snapshots: all.snapshots.into_iter().filter(|((_, t), _)| tasks.contains(t)).collect(),
         changelog_offsets: all.changelog_offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
-    };
-    let first_start = committed.offsets.is_empty() && !group.values().any(|g| is_ours(g, lineage));
-    if options.check_group && !options.ignore_group_offsets && !(first_start && options.start_from_group) {
-        check_group_agrees(&committed, &group, lineage, &reader.changelog().topic)?;
-    }
-    // A checkpoint that moved no position (an idle keep-alive) is only in the group's metadata.
-    let in_group = group
-        .values()
-        .filter_map(|g| CheckpointMetadata::parse(&g.metadata))
-        .filter(|m| m.is_of(lineage))
-        .map(|m| m.checkpoint)
-        .max();
-    if let Some(id) = in_group {
-        db.raise_epoch_floor(id)?;
-    }
-    let next = db.epoch_floor()?.max(committed.id).next();
-    Ok(Recovered { committed, next, group })
+    })
 }
 
 /// Whether `offset` was committed by a checkpoint of `lineage`.
