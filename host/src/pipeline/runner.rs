@@ -789,9 +789,8 @@ impl<'a> Runner<'a> {
             // rest once the poll is over or too much is out.
             let flush = !polling || flow.out_records >= most;
             for index in 0..flow.home.len() {
-                let Some(batches) = flow.ready(index, flush, batch_size) else { continue };
+                let Some(mut batches) = flow.ready(index, flush, batch_size) else { continue };
                 let mut task = flow.home[index].take().expect("a ready task is home");
-                let mut batches = batches;
                 for batch in &mut batches {
                     self.tables.join(batch);
                 }
