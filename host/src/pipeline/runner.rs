@@ -745,7 +745,7 @@ impl<'a> Runner<'a> {
         let out = self.out();
         let mut flow = Flow::new(std::mem::take(&mut self.tasks));
         let (done_tx, done) = mpsc::channel::<Finished>();
-        let mut polling = true;
+        let (mut polling, mut polls) = (true, 0usize);
         let mut timeout = POLL_TIMEOUT;
         loop {
             let mut returned = false;
@@ -756,7 +756,10 @@ impl<'a> Runner<'a> {
             if polling && flow.failed.is_none() && flow.out_records < most {
                 let polled = self.source.consumer().poll(timeout);
                 timeout = Duration::ZERO;
-                polling = polled.is_some() && Instant::now() < until && !shutdown.load(Ordering::Relaxed);
+                // The clock is read once per batch's worth of polls, not per record.
+                polls += 1;
+                let on_time = polls % batch_size != 0 || Instant::now() < until;
+                polling = polled.is_some() && on_time && !shutdown.load(Ordering::Relaxed);
                 match polled {
                     Some(Ok(message)) => match self.task_of(&message) {
                         Ok(index) => {
