@@ -38,6 +38,7 @@
 #                        default 9464; while one is selected, curl scrapes /metrics and
 #                        /api/pipelines there every 100 ms (needs curl)
 #   BENCH_BASELINE_WEIR  another build of the weir binary, run as `weir-passthrough-baseline`
+#                        and `weir-flight-delays-baseline`
 #                        (e.g. the commit before a change, to compare the two back to back)
 #   WEIR_KAFKA_PORT      broker port, default 9092; a broker this script starts is stopped at exit
 #
@@ -80,6 +81,7 @@ systems=(
     "weir-passthrough-metrics | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@ --metrics 127.0.0.1:$metrics_port"
     "weir-flight-delays-metrics | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@ --metrics 127.0.0.1:$metrics_port"
     "weir-passthrough-baseline | $baseline | bench/weir-passthrough.toml | - | $baseline run @PIPELINE@"
+    "weir-flight-delays-baseline | $baseline | bench/weir-flight-delays.toml | check | $baseline run @PIPELINE@"
     "kstreams-flight-delays | bench/kstreams/target/weir-kstreams-flight-delays.jar | - | check | java -Xmx1g -jar bench/kstreams/target/weir-kstreams-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
     "flink-flight-delays | bench/flink/target/weir-flink-flight-delays.jar | - | check | java -Xmx1g -jar bench/flink/target/weir-flink-flight-delays.jar --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --application-id @ID@ --state-dir @DIR@ --commit-interval-ms 1000"
 )

@@ -66,6 +66,9 @@ impl WasmEngine {
         let engine_error = |e: wasmtime::Error| LoadError::Engine { reason: format!("{e:#}") };
         let mut wasmtime_config = Config::new();
         wasmtime_config.wasm_component_model(true).epoch_interruption(true);
+        // Weir calls guests synchronously, one call per store at a time; without this, every
+        // host call (a state read, say) also creates and deletes a component-model-async task.
+        wasmtime_config.concurrency_support(false);
         if std::env::var(PROFILER_ENV).is_ok_and(|v| v == "perfmap") {
             wasmtime_config.profiler(ProfilingStrategy::PerfMap);
         }
