@@ -44,6 +44,30 @@ pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
     ("fetch.queue.backoff.ms", "10"),
 ];
 
+/// A Weir consumer's configuration (the source's and the topic readers'): group `group_id`,
+/// [`CONSUMER_DEFAULTS`] under `overrides`, and what exactly-once needs over both: only
+/// committed records (`isolation.level`), offsets committed by Weir alone, in its transactions
+/// (KIP-447), never by librdkafka (`enable.auto.commit`, `enable.auto.offset.store`), and an
+/// error instead of a silent jump when a stored offset is out of range (`auto.offset.reset`),
+/// no end-of-partition events (`enable.partition.eof`); then `extra`.
+pub(crate) fn consumer_config(
+    brokers: &str,
+    overrides: &BTreeMap<String, String>,
+    group_id: &str,
+    extra: &[(&str, &str)],
+) -> ClientConfig {
+    let mut own = vec![
+        ("group.id", group_id),
+        ("isolation.level", "read_committed"),
+        ("enable.auto.commit", "false"),
+        ("enable.auto.offset.store", "false"),
+        ("enable.partition.eof", "false"),
+        ("auto.offset.reset", "error"),
+    ];
+    own.extend_from_slice(extra);
+    client_config(brokers, &CONSUMER_DEFAULTS, overrides, &own)
+}
+
 /// A librdkafka configuration: `bootstrap.servers`, then `defaults`, then `overrides`, then
 /// Weir's own keys.
 pub(crate) fn client_config(

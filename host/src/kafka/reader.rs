@@ -55,17 +55,8 @@ impl TopicReader {
         topic: &str,
         client: &str,
     ) -> Result<Self, KafkaError> {
-        let own = [
-            ("group.id", client),
-            ("isolation.level", "read_committed"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("enable.partition.eof", "false"),
-            ("auto.offset.reset", "error"),
-        ];
         let context = ReaderContext { topic: topic.to_owned() };
-        let consumer =
-            super::client_config(brokers, &super::CONSUMER_DEFAULTS, overrides, &own).create_with_context(context)?;
+        let consumer = super::consumer_config(brokers, overrides, client, &[]).create_with_context(context)?;
         Ok(Self { consumer, topic: topic.to_owned() })
     }
 

@@ -167,17 +167,8 @@ impl Source {
         group_id: &str,
         member: &[(&str, &str)],
     ) -> Result<Self, KafkaError> {
-        let mut own = vec![
-            ("group.id", group_id),
-            ("isolation.level", "read_committed"),
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            ("enable.partition.eof", "false"),
-            ("auto.offset.reset", "error"),
-        ];
-        own.extend_from_slice(member);
-        let consumer = super::client_config(brokers, &super::CONSUMER_DEFAULTS, overrides, &own)
-            .create_with_context(GroupContext::default())?;
+        let consumer =
+            super::consumer_config(brokers, overrides, group_id, member).create_with_context(GroupContext::default())?;
         Ok(Self { consumer, group_id: group_id.to_owned() })
     }
 
