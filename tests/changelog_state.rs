@@ -9,7 +9,9 @@ use std::time::Duration;
 use weir::kafka::Admin;
 use weir::state::{Committed, Entries, StateDb};
 use weir_tests::flights::verify;
-use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, wait_exit};
+use weir_tests::pipeline::{
+    RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, keyed, produce, run_to_completion, wait_exit,
+};
 use weir_tests::{Isolation, bootstrap, create_topic, flight_rows};
 
 const PARTITIONS: i32 = 4;
@@ -23,14 +25,6 @@ fn contents(dir: &Path) -> (Entries, Committed) {
     let entries = db.scan_prefix(b"", usize::MAX).expect("scan");
     let committed = Committed { changelog_offsets: BTreeMap::new(), ..db.committed().expect("committed") };
     (entries, committed)
-}
-
-/// Runs `pipeline` with `WEIR_FAULT=fault` until the fault aborts it.
-fn crash_at(pipeline: &TestPipeline, fault: &str) {
-    let mut child = pipeline.spawn(&[("WEIR_FAULT", fault)]);
-    let status = wait_exit(&mut child, RUN_TIMEOUT)
-        .unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
-    assert!(!status.success() && pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
 }
 
 /// Starts `pipeline` and expects a refusal whose log names every one of `parts`.
@@ -50,11 +44,10 @@ async fn a_deleted_state_directory_is_restored_from_the_changelog_and_equals_the
     let state = pipeline.dir().join("state");
     let rows = flight_rows(12_000);
     let (first, second) = rows.split_at(6_000);
-    produce(&pipeline.source, PARTITIONS, &keyed(first)).await;
     // Checkpoint 3 commits in Kafka but never reaches RocksDB; then the directory is lost.
-    crash_at(&pipeline, "after-commit@3");
-    std::fs::remove_dir_all(&state).unwrap();
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    crash_while_feeding(&pipeline, PARTITIONS, &keyed(first), "after-commit@3", &mut reader).await;
+    std::fs::remove_dir_all(&state).unwrap();
     // Checkpoint 3 may have committed every output of the first half already: wait for the
     // restore itself rather than for outputs, so that the stop cannot come before it.
     let mut child = pipeline.spawn(&[]);

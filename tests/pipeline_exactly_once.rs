@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use weir_tests::flights::verify;
-use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, wait_exit};
+use weir_tests::pipeline::{
+    RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, keyed, produce, run_to_completion, wait_exit,
+};
 use weir_tests::{Isolation, flight_rows};
 
 const PARTITIONS: i32 = 4;
@@ -51,14 +53,8 @@ async fn flight_delays_output_matches_a_direct_computation() {
 async fn crash_and_recover(fault: &str) {
     let pipeline = TestPipeline::new("weir-crash", &Spec::new("flight-delays"));
     let rows = flight_rows(6_000);
-    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
-    let mut crashed = pipeline.spawn(&[("WEIR_FAULT", fault)]);
-    let status = wait_exit(&mut crashed, RUN_TIMEOUT)
-        .unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
-    assert!(!status.success(), "the fault aborted the process");
-    assert!(pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
-
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    crash_while_feeding(&pipeline, PARTITIONS, &keyed(&rows), fault, &mut reader).await;
     run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
     reader.drain(Duration::from_secs(2));
     let verdict = verify(&rows, &reader.records, 15);

@@ -7,22 +7,14 @@ use std::time::Duration;
 
 use weir_tests::Isolation;
 use weir_tests::admin::{delete_group, watermarks};
-use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, produce, run_to_completion, wait_exit};
+use weir_tests::pipeline::{Reader, Spec, TestPipeline, crash_while_feeding, run_to_completion};
 
 const PARTITIONS: i32 = 2;
 
-/// 50,000 records with distinct values, keyed over 7 keys: enough for a dozen 20 ms epochs of
-/// passthrough on a fast machine, so the faults below (at checkpoint 3 or 5) are reached.
+/// 6,000 records with distinct values, keyed over 7 keys: twelve waves of
+/// [`crash_while_feeding`], so the faults below (at checkpoint 3 or 5) are reached.
 fn input() -> Vec<(Option<String>, String)> {
-    (0..50_000).map(|i| (Some(format!("k{}", i % 7)), format!("id-{i}"))).collect()
-}
-
-/// Runs `pipeline` with `WEIR_FAULT=fault` until the fault aborts it.
-fn crash_at(pipeline: &TestPipeline, fault: &str) {
-    let mut child = pipeline.spawn(&[("WEIR_FAULT", fault)]);
-    let status = wait_exit(&mut child, RUN_TIMEOUT)
-        .unwrap_or_else(|| panic!("no crash at {fault}; log:\n{}", pipeline.log_text()));
-    assert!(!status.success() && pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
+    (0..6_000).map(|i| (Some(format!("k{}", i % 7)), format!("id-{i}"))).collect()
 }
 
 /// How often each input value came out.
@@ -46,12 +38,11 @@ async fn a_deleted_consumer_group_is_committed_again_from_the_changelog() {
     spec.source.push_str("\n[source.consumer]\n\"session.timeout.ms\" = \"6000\"");
     let pipeline = TestPipeline::new("weir-nogroup", &spec);
     let input = input();
-    produce(&pipeline.source, PARTITIONS, &input).await;
     // Checkpoint 3 committed in Kafka, not applied to the state directory.
-    crash_at(&pipeline, "after-commit@3");
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    crash_while_feeding(&pipeline, PARTITIONS, &input, "after-commit@3", &mut reader).await;
     delete_group(&format!("weir-{}", pipeline.name)).await;
 
-    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
     let log = pipeline.log_text();
@@ -69,13 +60,12 @@ async fn an_open_transaction_is_fenced_and_replayed_after_a_switch_to_at_least_o
     spec.sink = "transaction_timeout_ms = 600000".into();
     let pipeline = TestPipeline::new("weir-switch", &spec);
     let input = input();
-    produce(&pipeline.source, PARTITIONS, &input).await;
     // Checkpoint 3's changelog, output and offsets are in its open transaction, never committed.
-    crash_at(&pipeline, "after-pre-commit@3");
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    crash_while_feeding(&pipeline, PARTITIONS, &input, "after-pre-commit@3", &mut reader).await;
     assert!(open_transaction_in(&pipeline.sink), "the crashed run left its transaction open");
 
     pipeline.set("sink", "guarantee = \"at-least-once\"");
-    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
     let log = pipeline.log_text();
@@ -90,14 +80,13 @@ async fn fewer_producer_slots_after_a_crash_still_fence_the_slot_left_open() {
     spec.sink = "transaction_timeout_ms = 600000\nproducer_slots = 3".into();
     let pipeline = TestPipeline::new("weir-slots", &spec);
     let input = input();
-    produce(&pipeline.source, PARTITIONS, &input).await;
     // Epoch 5 runs on slot 5 mod 3 = 2, the slot that two slots no longer name.
-    crash_at(&pipeline, "after-pre-commit@5");
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    crash_while_feeding(&pipeline, PARTITIONS, &input, "after-pre-commit@5", &mut reader).await;
     assert!(open_transaction_in(&pipeline.sink), "the crashed run left slot 2's transaction open");
 
     let text = std::fs::read_to_string(&pipeline.file).unwrap().replace("producer_slots = 3", "producer_slots = 2");
     std::fs::write(&pipeline.file, text).unwrap();
-    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
     assert!(pipeline.log_text().contains("fencing a producer an earlier run used"), "{}", pipeline.log_text());

@@ -28,6 +28,49 @@ pub fn run_to_completion(pipeline: &TestPipeline, reader: &mut Reader, expected:
     assert!(status.success(), "weir run exited with {status}; log:\n{}", pipeline.log_text());
 }
 
+/// Records per wave of [`crash_while_feeding`].
+const WAVE: usize = 500;
+
+/// Runs `pipeline` with `WEIR_FAULT=fault` (a fault at checkpoint N) while producing `records`
+/// to its source in waves of 500, each wave only once `reader` (a read_committed reader of the
+/// sink, for a transform with one output per input) has every output of the waves before: each
+/// wave then needs a checkpoint of its own, so checkpoint N comes by wave N (checkpoint 1
+/// commits the start positions) however fast the machine runs. Produces the rest of `records`
+/// after the abort.
+///
+/// # Panics
+/// When the process did not abort at the fault before `records` ran out or within
+/// [`RUN_TIMEOUT`].
+pub async fn crash_while_feeding(
+    pipeline: &TestPipeline,
+    partitions: i32,
+    records: &[(Option<String>, String)],
+    fault: &str,
+    reader: &mut Reader,
+) {
+    create_topic(&pipeline.source, partitions).await;
+    let mut produced = 0;
+    let mut child = pipeline.spawn(&[("WEIR_FAULT", fault)]);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(started.elapsed() < RUN_TIMEOUT, "no crash at {fault}; log:\n{}", pipeline.log_text());
+        if reader.records.len() >= produced {
+            assert!(produced < records.len(), "no crash at {fault} by the last record; log:\n{}", pipeline.log_text());
+            let wave = &records[produced..records.len().min(produced + WAVE)];
+            produce(&pipeline.source, partitions, wave).await;
+            produced += wave.len();
+        }
+        reader.read_until(produced, Duration::from_millis(100));
+    };
+    assert!(!status.success() && pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
+    if produced < records.len() {
+        produce(&pipeline.source, partitions, &records[produced..]).await;
+    }
+}
+
 /// A pipeline file in its own temporary directory, with fresh topics and state.
 pub struct TestPipeline {
     /// Pipeline name (also the transactional id prefix).
