@@ -182,12 +182,14 @@ pub(crate) fn run_batch<T: Transform>(
     for record in batch {
         let first = out.len();
         __private::CURRENT_OFFSET.set(Some(record.offset()));
+        out.begin_record(&record);
         let result = transform.process(&record, &mut out);
         __private::CURRENT_OFFSET.set(None);
         result.map_err(|e| e.or_offset(record.offset()))?;
         // The contract leaves a `none` timestamp to the host, which would use the batch's
         // last record: give each output the timestamp of the record that produced it.
         out.default_timestamps(first, record.timestamp_ms());
+        out.end_record(record);
     }
     Ok(out.into_outputs())
 }
@@ -432,6 +434,48 @@ mod tests {
         let out = h.process(vec![rec("a", 1), rec("ts", 2), rec("b", 3)]).unwrap();
         let ts: Vec<_> = out.iter().map(Output::timestamp).collect();
         assert_eq!(ts, vec![Some(10), Some(-1), Some(30)]);
+    }
+
+    /// Forwards each record twice, and the record before it once.
+    #[derive(Default)]
+    struct Echo {
+        previous: Option<Record>,
+    }
+
+    impl Transform for Echo {
+        fn init(_: &Config) -> Result<Self, String> {
+            Ok(Echo::default())
+        }
+
+        fn process(&mut self, r: &Record, out: &mut Emitter) -> Result<(), TransformError> {
+            out.forward(r);
+            if let Some(previous) = &self.previous {
+                out.forward(previous);
+            }
+            out.forward(r);
+            self.previous = Some(r.clone());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn forwarded_records_keep_key_value_headers_and_timestamp() {
+        let mut h = Harness::<Echo>::new(&[]).unwrap();
+        let a = Record::new(Some("ka"), Some("a")).with_header("h", "1").with_timestamp_ms(10);
+        let b = Record::new(None::<&str>, Some("b")).with_null_header("n").with_timestamp_ms(20);
+        let out = h.process(vec![a, b]).unwrap();
+        let seen: Vec<_> = out
+            .iter()
+            .map(|o| {
+                let headers: Vec<_> = o.headers().iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+                (o.key(), o.value(), headers, o.timestamp())
+            })
+            .collect();
+        let a = (Some(&b"ka"[..]), Some(&b"a"[..]), vec![("h", Some(&b"1"[..]))], Some(10));
+        let b = (None, Some(&b"b"[..]), vec![("n", None)], Some(20));
+        // The record before keeps its own timestamp only when it is the one processed.
+        let a_again = (a.0, a.1, a.2.clone(), Some(20));
+        assert_eq!(seen, vec![a.clone(), a, b.clone(), a_again, b]);
     }
 
     #[test]

@@ -109,9 +109,21 @@ impl Output {
 }
 
 /// Collects the output records of a batch.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Emitter {
     outputs: Vec<Output>,
+    /// The record being processed, only compared with, never read through.
+    current: *const Record,
+    /// Outputs that [forward](Emitter::forward) the record being processed, still empty: the
+    /// SDK moves the record's key, value and headers into them once `process` returns
+    /// ([`Emitter::end_record`]) instead of copying them.
+    forwards: Vec<usize>,
+}
+
+impl Default for Emitter {
+    fn default() -> Self {
+        Emitter { outputs: Vec::new(), current: std::ptr::null(), forwards: Vec::new() }
+    }
 }
 
 impl Emitter {
@@ -127,7 +139,12 @@ impl Emitter {
 
     /// Emits `record` unchanged: same key, value, headers and timestamp, default output.
     pub fn forward(&mut self, record: &Record) {
-        self.emit(Output::from_record(record));
+        if std::ptr::eq(record, self.current) {
+            self.forwards.push(self.outputs.len());
+            self.emit(Output::new(None::<Vec<u8>>, None::<Vec<u8>>));
+        } else {
+            self.emit(Output::from_record(record));
+        }
     }
 
     /// How many records have been emitted so far in this batch.
@@ -138,6 +155,25 @@ impl Emitter {
     /// Whether nothing has been emitted so far in this batch.
     pub fn is_empty(&self) -> bool {
         self.outputs.is_empty()
+    }
+
+    /// Marks `record` as the one being processed.
+    pub(crate) fn begin_record(&mut self, record: &Record) {
+        self.current = record;
+    }
+
+    /// Fills the outputs that forwarded `record`, the one being processed: the last takes its
+    /// buffers, any others get copies.
+    pub(crate) fn end_record(&mut self, record: Record) {
+        self.current = std::ptr::null();
+        let Some(last) = self.forwards.pop() else { return };
+        for index in self.forwards.drain(..) {
+            let copy = Output::from_record(&record).0;
+            let output = &mut self.outputs[index].0;
+            (output.key, output.value, output.headers) = (copy.key, copy.value, copy.headers);
+        }
+        let output = &mut self.outputs[last].0;
+        (output.key, output.value, output.headers) = record.into_parts();
     }
 
     /// Sets the timestamp of the outputs from index `first` on that have none.

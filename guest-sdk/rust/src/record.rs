@@ -20,6 +20,11 @@ impl Record {
         Record(raw)
     }
 
+    /// Key, value and headers, moved out.
+    pub(crate) fn into_parts(self) -> (Option<Vec<u8>>, Option<Vec<u8>>, Vec<Header>) {
+        (self.0.key, self.0.value, self.0.headers)
+    }
+
     /// Builds a record (mainly for tests): no headers, timestamp 0, topic `""`, partition 0,
     /// offset 0, event time 0, no watermark. Pass `None::<&str>` for a null key or value.
     pub fn new(key: Option<impl Into<Vec<u8>>>, value: Option<impl Into<Vec<u8>>>) -> Self {
