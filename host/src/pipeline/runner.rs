@@ -300,7 +300,9 @@ struct Runner<'a> {
     /// `config.sink`, shared with the workers.
     sink: Arc<SinkConfig>,
     tasks: Vec<Task>,
-    task_index: HashMap<(String, i32), usize>,
+    /// Index of each task in `tasks`, by topic, then partition: found per record without
+    /// allocating.
+    task_index: HashMap<String, HashMap<i32, usize>>,
     /// The worker threads, and the one each task runs on while assigned.
     workers: Workers,
     lanes: HashMap<TaskId, usize>,
@@ -561,7 +563,7 @@ impl<'a> Runner<'a> {
                 .map_err(PipelineError::kafka("rejoining the consumer group"));
         }
         let assigned: Vec<TaskId> =
-            assigned.into_iter().filter(|t| !self.task_index.contains_key(&index_key(t))).collect();
+            assigned.into_iter().filter(|t| self.index_of(&t.topic, t.partition).is_none()).collect();
         if assigned.is_empty() {
             return self
                 .source
@@ -688,7 +690,10 @@ impl<'a> Runner<'a> {
 
     /// Rebuilds the index of tasks by partition and the list of their overlays.
     fn reindex(&mut self) {
-        self.task_index = self.tasks.iter().enumerate().map(|(i, t)| (index_key(t.id()), i)).collect();
+        self.task_index.clear();
+        for (index, task) in self.tasks.iter().enumerate() {
+            self.task_index.entry(task.id().topic.clone()).or_default().insert(task.id().partition, index);
+        }
         self.overlays = self.tasks.iter().map(|t| t.overlays().clone()).collect();
     }
 
@@ -710,9 +715,14 @@ impl<'a> Runner<'a> {
             || self.last_commit.elapsed() >= OFFSET_KEEP_ALIVE)
     }
 
+    /// Index of the task of `topic`'s `partition`, if one is assigned.
+    fn index_of(&self, topic: &str, partition: i32) -> Option<usize> {
+        self.task_index.get(topic)?.get(&partition).copied()
+    }
+
     /// Index of the task owning `message`'s partition.
     fn task_of(&self, message: &BorrowedMessage<'_>) -> Result<usize, PipelineError> {
-        self.task_index.get(&(message.topic().to_owned(), message.partition())).copied().ok_or_else(|| {
+        self.index_of(message.topic(), message.partition()).ok_or_else(|| {
             PipelineError::Inconsistent(format!(
                 "a record of {}[{}] arrived, which no task owns (a bug in Weir)",
                 message.topic(),
@@ -1191,10 +1201,6 @@ fn check_same_cluster(source: &Admin, sink: &Admin) -> Result<(), PipelineError>
 }
 
 /// The key of a task in the runner's index.
-fn index_key(task: &TaskId) -> (String, i32) {
-    (task.topic.clone(), task.partition)
-}
-
 /// The lineage of a pipeline that no instance committed a checkpoint of yet: the changelog
 /// topic's id, which every instance reads alike and which a recreated topic changes.
 fn changelog_lineage(config: &PipelineConfig, changelog: &Changelog) -> Result<String, PipelineError> {
