@@ -48,8 +48,8 @@ async fn a_deleted_state_directory_is_restored_from_the_changelog_and_equals_the
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     crash_while_feeding(&pipeline, PARTITIONS, &keyed(first), "after-commit@3", &mut reader).await;
     std::fs::remove_dir_all(&state).unwrap();
-    // Checkpoint 3 may have committed every output of the first half already: wait for the
-    // restore itself rather than for outputs, so that the stop cannot come before it.
+    // The reader holds the outputs committed before the crash already: wait for the restore
+    // itself, not only for outputs, so that the stop cannot come before it.
     let mut child = pipeline.spawn(&[]);
     pipeline.wait_for_log("restored the state from the changelog", RUN_TIMEOUT);
     assert_eq!(reader.read_until(first.len(), RUN_TIMEOUT), first.len(), "{}", pipeline.log_text());

@@ -479,6 +479,12 @@ mod tests {
     }
 
     #[test]
+    fn an_emitter_can_move_between_threads() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<Emitter>();
+    }
+
+    #[test]
     fn errors_get_the_offset_and_roll_back_state() {
         let mut h = Harness::<Probe>::new(&[]).unwrap();
         h.process(vec![rec("a", 1)]).unwrap();

@@ -109,21 +109,16 @@ impl Output {
 }
 
 /// Collects the output records of a batch.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Emitter {
     outputs: Vec<Output>,
-    /// The record being processed, only compared with, never read through.
-    current: *const Record,
+    /// The address of the record being processed (0: none), only compared with: an address, not
+    /// a pointer, so that `Emitter` stays `Send` and `Sync`.
+    current: usize,
     /// Outputs that [forward](Emitter::forward) the record being processed, still empty: the
     /// SDK moves the record's key, value and headers into them once `process` returns
     /// ([`Emitter::end_record`]) instead of copying them.
     forwards: Vec<usize>,
-}
-
-impl Default for Emitter {
-    fn default() -> Self {
-        Emitter { outputs: Vec::new(), current: std::ptr::null(), forwards: Vec::new() }
-    }
 }
 
 impl Emitter {
@@ -137,9 +132,11 @@ impl Emitter {
         self.outputs.push(output);
     }
 
-    /// Emits `record` unchanged: same key, value, headers and timestamp, default output.
+    /// Emits `record` unchanged (same key, value and headers) to the default output. Like any
+    /// output, it gets the timestamp of the record being processed, which for that record
+    /// itself is its own.
     pub fn forward(&mut self, record: &Record) {
-        if std::ptr::eq(record, self.current) {
+        if std::ptr::from_ref(record).addr() == self.current {
             self.forwards.push(self.outputs.len());
             self.emit(Output::new(None::<Vec<u8>>, None::<Vec<u8>>));
         } else {
@@ -159,13 +156,13 @@ impl Emitter {
 
     /// Marks `record` as the one being processed.
     pub(crate) fn begin_record(&mut self, record: &Record) {
-        self.current = record;
+        self.current = std::ptr::from_ref(record).addr();
     }
 
     /// Fills the outputs that forwarded `record`, the one being processed: the last takes its
     /// buffers, any others get copies.
     pub(crate) fn end_record(&mut self, record: Record) {
-        self.current = std::ptr::null();
+        self.current = 0;
         let Some(last) = self.forwards.pop() else { return };
         for index in self.forwards.drain(..) {
             let copy = Output::from_record(&record).0;

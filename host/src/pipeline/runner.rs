@@ -1200,7 +1200,6 @@ fn check_same_cluster(source: &Admin, sink: &Admin) -> Result<(), PipelineError>
     Ok(())
 }
 
-/// The key of a task in the runner's index.
 /// The lineage of a pipeline that no instance committed a checkpoint of yet: the changelog
 /// topic's id, which every instance reads alike and which a recreated topic changes.
 fn changelog_lineage(config: &PipelineConfig, changelog: &Changelog) -> Result<String, PipelineError> {
