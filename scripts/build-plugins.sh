@@ -11,11 +11,12 @@
 # Output folder: $WEIR_PLUGIN_DIR, default <repo>/target/plugins. `weir` comes from the one host
 # build (scripts/setup.sh's WEIR_HOST_BUILD), which runs first and has nothing to do when built.
 #
-#   --test   then run `weir transform test` on each transform project: its unit tests (cargo
-#            test, natively) and its samples
+#   --test   then run the Rust SDK's own unit tests (guest-sdk/rust, natively) and `weir
+#            transform test` on each transform project: its unit tests (cargo test, natively)
+#            and its samples
 set -euo pipefail
 
-usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,17s/^# \{0,1\}//p' "$0"; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dirs=()
@@ -65,5 +66,8 @@ for dir in "${dirs[@]}"; do
     for crate in "${crates[@]}"; do build "$(dirname "$crate")"; done
 done
 if $run_tests; then
+    # Natively, beside the projects' native builds (`weir transform test`'s target dirs).
+    CARGO_TARGET_DIR=$CARGO_TARGET_DIR/guests-native/weir-guest-sdk \
+        cargo test --quiet --manifest-path "$repo/guest-sdk/rust/Cargo.toml"
     for dir in "${projects[@]}"; do "$WEIR_CLI" transform test "$dir" --out-dir "$out_dir"; done
 fi
