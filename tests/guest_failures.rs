@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, produce, run_to_completion};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, produce, run_to_completion};
 use weir_tests::{Isolation, bootstrap, unique_name};
 
 /// A committed record's value and headers (UTF-8, lossy).
@@ -219,26 +219,18 @@ async fn an_empty_snapshot_replaces_the_older_one_across_a_restart() {
 /// outputs are exactly 1, 2, …, n: each epoch's snapshot commits with its outputs and offsets.
 /// Input arrives in waves until the crash, so that it spans the fault's checkpoint.
 async fn in_memory_count_through_a_crash(fault: &str) {
-    const WAVE: usize = 200;
     let pipeline = TestPipeline::new("weir-mem-crash", &Spec::new("memory-counter"));
-    produce(&pipeline.source, 1, &values(&["x"; WAVE])).await;
-    let mut produced = WAVE;
-    let mut crashed = pipeline.spawn(&[("WEIR_FAULT", fault)]);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = crashed.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(started.elapsed() < RUN_TIMEOUT, "no crash at {fault}; log:\n{}", pipeline.log_text());
-        produce(&pipeline.source, 1, &values(&["x"; WAVE])).await;
-        produced += WAVE;
-    };
-    assert!(!status.success() && pipeline.log_text().contains("WEIR_FAULT: aborting"), "{}", pipeline.log_text());
+    let input = values(&["x"; 6_000]);
     let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
-    run_to_completion(&pipeline, &mut reader, produced, &[]);
+    crash_while_feeding(&pipeline, 1, &input, fault, &mut reader).await;
+    run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
-    let want: Vec<String> = (1..=produced).map(|n| n.to_string()).collect();
-    assert!(sink_values(&reader) == want, "after a crash at {fault}: the counts are not 1..={produced} exactly once");
+    let want: Vec<String> = (1..=input.len()).map(|n| n.to_string()).collect();
+    assert!(
+        sink_values(&reader) == want,
+        "after a crash at {fault}: the counts are not 1..={} exactly once",
+        input.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
