@@ -54,6 +54,19 @@ fn check_rejects_bad_files_with_one_line_naming_the_problem() {
 }
 
 #[test]
+fn a_bad_cache_bound_is_refused_by_name() {
+    let output = std::process::Command::new(weir_tests::weir_binary())
+        .args(["transform", "check"])
+        .arg(plugin("passthrough"))
+        .env("WEIR_CACHE_MAX_MB", "2GB")
+        .output()
+        .expect("run weir");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains(r#"WEIR_CACHE_MAX_MB="2GB": expected a whole number of MiB"#), "{stderr}");
+}
+
+#[test]
 fn run_writes_one_json_line_per_output() {
     let (ok, stdout, stderr) = run_weir(&[
         OsStr::new("transform"),

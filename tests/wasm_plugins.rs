@@ -140,3 +140,43 @@ fn json_filter_keeps_matching_flights() {
     );
     assert_eq!(carriers.len(), rows.iter().filter(|r| r.value["carrier"] == "UA").count());
 }
+
+/// The compiled-component cache stays within its bound, removing the least recently used
+/// compilation first (a load served from the cache counts as a use), and a removed one is
+/// simply compiled again.
+#[test]
+fn the_compiled_component_cache_evicts_the_least_recently_used_within_its_bound() {
+    use weir::wasm::{EngineConfig, WasmEngine};
+    let plugins = ["passthrough", "flight-delays", "dedup"];
+    let engine = |dir: &std::path::Path, max: u64| {
+        WasmEngine::new(&EngineConfig { cache_dir: Some(dir.to_owned()), cache_max_bytes: max }).expect("engine")
+    };
+    let entries = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect()
+    };
+    // Each plugin's compiled size and cache file, from its own cache.
+    let mut compiled = HashMap::new();
+    for plugin in plugins {
+        let dir = tempfile::tempdir().unwrap();
+        engine(dir.path(), u64::MAX).load(&weir_tests::plugin(plugin)).expect("load");
+        let [file] = entries(dir.path()).try_into().expect("one cache entry");
+        compiled.insert(plugin, (std::fs::metadata(&file).unwrap().len(), file.file_name().unwrap().to_owned()));
+    }
+    // Room for any two of the three, not for all of them.
+    let total: u64 = compiled.values().map(|(len, _)| len).sum();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path(), total - 1);
+    engine.load(&weir_tests::plugin("passthrough")).unwrap();
+    engine.load(&weir_tests::plugin("flight-delays")).unwrap();
+    engine.load(&weir_tests::plugin("passthrough")).unwrap(); // a use: flight-delays is now the oldest
+    engine.load(&weir_tests::plugin("dedup")).unwrap();
+    let mut names: Vec<_> = entries(dir.path()).iter().map(|p| p.file_name().unwrap().to_owned()).collect();
+    names.sort();
+    let mut expected = vec![compiled["passthrough"].1.clone(), compiled["dedup"].1.clone()];
+    expected.sort();
+    assert_eq!(names, expected, "flight-delays, the least recently used, is evicted");
+    // Evicted means compiled again, not failed; and now passthrough is the oldest.
+    engine.load(&weir_tests::plugin("flight-delays")).expect("recompiled after eviction");
+    assert_eq!(entries(dir.path()).len(), 2);
+    assert!(!dir.path().join(&compiled["passthrough"].1).exists());
+}

@@ -132,7 +132,7 @@ fn native_flight_delays(state: &mut HashMap<Vec<u8>, Vec<u8>>, record: &InputRec
 }
 
 fn boundary(c: &mut Criterion<ThreadCpuTime>) {
-    let engine = WasmEngine::new(&EngineConfig::with_default_cache()).expect("engine");
+    let engine = WasmEngine::new(&EngineConfig::with_default_cache().expect("engine config")).expect("engine");
     let records = flights();
     let mut group = c.benchmark_group("per_record");
     for batch in BATCHES {
@@ -174,7 +174,7 @@ fn boundary(c: &mut Criterion<ThreadCpuTime>) {
 const LANGUAGES: [&str; 4] = ["flight-delays", "flight-delays-py", "flight-delays-js", "flight-delays-go"];
 
 fn polyglot(c: &mut Criterion<ThreadCpuTime>) {
-    let engine = WasmEngine::new(&EngineConfig::with_default_cache()).expect("engine");
+    let engine = WasmEngine::new(&EngineConfig::with_default_cache().expect("engine config")).expect("engine");
     let records = flights();
     // Room for SpiderMonkey's heap and componentize-py's per-call leak over a whole run.
     let limits = OperatorLimits { memory_bytes: 512 << 20, ..OperatorLimits::default() };

@@ -180,7 +180,10 @@ pub fn input_records(topic: &str, rows: &[weir::file::Row]) -> Vec<weir::wasm::I
 /// A process-wide engine for tests.
 pub fn engine() -> &'static weir::wasm::WasmEngine {
     static ENGINE: std::sync::OnceLock<weir::wasm::WasmEngine> = std::sync::OnceLock::new();
-    ENGINE.get_or_init(|| weir::wasm::WasmEngine::new(&weir::wasm::EngineConfig::with_default_cache()).expect("engine"))
+    ENGINE.get_or_init(|| {
+        weir::wasm::WasmEngine::new(&weir::wasm::EngineConfig::with_default_cache().expect("engine config"))
+            .expect("engine")
+    })
 }
 
 /// An operator running plugin `name` with `config`, default limits and in-memory state.

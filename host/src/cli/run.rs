@@ -62,7 +62,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(workers) = args.workers {
         config.runtime.workers = Some(workers.into());
     }
-    let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
+    let engine = WasmEngine::new(&EngineConfig::with_default_cache()?)?;
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone())?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");

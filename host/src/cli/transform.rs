@@ -97,7 +97,7 @@ fn usage_error_exits_2(result: anyhow::Result<ExitCode>) -> ExitCode {
 }
 
 fn check(file: &Path) -> anyhow::Result<ExitCode> {
-    let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
+    let engine = WasmEngine::new(&EngineConfig::with_default_cache()?)?;
     let component = engine.load(file)?;
     let description = component.description();
     writeln!(std::io::stdout(), "{}: {} component, {} bytes", file.display(), description.contract, component.size())?;
@@ -133,7 +133,7 @@ impl BatchRunner {
         batch_size: usize,
     ) -> anyhow::Result<Self> {
         anyhow::ensure!(batch_size > 0, "--batch-size must be at least 1");
-        let engine = WasmEngine::new(&EngineConfig::with_default_cache())?;
+        let engine = WasmEngine::new(&EngineConfig::with_default_cache()?)?;
         let component = Arc::new(engine.load(file)?);
         let name = file.file_stem().map_or_else(|| "transform".into(), |s| s.to_string_lossy().into_owned());
         let (state, timers) = (Box::new(MemoryState::new()), Box::new(MemoryState::new()));

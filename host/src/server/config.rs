@@ -41,6 +41,10 @@ pub struct ServeConfig {
     pub max_upload_bytes: usize,
     /// `compile_timeout_ms`: an upload whose compilation takes longer is refused. Default 120000.
     pub compile_timeout: Duration,
+    /// `compiled_cache_max_mb`: most compiled code kept in `data_dir/compiled`, in MiB; past
+    /// it, the least recently used compilations are removed (recompiled when next needed).
+    /// Default 2048.
+    pub compiled_cache_max_bytes: u64,
     /// `max_identical_failures`: a pipeline that fails this many times in a row with the same
     /// error (after back-off) goes to `failed` instead of retrying. Default 5.
     pub max_identical_failures: u32,
@@ -148,6 +152,7 @@ struct ServeFile {
     admin_token_file: Option<PathBuf>,
     max_upload_mb: Option<u64>,
     compile_timeout_ms: Option<u64>,
+    compiled_cache_max_mb: Option<u64>,
     max_identical_failures: Option<u32>,
     #[serde(default)]
     tenant_defaults: Quotas,
@@ -204,6 +209,10 @@ impl ServeConfig {
         if !(1..=1024).contains(&max_upload_mb) {
             anyhow::bail!("`max_upload_mb`: must be 1 to 1024, got {max_upload_mb}");
         }
+        let compiled_cache_max_mb = file.compiled_cache_max_mb.unwrap_or(crate::wasm::DEFAULT_CACHE_MAX_BYTES >> 20);
+        if !(1..=1 << 30).contains(&compiled_cache_max_mb) {
+            anyhow::bail!("`compiled_cache_max_mb`: must be 1 to 1073741824 (MiB), got {compiled_cache_max_mb}");
+        }
         file.tenant_defaults.check().map_err(|(key, why)| anyhow::anyhow!("`tenant_defaults.{key}`: {why}"))?;
         Ok(Self {
             listen: file.listen,
@@ -216,6 +225,7 @@ impl ServeConfig {
             registry_topic,
             max_upload_bytes: (max_upload_mb as usize) << 20,
             compile_timeout: file.compile_timeout_ms.map_or(DEFAULT_COMPILE_TIMEOUT, Duration::from_millis),
+            compiled_cache_max_bytes: compiled_cache_max_mb << 20,
             max_identical_failures: file.max_identical_failures.unwrap_or(DEFAULT_MAX_IDENTICAL_FAILURES).max(1),
             tenant_defaults: file.tenant_defaults,
             admin_token,
@@ -234,6 +244,7 @@ mod tests {
         let config = ServeConfig::from_toml_str(MINIMAL, Path::new("/srv"), Some("0123456789abcdef".into())).unwrap();
         assert_eq!(config.data_dir, Path::new("/srv/data"));
         assert_eq!(config.max_upload_bytes, 32 << 20);
+        assert_eq!(config.compiled_cache_max_bytes, 2 << 30);
         assert_eq!(config.tenant_defaults, Quotas::default());
         assert_eq!(config.registry_topic, DEFAULT_REGISTRY_TOPIC);
         // `weir serve --config serve.toml` in its own directory: the base is empty.
@@ -250,5 +261,16 @@ mod tests {
         let text = format!("{MINIMAL}[tenant_defaults]\nmax_pipelinez = 3\n");
         let error = ServeConfig::from_toml_str(&text, Path::new("/"), Some("0123456789abcdef".into())).unwrap_err();
         assert!(error.to_string().contains("tenant_defaults.max_pipelinez"), "{error}");
+    }
+
+    #[test]
+    fn bounds_the_compiled_cache() {
+        let token = || Some("0123456789abcdef".into());
+        let text = format!("{MINIMAL}compiled_cache_max_mb = 512\n");
+        let config = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap();
+        assert_eq!(config.compiled_cache_max_bytes, 512 << 20);
+        let text = format!("{MINIMAL}compiled_cache_max_mb = 0\n");
+        let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err();
+        assert!(error.to_string().contains("`compiled_cache_max_mb`: must be 1 to"), "{error}");
     }
 }

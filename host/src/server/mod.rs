@@ -152,7 +152,10 @@ impl Server {
     /// When the engine cannot be built, the broker cannot be reached, or the registry topic does
     /// not parse.
     pub async fn open(config: ServeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Self>> {
-        let engine = Arc::new(WasmEngine::new(&EngineConfig { cache_dir: Some(config.data_dir.join("compiled")) })?);
+        let engine = Arc::new(WasmEngine::new(&EngineConfig {
+            cache_dir: Some(config.data_dir.join("compiled")),
+            cache_max_bytes: config.compiled_cache_max_bytes,
+        })?);
         let store::Opened { store, values, end } = Store::open(&config.brokers, &config.registry_topic).await?;
         let components = config.data_dir.join("components");
         let registry = Registry::load(&values, &components)?;

@@ -1,21 +1,29 @@
-//! On-disk cache of compiled components, keyed by content hash and engine compatibility.
+//! On-disk cache of compiled components, keyed by content hash and engine compatibility, and
+//! bounded in size: least recently used entries go first.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-/// A directory of `.cwasm` files, one per (component bytes, engine settings) pair.
+/// Default bound of the cache: 2 GiB, some fifty compiled Python components (about 37 MB each
+/// with wasmtime 48) or thousands of Rust ones.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 2 << 30;
+
+/// A directory of `.cwasm` files, one per (component bytes, engine settings) pair, holding at
+/// most `max_bytes` of them (an entry larger than that alone is still kept).
 #[derive(Debug, Clone)]
 pub(crate) struct ComponentCache {
     dir: PathBuf,
+    max_bytes: u64,
 }
 
 impl ComponentCache {
-    pub(crate) fn new(dir: PathBuf) -> Self {
-        Self { dir }
+    pub(crate) fn new(dir: PathBuf, max_bytes: u64) -> Self {
+        Self { dir, max_bytes }
     }
 
     /// The cache file for `bytes` compiled by `engine`: SHA-256 over the bytes and the engine's
@@ -39,7 +47,12 @@ impl ComponentCache {
         // to a temporary file and renamed into place), and the key covers the engine's
         // compatibility hash; wasmtime still checks the artifact's header and version.
         match unsafe { Component::deserialize_file(engine, path) } {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                // The modification time is the entry's last use, for eviction. Best effort: a
+                // read-only cache still serves, it just evicts by age of writing.
+                let _ = std::fs::File::options().write(true).open(path).and_then(|f| f.set_modified(SystemTime::now()));
+                Some(component)
+            }
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "ignoring unusable compiled-component cache entry");
                 None
@@ -55,11 +68,49 @@ impl ComponentCache {
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
             std::fs::write(&tmp, bytes)?;
             std::fs::rename(&tmp, path)?;
+            self.evict(path)?;
             Ok(())
         })();
         if let Err(error) = result {
             tracing::warn!(dir = %self.dir.display(), %error, "cannot write the compiled-component cache");
         }
+    }
+
+    /// Removes the least recently used entries (oldest modification time first) until the
+    /// cache holds at most `max_bytes`, never `keep`. Removing an entry another process has
+    /// mapped is safe: the mapping outlives the name.
+    fn evict(&self, keep: &Path) -> std::io::Result<()> {
+        let mut entries = Vec::new();
+        let mut total = 0;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "cwasm") || path == keep {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            total += meta.len();
+            entries.push((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len(), path));
+        }
+        total += std::fs::metadata(keep)?.len();
+        entries.sort();
+        let mut evicted = 0;
+        for (_, len, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {
+                    total -= len;
+                    evicted += 1;
+                }
+            }
+        }
+        if evicted > 0 {
+            tracing::info!(dir = %self.dir.display(), evicted, bytes = total, max_bytes = self.max_bytes, "evicted least recently used compiled components");
+        }
+        Ok(())
     }
 }
 
@@ -73,5 +124,51 @@ impl Hasher for ShaHasher {
 
     fn write(&mut self, bytes: &[u8]) {
         self.0.update(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Writes `name.cwasm` of `len` bytes, last used `age_s` seconds ago.
+    fn entry(dir: &Path, name: &str, len: usize, age_s: u64) -> PathBuf {
+        let path = dir.join(format!("{name}.cwasm"));
+        std::fs::write(&path, vec![0u8; len]).unwrap();
+        let at = SystemTime::now() - Duration::from_secs(age_s);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(at).unwrap();
+        path
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn eviction_removes_least_recently_used_entries_down_to_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(dir.path().to_owned(), 300);
+        entry(dir.path(), "old", 100, 300);
+        entry(dir.path(), "used", 100, 100);
+        entry(dir.path(), "older", 100, 400);
+        std::fs::write(dir.path().join("notes.txt"), vec![0u8; 1000]).unwrap();
+        let new = entry(dir.path(), "new", 150, 0);
+        cache.evict(&new).unwrap();
+        // 450 bytes of entries: the two least recently used go, the other files stay.
+        assert_eq!(names(dir.path()), ["new.cwasm", "notes.txt", "used.cwasm"]);
+    }
+
+    #[test]
+    fn an_entry_larger_than_the_bound_is_kept_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(dir.path().to_owned(), 100);
+        entry(dir.path(), "a", 50, 10);
+        let big = entry(dir.path(), "big", 500, 20);
+        cache.evict(&big).unwrap();
+        assert_eq!(names(dir.path()), ["big.cwasm"]);
     }
 }

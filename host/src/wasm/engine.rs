@@ -8,7 +8,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, ProfilingStrategy};
 
 use super::bindings::GuestPre;
-use super::cache::ComponentCache;
+use super::cache::{ComponentCache, DEFAULT_CACHE_MAX_BYTES};
 use super::check::{check_header, describe_component};
 use super::component::TransformComponent;
 use super::error::LoadError;
@@ -21,12 +21,24 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// `perf record`/`perf report` show guest functions instead of anonymous addresses.
 pub const PROFILER_ENV: &str = "WEIR_WASM_PROFILER";
 
+/// The environment variable bounding the compiled-component cache, in MiB.
+pub const CACHE_MAX_MB_ENV: &str = "WEIR_CACHE_MAX_MB";
+
 /// Settings of the [`WasmEngine`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Directory of the compiled-component cache; `None` disables it. By default
     /// [`EngineConfig::default_cache_dir`].
     pub cache_dir: Option<PathBuf>,
+    /// Most bytes the cache holds; past it, storing a compilation removes the least recently
+    /// used ones. Default [`DEFAULT_CACHE_MAX_BYTES`] (2 GiB).
+    pub cache_max_bytes: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { cache_dir: None, cache_max_bytes: DEFAULT_CACHE_MAX_BYTES }
+    }
 }
 
 impl EngineConfig {
@@ -40,9 +52,21 @@ impl EngineConfig {
         Some(root.join("components"))
     }
 
-    /// The default configuration, with the default cache directory.
-    pub fn with_default_cache() -> Self {
-        Self { cache_dir: Self::default_cache_dir() }
+    /// The default configuration, with the default cache directory, bounded by
+    /// `$WEIR_CACHE_MAX_MB` when set.
+    ///
+    /// # Errors
+    /// [`LoadError::Engine`] when `$WEIR_CACHE_MAX_MB` is not a whole number of MiB.
+    pub fn with_default_cache() -> Result<Self, LoadError> {
+        let cache_max_bytes = match std::env::var(CACHE_MAX_MB_ENV) {
+            Ok(mb) => mb.trim().parse::<u64>().ok().and_then(|mb| mb.checked_mul(1 << 20)).ok_or_else(|| {
+                LoadError::Engine {
+                    reason: format!("{CACHE_MAX_MB_ENV}={mb:?}: expected a whole number of MiB, e.g. 2048"),
+                }
+            })?,
+            Err(_) => DEFAULT_CACHE_MAX_BYTES,
+        };
+        Ok(Self { cache_dir: Self::default_cache_dir(), cache_max_bytes })
     }
 }
 
@@ -91,7 +115,11 @@ impl WasmEngine {
             })
             .map_err(|e| LoadError::Engine { reason: format!("cannot start the epoch ticker: {e}") })?;
 
-        Ok(Self { engine, linker: Arc::new(linker), cache: config.cache_dir.clone().map(ComponentCache::new) })
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+            cache: config.cache_dir.clone().map(|dir| ComponentCache::new(dir, config.cache_max_bytes)),
+        })
     }
 
     /// The underlying wasmtime engine.

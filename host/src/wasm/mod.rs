@@ -34,9 +34,10 @@ pub use bindings::current::weir::transform::log::Level;
 pub use bindings::current::weir::transform::types::{
     Header, InputRecord, OutputRecord, TimeDomain, Timer, TransformError,
 };
+pub use cache::DEFAULT_CACHE_MAX_BYTES;
 pub use check::{ComponentDescription, ContractError, check_header, describe_component};
 pub use component::TransformComponent;
-pub use engine::{EngineConfig, WasmEngine};
+pub use engine::{CACHE_MAX_MB_ENV, EngineConfig, WasmEngine};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
 pub use limits::{DEFAULT_MAX_RECORD_BYTES, OperatorLimits, RecordLimit, record_size};
 pub use operator::Operator;
