@@ -55,15 +55,20 @@ fn check_rejects_bad_files_with_one_line_naming_the_problem() {
 
 #[test]
 fn a_bad_cache_bound_is_refused_by_name() {
-    let output = std::process::Command::new(weir_tests::weir_binary())
-        .args(["transform", "check"])
-        .arg(plugin("passthrough"))
-        .env("WEIR_CACHE_MAX_MB", "2GB")
-        .output()
-        .expect("run weir");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
-    assert!(stderr.contains(r#"WEIR_CACHE_MAX_MB="2GB": expected a whole number of MiB"#), "{stderr}");
+    for (bound, expected) in [
+        ("2GB", r#"WEIR_CACHE_MAX_MB="2GB": expected a whole number of MiB"#),
+        ("0", r#"WEIR_CACHE_MAX_MB="0": must be 1 to 1073741824 (MiB), got 0"#),
+    ] {
+        let output = std::process::Command::new(weir_tests::weir_binary())
+            .args(["transform", "check"])
+            .arg(plugin("passthrough"))
+            .env("WEIR_CACHE_MAX_MB", bound)
+            .output()
+            .expect("run weir");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(stderr.contains(expected), "{stderr}");
+    }
 }
 
 #[test]

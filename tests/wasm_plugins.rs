@@ -168,6 +168,11 @@ fn the_compiled_component_cache_evicts_the_least_recently_used_within_its_bound(
     let engine = engine(dir.path(), total - 1);
     engine.load(&weir_tests::plugin("passthrough")).unwrap();
     engine.load(&weir_tests::plugin("flight-delays")).unwrap();
+    // Written long ago, passthrough first (explicit times: file systems differ in resolution).
+    for (plugin, age_s) in [("passthrough", 300), ("flight-delays", 200)] {
+        let file = std::fs::File::options().write(true).open(dir.path().join(&compiled[plugin].1)).unwrap();
+        file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(age_s)).unwrap();
+    }
     engine.load(&weir_tests::plugin("passthrough")).unwrap(); // a use: flight-delays is now the oldest
     engine.load(&weir_tests::plugin("dedup")).unwrap();
     let mut names: Vec<_> = entries(dir.path()).iter().map(|p| p.file_name().unwrap().to_owned()).collect();

@@ -209,10 +209,12 @@ impl ServeConfig {
         if !(1..=1024).contains(&max_upload_mb) {
             anyhow::bail!("`max_upload_mb`: must be 1 to 1024, got {max_upload_mb}");
         }
-        let compiled_cache_max_mb = file.compiled_cache_max_mb.unwrap_or(crate::wasm::DEFAULT_CACHE_MAX_BYTES >> 20);
-        if !(1..=1 << 30).contains(&compiled_cache_max_mb) {
-            anyhow::bail!("`compiled_cache_max_mb`: must be 1 to 1073741824 (MiB), got {compiled_cache_max_mb}");
-        }
+        let compiled_cache_max_bytes = match file.compiled_cache_max_mb {
+            Some(mb) => {
+                crate::wasm::parse_cache_max_mb(mb).map_err(|why| anyhow::anyhow!("`compiled_cache_max_mb`: {why}"))?
+            }
+            None => crate::wasm::DEFAULT_CACHE_MAX_BYTES,
+        };
         file.tenant_defaults.check().map_err(|(key, why)| anyhow::anyhow!("`tenant_defaults.{key}`: {why}"))?;
         Ok(Self {
             listen: file.listen,
@@ -225,7 +227,7 @@ impl ServeConfig {
             registry_topic,
             max_upload_bytes: (max_upload_mb as usize) << 20,
             compile_timeout: file.compile_timeout_ms.map_or(DEFAULT_COMPILE_TIMEOUT, Duration::from_millis),
-            compiled_cache_max_bytes: compiled_cache_max_mb << 20,
+            compiled_cache_max_bytes,
             max_identical_failures: file.max_identical_failures.unwrap_or(DEFAULT_MAX_IDENTICAL_FAILURES).max(1),
             tenant_defaults: file.tenant_defaults,
             admin_token,

@@ -53,6 +53,8 @@ impl ComponentCache {
                 let _ = std::fs::File::options().write(true).open(path).and_then(|f| f.set_modified(SystemTime::now()));
                 Some(component)
             }
+            // Another process evicted it since `exists`: an ordinary miss.
+            Err(_) if !path.exists() => None,
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "ignoring unusable compiled-component cache entry");
                 None
@@ -60,47 +62,59 @@ impl ComponentCache {
         }
     }
 
-    /// Stores a compilation; failures only cost a recompilation later, so they are logged.
+    /// Stores a compilation, then evicts down to the bound; failures only cost a recompilation
+    /// later, so they are logged.
     pub(crate) fn store(&self, path: &Path, component: &Component) {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let result = (|| -> Result<(), Box<dyn std::error::Error>> {
             std::fs::create_dir_all(&self.dir)?;
             let bytes = component.serialize().map_err(|e| e.to_string())?;
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            // Room first, so that a cache at its bound on a full disk still takes new entries.
+            self.evict(path, bytes.len() as u64);
             std::fs::write(&tmp, bytes)?;
             std::fs::rename(&tmp, path)?;
-            self.evict(path)?;
             Ok(())
         })();
         if let Err(error) = result {
+            let _ = std::fs::remove_file(&tmp);
             tracing::warn!(dir = %self.dir.display(), %error, "cannot write the compiled-component cache");
         }
     }
 
     /// Removes the least recently used entries (oldest modification time first) until the
-    /// cache holds at most `max_bytes`, never `keep`. Removing an entry another process has
-    /// mapped is safe: the mapping outlives the name.
-    fn evict(&self, keep: &Path) -> std::io::Result<()> {
+    /// cache holds at most `max_bytes` with `incoming` bytes more for `keep`, which is never
+    /// removed; and temporary files of writes that died more than an hour ago. Removing an
+    /// entry another process has mapped is safe: the mapping outlives the name. An entry that
+    /// cannot be removed is logged and skipped.
+    fn evict(&self, keep: &Path, incoming: u64) {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else { return };
+        let stale = SystemTime::now() - STALE_WRITE;
         let mut entries = Vec::new();
-        let mut total = 0;
-        for entry in std::fs::read_dir(&self.dir)? {
-            let entry = entry?;
+        let mut total = incoming;
+        for entry in dir.flatten() {
             let path = entry.path();
-            if path.extension().is_none_or(|e| e != "cwasm") || path == keep {
+            let Ok(meta) = entry.metadata() else { continue };
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            let extension = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+            if extension.starts_with("tmp") && modified < stale {
+                entries.push((SystemTime::UNIX_EPOCH, meta.len(), path));
+            } else if extension == "cwasm" && path != keep {
+                entries.push((modified, meta.len(), path));
+            } else {
                 continue;
             }
-            let Ok(meta) = entry.metadata() else { continue };
             total += meta.len();
-            entries.push((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len(), path));
         }
-        total += std::fs::metadata(keep)?.len();
         entries.sort();
         let mut evicted = 0;
-        for (_, len, path) in entries {
-            if total <= self.max_bytes {
+        for (modified, len, path) in entries {
+            if total <= self.max_bytes && modified != SystemTime::UNIX_EPOCH {
                 break;
             }
             match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(path = %path.display(), %error, "cannot evict a compiled-component cache entry");
+                }
                 _ => {
                     total -= len;
                     evicted += 1;
@@ -110,8 +124,16 @@ impl ComponentCache {
         if evicted > 0 {
             tracing::info!(dir = %self.dir.display(), evicted, bytes = total, max_bytes = self.max_bytes, "evicted least recently used compiled components");
         }
-        Ok(())
     }
+}
+
+/// How old a temporary file of the cache must be to count as left by a write that died.
+const STALE_WRITE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Parses a cache bound given in MiB (`WEIR_CACHE_MAX_MB`, `compiled_cache_max_mb`): 1 to
+/// 2^30 MiB; the error says what is expected.
+pub fn parse_cache_max_mb(mb: u64) -> Result<u64, String> {
+    if (1..=1 << 30).contains(&mb) { Ok(mb << 20) } else { Err(format!("must be 1 to 1073741824 (MiB), got {mb}")) }
 }
 
 /// Feeds `Hash` output into SHA-256, for a hash that is stable across processes.
@@ -156,10 +178,24 @@ mod tests {
         entry(dir.path(), "used", 100, 100);
         entry(dir.path(), "older", 100, 400);
         std::fs::write(dir.path().join("notes.txt"), vec![0u8; 1000]).unwrap();
-        let new = entry(dir.path(), "new", 150, 0);
-        cache.evict(&new).unwrap();
-        // 450 bytes of entries: the two least recently used go, the other files stay.
-        assert_eq!(names(dir.path()), ["new.cwasm", "notes.txt", "used.cwasm"]);
+        let new = dir.path().join("new.cwasm");
+        cache.evict(&new, 150);
+        // 450 bytes with the new entry: the two least recently used go, the other files stay.
+        assert_eq!(names(dir.path()), ["notes.txt", "used.cwasm"]);
+    }
+
+    #[test]
+    fn temporary_files_of_dead_writes_go_and_live_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(dir.path().to_owned(), 1 << 20);
+        let dead = dir.path().join("a.tmp123");
+        std::fs::write(&dead, b"partial").unwrap();
+        let at = SystemTime::now() - Duration::from_secs(7200);
+        std::fs::File::options().write(true).open(&dead).unwrap().set_modified(at).unwrap();
+        std::fs::write(dir.path().join("b.tmp456"), b"being written").unwrap();
+        entry(dir.path(), "c", 10, 10);
+        cache.evict(&dir.path().join("d.cwasm"), 10);
+        assert_eq!(names(dir.path()), ["b.tmp456", "c.cwasm"]);
     }
 
     #[test]
@@ -167,8 +203,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = ComponentCache::new(dir.path().to_owned(), 100);
         entry(dir.path(), "a", 50, 10);
-        let big = entry(dir.path(), "big", 500, 20);
-        cache.evict(&big).unwrap();
-        assert_eq!(names(dir.path()), ["big.cwasm"]);
+        cache.evict(&dir.path().join("big.cwasm"), 500);
+        assert!(names(dir.path()).is_empty(), "everything else makes room");
     }
 }

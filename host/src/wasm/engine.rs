@@ -8,7 +8,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, ProfilingStrategy};
 
 use super::bindings::GuestPre;
-use super::cache::{ComponentCache, DEFAULT_CACHE_MAX_BYTES};
+use super::cache::{ComponentCache, DEFAULT_CACHE_MAX_BYTES, parse_cache_max_mb};
 use super::check::{check_header, describe_component};
 use super::component::TransformComponent;
 use super::error::LoadError;
@@ -56,15 +56,18 @@ impl EngineConfig {
     /// `$WEIR_CACHE_MAX_MB` when set.
     ///
     /// # Errors
-    /// [`LoadError::Engine`] when `$WEIR_CACHE_MAX_MB` is not a whole number of MiB.
+    /// [`LoadError::Engine`] when `$WEIR_CACHE_MAX_MB` is not a whole number of MiB from 1 to
+    /// 2^30.
     pub fn with_default_cache() -> Result<Self, LoadError> {
-        let cache_max_bytes = match std::env::var(CACHE_MAX_MB_ENV) {
-            Ok(mb) => mb.trim().parse::<u64>().ok().and_then(|mb| mb.checked_mul(1 << 20)).ok_or_else(|| {
-                LoadError::Engine {
-                    reason: format!("{CACHE_MAX_MB_ENV}={mb:?}: expected a whole number of MiB, e.g. 2048"),
-                }
-            })?,
-            Err(_) => DEFAULT_CACHE_MAX_BYTES,
+        let cache_max_bytes = match std::env::var_os(CACHE_MAX_MB_ENV) {
+            None => DEFAULT_CACHE_MAX_BYTES,
+            Some(raw) => {
+                let text = raw.to_string_lossy();
+                let parsed = text.trim().parse::<u64>().map_err(|_| "expected a whole number of MiB, e.g. 2048".into());
+                parsed
+                    .and_then(parse_cache_max_mb)
+                    .map_err(|why| LoadError::Engine { reason: format!("{CACHE_MAX_MB_ENV}={text:?}: {why}") })?
+            }
         };
         Ok(Self { cache_dir: Self::default_cache_dir(), cache_max_bytes })
     }

@@ -46,7 +46,7 @@ pub enum LoadError {
     /// The engine could not be configured.
     #[error("cannot configure the WebAssembly engine: {reason}")]
     Engine {
-        /// What wasmtime said.
+        /// What wasmtime said, or which setting is wrong.
         reason: String,
     },
 }

@@ -34,7 +34,7 @@ pub use bindings::current::weir::transform::log::Level;
 pub use bindings::current::weir::transform::types::{
     Header, InputRecord, OutputRecord, TimeDomain, Timer, TransformError,
 };
-pub use cache::DEFAULT_CACHE_MAX_BYTES;
+pub use cache::{DEFAULT_CACHE_MAX_BYTES, parse_cache_max_mb};
 pub use check::{ComponentDescription, ContractError, check_header, describe_component};
 pub use component::TransformComponent;
 pub use engine::{CACHE_MAX_MB_ENV, EngineConfig, WasmEngine};
