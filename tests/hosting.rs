@@ -202,6 +202,10 @@ async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
     let run = unique_name("weir-host");
     let rows = flight_rows(6_000);
     let (first, second) = rows.split_at(3_000);
+    // `during` flows in while the server is killed; `after` only once it is back, so that each
+    // pipeline provably works and commits on the restarted server (an idle pipeline commits
+    // nothing, and a fast one could finish `during` before the kill).
+    let (during, after) = second.split_at(1_500);
     let mut tenants = Vec::new();
     for name in ["acme", "globex"] {
         let prefix = format!("{run}-{name}.");
@@ -232,12 +236,13 @@ async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
         assert_eq!(reader.read_until(first.len(), RUN_TIMEOUT), first.len(), "{}", serve.log());
     }
     // Kill the server while the second half flows in, once some of it was committed.
-    let feeders: Vec<_> = tenants.iter().map(|(_, _, source, _)| feed_slowly(source, keyed(second))).collect();
+    let mut feeders: Vec<_> = tenants.iter().map(|(_, _, source, _)| feed_slowly(source, keyed(during))).collect();
     for reader in &mut readers {
         assert!(reader.read_until(first.len() + 100, RUN_TIMEOUT) > first.len(), "{}", serve.log());
     }
     serve.kill();
     serve.spawn();
+    feeders.extend(tenants.iter().map(|(_, _, source, _)| feed_slowly(source, keyed(after))));
     // globex upgrades to a second version of the transform while running.
     let (status, uploaded) = serve.upload(globex_token, "flight-delays", bytes);
     assert_eq!((status, uploaded["version"].as_u64()), (201, Some(2)), "{uploaded}");
@@ -255,8 +260,17 @@ async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
         let verdict = verify(&rows, &reader.records, 15);
         assert!(verdict.is_exactly_once(), "{name}: {verdict:?}\n{status}");
         assert_eq!(status["state"], "running", "{status}");
-        let logs = serve.ok("GET", "/v1/pipelines/delays/logs", token, None);
-        let lines: Vec<&str> = logs.as_array().expect("lines").iter().filter_map(|l| l["line"].as_str()).collect();
+        // The log line follows the commit that made the last records readable: wait for it.
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        let lines = loop {
+            let logs = serve.ok("GET", "/v1/pipelines/delays/logs", token, None);
+            let lines: Vec<String> =
+                logs.as_array().expect("lines").iter().filter_map(|l| l["line"].as_str().map(str::to_owned)).collect();
+            if lines.iter().any(|l| l.contains("checkpoint committed")) || Instant::now() > deadline {
+                break lines;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
         assert!(lines.iter().any(|l| l.contains("checkpoint committed")), "{name}'s log: {lines:?}");
         let other = if *name == "acme" { "globex" } else { "acme" };
         assert!(!lines.iter().any(|l| l.contains(&format!("{other}.delays"))), "{name} sees {other}'s log lines");
