@@ -113,6 +113,24 @@ def test_state_json_helpers():
     assert state.get("p/1") is None
 
 
+def test_json_helpers_read_and_write_as_json_loads_and_dumps_do():
+    import json
+    from weir_guest import loads_json
+    from weir_guest._types import dumps_json
+    for text in ['{"a":[1,2.5,null,"\\u00e9"]}', ' 7 ', '"x"']:
+        assert loads_json(text.encode()) == json.loads(text)
+    for bad in [b"\xef\xbb\xbf{}", b"NaN", b"{} x", b"{"]:
+        with pytest.raises(ValueError) as mine:
+            loads_json(bad)
+        with pytest.raises(ValueError) as theirs:
+            json.loads(bad.decode("utf-8"), parse_constant=lambda name: (_ for _ in ()).throw(ValueError(f"{name} is not valid JSON")))
+        assert str(mine.value) == str(theirs.value)
+    value = {"é": [1.0, None, True], "b": {"c": "\n"}}
+    assert dumps_json(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        dumps_json(float("nan"))
+
+
 def test_output_json_and_export_stand_in():
     o = Output.json("k", {"x": 1.0, "y": "é"}).header("h", "v").to_output("side")
     assert o.value == '{"x":1.0,"y":"é"}'.encode()

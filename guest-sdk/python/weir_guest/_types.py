@@ -30,19 +30,30 @@ def _opt_bytes(value: Optional[Bytes]) -> Optional[bytes]:
     return None if value is None else to_bytes(value)
 
 
+# One encoder and one decoder for every call: `json.dumps` and `json.loads` with any option
+# build a new one per call, which costs more than the parse of a small record.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def dumps_json(value: Any) -> bytes:
     """Compact JSON (no spaces, non-ASCII kept, no NaN/Infinity), as the Rust SDK writes it."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def loads_json(data: Bytes) -> Any:
     """Strict JSON: UTF-8 only, no NaN/Infinity."""
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-    return json.loads(text, parse_constant=_reject_constant)
+    if text.startswith("\ufeff"):
+        # What `json.loads` says; the decoder itself does not check.
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
 
 
 class TransformError(Exception):
