@@ -235,7 +235,7 @@ async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
     for reader in &mut readers {
         assert_eq!(reader.read_until(first.len(), RUN_TIMEOUT), first.len(), "{}", serve.log());
     }
-    // Kill the server while the second half flows in, once some of it was committed.
+    // Kill the server while `during` flows in, once some of it was committed.
     let mut feeders: Vec<_> = tenants.iter().map(|(_, _, source, _)| feed_slowly(source, keyed(during))).collect();
     for reader in &mut readers {
         assert!(reader.read_until(first.len() + 100, RUN_TIMEOUT) > first.len(), "{}", serve.log());

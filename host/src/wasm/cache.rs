@@ -62,8 +62,8 @@ impl ComponentCache {
         }
     }
 
-    /// Stores a compilation, then evicts down to the bound; failures only cost a recompilation
-    /// later, so they are logged.
+    /// Stores a compilation, first evicting others to make room for it within the bound;
+    /// failures only cost a recompilation later, so they are logged.
     pub(crate) fn store(&self, path: &Path, component: &Component) {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let result = (|| -> Result<(), Box<dyn std::error::Error>> {
@@ -96,10 +96,11 @@ impl ComponentCache {
             let Ok(meta) = entry.metadata() else { continue };
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             let extension = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+            // Dead writes sort first and go whatever the total; then the least recently used.
             if extension.starts_with("tmp") && modified < stale {
-                entries.push((SystemTime::UNIX_EPOCH, meta.len(), path));
+                entries.push((false, modified, meta.len(), path));
             } else if extension == "cwasm" && path != keep {
-                entries.push((modified, meta.len(), path));
+                entries.push((true, modified, meta.len(), path));
             } else {
                 continue;
             }
@@ -107,8 +108,8 @@ impl ComponentCache {
         }
         entries.sort();
         let mut evicted = 0;
-        for (modified, len, path) in entries {
-            if total <= self.max_bytes && modified != SystemTime::UNIX_EPOCH {
+        for (live, _, len, path) in entries {
+            if total <= self.max_bytes && live {
                 break;
             }
             match std::fs::remove_file(&path) {
