@@ -9,13 +9,14 @@
 # batches (default 1024) twice under cachegrind — the first run compiles the component for the
 # CPU valgrind presents and caches it — and prints, from the second, the instructions per record
 # of the whole process and of the compiled guest code (the part cachegrind cannot name, `???`).
-# Outputs are the transform's; compare components that do the same thing.
+# Outputs are the transform's; compare components that do the same thing. The deadline of a
+# call is an hour: valgrind runs the guest some 50 times slower.
 #
 # Needs valgrind (Debian's `valgrind`); builds `weir` if needed (scripts/setup.sh host). The
 # compiled components go to a temporary cache, not the user's.
 set -euo pipefail
 
-usage() { sed -n '2,15s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,17s/^# \{0,1\}//p' "$0"; }
 number() {
     [[ ${2-} =~ ^[1-9][0-9]*$ ]] || { echo "bench-instructions: $1 needs a whole number, got '${2-}'" >&2; exit 2; }
 }
@@ -55,7 +56,7 @@ for component in "${components[@]}"; do
     for run in compile measure; do
         valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$work/$run.out" \
             "$WEIR_CLI" transform run "$component" --input "$work/flights.csv" --key origin,carrier \
-            --batch-size "$batch" > /dev/null 2> "$work/$run.err" ||
+            --batch-size "$batch" --deadline-ms 3600000 > /dev/null 2> "$work/$run.err" ||
             { cat "$work/$run.err" >&2; exit 1; }
     done
     total=$(sed -n 's/^summary: //p' "$work/measure.out")
