@@ -78,6 +78,23 @@ pub async fn create_topic(topic: &str, partitions: i32) {
             Err((t, e)) => panic!("cannot create topic {t} on {}: {e}", bootstrap()),
         }
     }
+    // The broker answers once the controller has the topic; its metadata may show it a moment
+    // later, and a pipeline started in between refuses to start for a missing topic.
+    let started = std::time::Instant::now();
+    loop {
+        let metadata = admin.inner().fetch_metadata(Some(topic), Duration::from_secs(5));
+        let shown = metadata.ok().and_then(|m| {
+            m.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len())
+        });
+        if shown.is_some_and(|n| n >= partitions as usize) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "topic {topic} created but not in the metadata after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Whether a consumer reads committed records only.
