@@ -44,7 +44,11 @@ fn wait_until_running(pipeline: &TestPipeline) {
     let started = Instant::now();
     loop {
         let log = pipeline.log_text();
-        if log.rfind("checkpoint committed") > log.rfind("pipeline failed") {
+        // The log holds every process of the run: only a checkpoint of the current process,
+        // after its last failure, counts (a respawned process is not running yet because the
+        // killed one was).
+        let since = log.rfind("pipeline failed").max(log.rfind("weir::cli::run: starting"));
+        if log.rfind("checkpoint committed") > since {
             return;
         }
         assert!(started.elapsed() < GRACE, "weir run did not get to its loop; log:\n{log}");
