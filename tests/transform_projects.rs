@@ -20,16 +20,19 @@ struct Run {
 }
 
 fn weir(args: &[&str], dir: &Path) -> Run {
-    // The generated projects' Rust builds get a cargo target dir of their own, beside this build's:
-    // sharing a cargo target dir with the repository's guests, whose dependencies they
-    // share in other build graphs, made cargo rebuild the plugins after them (and so
-    // examples/flights/run.sh compile after scripts/test.sh, which .ci/run refuses).
-    let exe = std::env::current_exe().expect("test executable path");
-    let target = exe.ancestors().nth(3).expect("cargo target directory of this test");
+    // The generated projects' Rust builds get a cargo target dir inside the test's own temporary
+    // folder, so it goes with the folder. Not the repository's: sharing one with the repository's
+    // guests, whose dependencies they share in other build graphs, made cargo rebuild the plugins
+    // after them (and so examples/flights/run.sh compile after scripts/test.sh, which .ci/run
+    // refuses). Not one beside it either: the projects' paths are new each run and cargo keys a
+    // target dir by workspace path, so each run added a target dir per project (170 MiB each)
+    // that no later run used.
+    let temp = std::env::temp_dir();
+    let folder = dir.ancestors().find(|a| a.parent() == Some(temp.as_path())).expect("a folder in the temporary dir");
     let output = Command::new(weir_binary())
         .args(args)
         .current_dir(dir)
-        .env("CARGO_TARGET_DIR", target.join("transform-projects"))
+        .env("CARGO_TARGET_DIR", folder.join("cargo-target"))
         .output()
         .expect("run weir");
     Run {
