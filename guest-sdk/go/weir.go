@@ -70,6 +70,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"example.invalid/weir/guest-sdk/go/internal/abi"
@@ -235,13 +236,36 @@ func (o Output) To(name string) Output {
 // MarshalJSON encodes v as compact JSON without HTML escaping (the bytes serde_json writes
 // for the same data, except for the formatting of some floats: Go writes 11.0 as 11).
 func MarshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	e := jsonEncoders.Get().(*jsonEncoder)
+	defer e.release()
+	e.buf.Reset()
+	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+	return bytes.Clone(bytes.TrimSuffix(e.buf.Bytes(), []byte{'\n'})), nil
+}
+
+// jsonEncoder is an encoder with the buffer it writes into. MarshalJSON keeps them between calls
+// (as encoding/json keeps its own encode states): a new encoder, and a buffer grown from empty,
+// per call cost about a third of encoding a small struct.
+type jsonEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var jsonEncoders = sync.Pool{New: func() any {
+	e := &jsonEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+// release returns e to the pool unless one large value grew its buffer past 64 KiB, which the
+// pool would otherwise hold on to.
+func (e *jsonEncoder) release() {
+	if e.buf.Cap() <= 64<<10 {
+		jsonEncoders.Put(e)
+	}
 }
 
 // JSONFloat is a float64 that encoding/json writes as Rust's serde_json does: a whole number

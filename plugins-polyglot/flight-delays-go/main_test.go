@@ -85,6 +85,10 @@ func TestBadRecordsFailWithTheirOffset(t *testing.T) {
 		{flightJSON("EWR", "UA", "2.5"), "not a whole number"},
 		{flightJSON("EWR", "UA", "true"), "not a number or null"},
 		{"nope", "not JSON"},
+		// Text fastjson's parser would take, which is not JSON: the value is validated first.
+		{`{"origin":"EWR","carrier":"UA","dep_delay":NaN}`, "not JSON"},
+		{`{"origin":"EWR","carrier":"UA","dep_delay":1-2}`, "not JSON"},
+		{"{\"origin\":\"EWR\",\"carrier\":\"U\xffA\"}", "not UTF-8"},
 	} {
 		weirtest.ResetState()
 		h, _ := weirtest.New(New)
@@ -96,6 +100,32 @@ func TestBadRecordsFailWithTheirOffset(t *testing.T) {
 		// A failed batch leaves no state behind.
 		if _, ok := state.Get("EWR|UA"); ok {
 			t.Errorf("%s: state left behind", c.bad)
+		}
+	}
+}
+
+func TestStoredCountersAreReadAsTheRustPluginReadsThem(t *testing.T) {
+	process := func(stored string) ([]string, *weir.TransformError) {
+		weirtest.ResetState()
+		state.Put("EWR|UA", stored)
+		h, _ := weirtest.New(New)
+		return run(h, flightJSON("EWR", "UA", "1"))
+	}
+	// An absent max_dep_delay is null (serde's Option).
+	out, err := process(`{"flights":1,"departed":1,"delayed":0,"total_dep_delay":2}`)
+	if err != nil || !strings.Contains(out[0], `"flights":2,"departed":2,"delayed":0,"total_dep_delay":3,"max_dep_delay":1,`) {
+		t.Errorf("%v %v", out, err)
+	}
+	for _, stored := range []string{
+		`nope`,
+		`{"departed":1,"delayed":0,"total_dep_delay":2,"max_dep_delay":2}`,
+		`{"flights":"1","departed":1,"delayed":0,"total_dep_delay":2,"max_dep_delay":2}`,
+		`{"flights":-1,"departed":1,"delayed":0,"total_dep_delay":2,"max_dep_delay":2}`,
+		`{"flights":1,"departed":1,"delayed":0,"total_dep_delay":2.5,"max_dep_delay":2}`,
+		`{"flights":1,"departed":1,"delayed":0,"total_dep_delay":2,"max_dep_delay":"2"}`,
+	} {
+		if _, err := process(stored); err == nil || !strings.Contains(err.Message, `state key "EWR|UA": stored value is not the expected JSON`) {
+			t.Errorf("%s: %+v", stored, err)
 		}
 	}
 }
