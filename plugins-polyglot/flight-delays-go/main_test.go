@@ -129,3 +129,12 @@ func TestStoredCountersAreReadAsTheRustPluginReadsThem(t *testing.T) {
 		}
 	}
 }
+
+func TestOriginAndCarrierAreWrittenAsJSONStrings(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(New)
+	out, err := run(h, flightJSON(`E\"W<\u00e9\n`, "UA", "1"))
+	if err != nil || !strings.HasPrefix(out[0], `{"origin":"E\"W<é\n","carrier":"UA","flights":1,`) {
+		t.Errorf("%v %v", out, err)
+	}
+}
