@@ -138,3 +138,35 @@ func TestOriginAndCarrierAreWrittenAsJSONStrings(t *testing.T) {
 		t.Errorf("%v %v", out, err)
 	}
 }
+
+// The fields are read as serde_json (the Rust plugin) and encoding/json (this port before
+// fastjson) read them: bytes that are not UTF-8 outside them do not matter, the last of a name
+// given twice counts, a lone surrogate escape is U+FFFD, and messages quote values as written.
+func TestFieldsAreReadAsEncodingJSONReadThem(t *testing.T) {
+	accepted := []struct{ value, output string }{
+		{`{"x":"` + "\xff" + `","origin":"EWR","carrier":"UA","dep_delay":1}`, `{"origin":"EWR","carrier":"UA","flights":1,`},
+		{`{"origin":"EWR","origin":"JFK","carrier":"UA","dep_delay":1}`, `{"origin":"JFK","carrier":"UA","flights":1,`},
+		{`{"origin":"EWR","carrier":"UA","dep_delay":"x","dep_delay":3}`, `"max_dep_delay":3,`},
+		{`{"origin":"E\ud800\u0041","carrier":"U\\A","dep_delay":1}`, `{"origin":"E` + "\uFFFD" + `A","carrier":"U\\A",`},
+	}
+	for _, c := range accepted {
+		weirtest.ResetState()
+		h, _ := weirtest.New(New)
+		out, err := run(h, c.value)
+		if err != nil || !strings.Contains(out[0], c.output) {
+			t.Errorf("%s: %v %v", c.value, out, err)
+		}
+	}
+	refused := []struct{ value, problem string }{
+		{`{"origin":"EWR","carrier":"UA","dep_delay":1,"dep_delay":"x"}`, `not a number or null: "x"`},
+		{`{"origin":"EWR","carrier":"UA","dep_delay":"a\u0001\u00e9"}`, `not a number or null: "a\u0001\u00e9"`},
+		{`{"origin":{"a":"\u0001"},"carrier":"UA"}`, "field `origin` is not a string: {\"a\":\"\\u0001\"}"},
+	}
+	for _, c := range refused {
+		weirtest.ResetState()
+		h, _ := weirtest.New(New)
+		if _, err := run(h, c.value); err == nil || !strings.Contains(err.Message, c.problem) {
+			t.Errorf("%s: %+v", c.value, err)
+		}
+	}
+}
