@@ -27,7 +27,7 @@ fn weir(args: &[&str], dir: &Path) -> Run {
     // refuses). Not one beside it either: the projects' paths are new each run and cargo keys a
     // target dir by workspace path, so each run added a target dir per project (170 MiB each)
     // that no later run used.
-    let temp = std::env::temp_dir();
+    let temp = std::path::absolute(std::env::temp_dir()).expect("the temporary dir"); // as tempfile makes it
     let folder = dir.ancestors().find(|a| a.parent() == Some(temp.as_path())).expect("a folder in the temporary dir");
     let output = Command::new(weir_binary())
         .args(args)
