@@ -56,14 +56,37 @@ if (root === dirname(root)) {
 }
 process.chdir(root);
 
+// --aot: weval specialises the JS interpreter to the transform's code ahead of time. Without
+// WEVAL_BIN, componentize-js downloads weval from GitHub's releases.
+// weval cannot map folders as wizer does: it reads modules only below the entry module's folder.
+const wevalBin = process.env.WEVAL_BIN;
+if (aot && relative(dirname(sourcePath), sdkDir).startsWith('..')) {
+  console.error(`weir-build-js: --aot reads modules only below the entry module's folder (${dirname(sourcePath)}), and the SDK (${sdkDir}) is not there: put the entry module in the project's top folder, beside weir-sdk/ (as \`weir transform init\` writes it), or build without --aot`);
+  process.exit(1);
+}
+if (aot && wevalBin && !existsSync(wevalBin)) {
+  console.error(`weir-build-js: WEVAL_BIN=${wevalBin}: no such file; point it at a weval executable (cargo install weval --version 0.5.0)`);
+  process.exit(1);
+}
+
 const started = Date.now();
-const { component } = await componentize({
-  sourcePath,
-  witPath,
-  worldName: 'transform',
-  disableFeatures: ['http', 'fetch-event'],
-  enableAot: aot,
-});
+let component;
+try {
+  ({ component } = await componentize({
+    sourcePath,
+    witPath,
+    worldName: 'transform',
+    disableFeatures: ['http', 'fetch-event'],
+    enableAot: aot,
+    wevalBin,
+  }));
+} catch (e) {
+  if (aot && !wevalBin && e instanceof TypeError && e.message === 'fetch failed') {
+    console.error(`weir-build-js: --aot needs weval, and componentize-js could not download it from github.com (${e.cause?.message ?? e.message}): set WEVAL_BIN to a weval executable (cargo install weval --version 0.5.0), or build without --aot`);
+    process.exit(1);
+  }
+  throw e;
+}
 const dest = resolve(out);
 await mkdir(dirname(dest), { recursive: true });
 await writeFile(`${dest}.tmp`, component);
