@@ -54,12 +54,12 @@ if (root === dirname(root)) {
   console.error(`weir-build-js: ${sourcePath} and the SDK (${sdkDir}) share no folder but the root, and componentize-js reads modules only below its working directory: keep them under one folder`);
   process.exit(1);
 }
+// Without WEVAL_BIN, an --aot build downloads weval from GitHub's releases (componentize-js).
+const wevalBin = process.env.WEVAL_BIN ? resolve(process.env.WEVAL_BIN) : undefined;
 process.chdir(root);
 
-// --aot: weval specialises the JS interpreter to the transform's code ahead of time. Without
-// WEVAL_BIN, componentize-js downloads weval from GitHub's releases.
-// weval cannot map folders as wizer does: it reads modules only below the entry module's folder.
-const wevalBin = process.env.WEVAL_BIN;
+// --aot: weval specialises the JS interpreter to the transform's code ahead of time. It cannot
+// map folders as wizer does, so it reads modules only below the entry module's folder.
 if (aot && relative(dirname(sourcePath), sdkDir).startsWith('..')) {
   console.error(`weir-build-js: --aot reads modules only below the entry module's folder (${dirname(sourcePath)}), and the SDK (${sdkDir}) is not there: put the entry module in the project's top folder, beside weir-sdk/ (as \`weir transform init\` writes it), or build without --aot`);
   process.exit(1);
