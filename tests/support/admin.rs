@@ -112,16 +112,24 @@ pub async fn delete_topic(topic: &str) {
     for result in results {
         result.unwrap_or_else(|(t, e)| panic!("delete_topics of {t}: {e}"));
     }
+    wait_for_listing(topic, TIMEOUT, "still listed after its deletion", |listed| listed.is_none());
+}
+
+/// Waits until `done` holds of how the broker's metadata lists `topic` (its partition count;
+/// `None` while it does not list it), for at most `timeout`; then panics saying `what`.
+pub(crate) fn wait_for_listing(topic: &str, timeout: Duration, what: &str, done: impl Fn(Option<usize>) -> bool) {
     let client = admin();
     let started = std::time::Instant::now();
-    while started.elapsed() < TIMEOUT {
-        let metadata = client.inner().fetch_metadata(None, TIMEOUT).expect("metadata");
-        if !metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none()) {
+    loop {
+        let listed = client.inner().fetch_metadata(None, TIMEOUT).ok().and_then(|metadata| {
+            metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len())
+        });
+        if done(listed) {
             return;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        assert!(started.elapsed() < timeout, "{topic}: {what} ({timeout:?})");
+        std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("{topic} still listed {TIMEOUT:?} after its deletion");
 }
 
 /// Low and high watermarks of `topic`'s `partition` as a reader with `isolation_level` sees

@@ -80,21 +80,8 @@ pub async fn create_topic(topic: &str, partitions: i32) {
     }
     // The broker answers once the controller has the topic; its metadata may show it a moment
     // later, and a pipeline started in between refuses to start for a missing topic.
-    let started = std::time::Instant::now();
-    loop {
-        let metadata = admin.inner().fetch_metadata(Some(topic), Duration::from_secs(5));
-        let shown = metadata.ok().and_then(|m| {
-            m.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len())
-        });
-        if shown.is_some_and(|n| n >= partitions as usize) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "topic {topic} created but not in the metadata after 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let shown = |listed: Option<usize>| listed.is_some_and(|n| n >= partitions as usize);
+    admin::wait_for_listing(topic, Duration::from_secs(60), "created but not in the metadata", shown);
 }
 
 /// Whether a consumer reads committed records only.
