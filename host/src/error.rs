@@ -78,6 +78,12 @@ impl PipelineError {
         }
     }
 
+    /// As [`kafka`](Self::kafka), but the operation is named only when it failed: for calls made
+    /// once per record, where formatting the name up front costs an allocation each time.
+    pub fn kafka_with<E: Into<ProducerError>>(operation: impl FnOnce() -> String) -> impl FnOnce(E) -> Self {
+        move |error| Self::kafka(operation())(error)
+    }
+
     /// Whether the error can go away without anyone changing anything: the cluster or the
     /// network was unavailable, the broker fenced or timed out a transaction, the group moved
     /// partitions. `weir serve`'s `max_identical_failures` does not count these.

@@ -109,7 +109,7 @@ pub fn write_changelog(slot: &ProducerSlot, changelog: &Changelog, sealed: &Seal
     for (task, entry) in &sealed.changelog {
         let (key, value) = entry.encode();
         slot.send_changelog(topic, changelog.partition(task), &key, value.as_deref())
-            .map_err(PipelineError::kafka(format!("producing to changelog topic {topic}")))?;
+            .map_err(PipelineError::kafka_with(|| format!("producing to changelog topic {topic}")))?;
     }
     Ok(())
 }

@@ -228,14 +228,14 @@ impl Out {
             };
             self.slot
                 .send(topic, output, input.last_timestamp)
-                .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+                .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
             output_bytes += record_bytes(&output.key, &output.value);
         }
         if let Some(topic) = &self.sink.dead_letter_topic {
             for dead_letter in dead_letters {
                 self.slot
                     .send(topic, &dead_letter.to_output(task.max_record()), None)
-                    .map_err(PipelineError::kafka(format!("producing to {topic}")))?;
+                    .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
             }
         }
         for dead_letter in dead_letters {

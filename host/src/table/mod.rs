@@ -74,8 +74,8 @@ impl Tables {
     pub fn poll(&mut self) -> Result<(), PipelineError> {
         for table in &mut self.tables {
             while let Some(record) = table.reader.next_now() {
-                let (key, value) =
-                    record.map_err(PipelineError::kafka(format!("reading table {}", table.rows.config.name)))?;
+                let (key, value) = record
+                    .map_err(PipelineError::kafka_with(|| format!("reading table {}", table.rows.config.name)))?;
                 table.rows.apply(key, value)?;
             }
         }
