@@ -226,6 +226,11 @@ impl Source {
         Ok(Some(owners))
     }
 
+    /// Whether a poll received a rebalance event that is not taken yet.
+    pub fn rebalance_pending(&self) -> bool {
+        !self.consumer.context().pending.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
     /// The next rebalance event received by a poll and not yet taken, oldest first. The
     /// consumer waits until it is applied with [`Source::unassign`] or [`Source::assign_more`]
     /// (or the source is dropped).

@@ -40,6 +40,9 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// out together (one fetch's worth: a few thousand flights with the default
 /// `max.partition.fetch.bytes`) to other partitions' records, for the other workers.
 const READ_AHEAD_BATCHES: usize = 16;
+/// How long the runner waits for a task to come back after a poll found the consumer's queue
+/// dry while tasks are out, before it polls again ([`Runner::stream`]).
+const DRY_POLL_WAIT: Duration = Duration::from_millis(1);
 /// Longest stretch the runner streams records to the workers before it has every task back,
 /// for rebalances, timers and checkpoints ([`Runner::stream`]).
 const STREAM_WINDOW: Duration = Duration::from_millis(200);
@@ -733,8 +736,9 @@ impl<'a> Runner<'a> {
 
     /// Polls the source and runs what arrives through the tasks, each on its worker thread
     /// (which also sends the task's output to the epoch's slot), until a poll comes back empty
-    /// (caught up, or a rebalance event arrived), [`STREAM_WINDOW`] or the checkpoint interval
-    /// has passed, a stop is asked or a task failed; returns once every task is back.
+    /// with every task back (caught up) or with a rebalance event, [`STREAM_WINDOW`] or the
+    /// checkpoint interval has passed, a stop is asked or a task failed; returns once every
+    /// task is back.
     ///
     /// A task goes to its worker as soon as a batch of it is full while the poll goes on, so the
     /// workers run apart: librdkafka hands out a partition's fetched records together, so a
@@ -758,7 +762,7 @@ impl<'a> Runner<'a> {
         let (mut polling, mut polls) = (true, 0usize);
         let mut timeout = POLL_TIMEOUT;
         loop {
-            let mut returned = false;
+            let (mut returned, mut dry) = (false, false);
             while let Ok(finished) = done.try_recv() {
                 flow.settle(finished);
                 returned = true;
@@ -766,10 +770,17 @@ impl<'a> Runner<'a> {
             if polling && flow.failed.is_none() && flow.out_records < most {
                 let polled = self.source.consumer().poll(timeout);
                 timeout = Duration::ZERO;
-                // The clock is read once per batch's worth of polls, not per record.
+                // The clock is read once per batch's worth of polls, not per record, and at
+                // every empty poll.
                 polls += 1;
-                let on_time = polls % batch_size != 0 || Instant::now() < until;
-                polling = polled.is_some() && on_time && !shutdown.load(Ordering::Relaxed);
+                dry = polled.is_none();
+                let on_time = (!dry && polls % batch_size != 0) || Instant::now() < until;
+                // The queue running dry (fetches in flight) ends the stretch only once every
+                // task is back: ending it at once had the runner wait for all the workers before
+                // its next poll, so a worker that was done sat idle. A rebalance event also
+                // comes back as an empty poll, and ends it.
+                let streaming = !dry || (flow.away > 0 && !self.source.rebalance_pending());
+                polling = streaming && on_time && !shutdown.load(Ordering::Relaxed);
                 match polled {
                     Some(Ok(message)) => match self.task_of(&message) {
                         Ok(index) => {
@@ -799,8 +810,8 @@ impl<'a> Runner<'a> {
                 }
             }
             // Each task at home takes what waits for it: at once when a batch is full, the
-            // rest once the poll is over or too much is out.
-            let flush = !polling || flow.out_records >= most;
+            // rest once the poll is over, the queue is dry or too much is out.
+            let flush = !polling || dry || flow.out_records >= most;
             for index in 0..flow.home.len() {
                 let Some(mut batches) = flow.ready(index, flush, batch_size) else { continue };
                 let mut task = flow.home[index].take().expect("a ready task is home");
@@ -819,7 +830,12 @@ impl<'a> Runner<'a> {
             if flow.away == 0 && (!polling || flow.failed.is_some()) {
                 break;
             }
-            if flow.away > 0 && (flush || flow.failed.is_some()) {
+            if flow.away > 0 && polling && dry && flow.failed.is_none() {
+                // Poll again soon, or as soon as a task is back.
+                if let Some(finished) = self.workers.wait_timeout(&done, DRY_POLL_WAIT) {
+                    flow.settle(finished);
+                }
+            } else if flow.away > 0 && (flush || flow.failed.is_some()) {
                 flow.settle(self.workers.wait(&done));
             }
         }

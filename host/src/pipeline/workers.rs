@@ -6,6 +6,7 @@
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -101,11 +102,21 @@ impl Workers {
     /// When a worker thread panicked (its job never sends).
     pub fn wait<R>(&self, results: &mpsc::Receiver<R>) -> R {
         loop {
-            match results.recv_timeout(std::time::Duration::from_secs(1)) {
-                Ok(result) => return result,
-                Err(mpsc::RecvTimeoutError::Timeout) if self.threads.iter().all(|t| !t.is_finished()) => {}
-                Err(_) => panic!("a worker thread panicked (a bug in Weir or a transform host call)"),
+            if let Some(result) = self.wait_timeout(results, Duration::from_secs(1)) {
+                return result;
             }
+        }
+    }
+
+    /// As [`Workers::wait`], but `None` once `timeout` has passed without a result.
+    ///
+    /// # Panics
+    /// When a worker thread panicked (its job never sends).
+    pub fn wait_timeout<R>(&self, results: &mpsc::Receiver<R>, timeout: Duration) -> Option<R> {
+        match results.recv_timeout(timeout) {
+            Ok(result) => Some(result),
+            Err(mpsc::RecvTimeoutError::Timeout) if self.threads.iter().all(|t| !t.is_finished()) => None,
+            Err(_) => panic!("a worker thread panicked (a bug in Weir or a transform host call)"),
         }
     }
 }
@@ -164,6 +175,30 @@ mod tests {
         let (_results, done) = mpsc::channel::<()>();
         workers.spawn(0, || panic!("boom"));
         workers.wait(&done);
+    }
+
+    #[test]
+    fn a_bounded_wait_gives_up_without_a_result_and_takes_one_that_comes() {
+        let workers = Workers::start(1).unwrap();
+        let (results, done) = mpsc::channel();
+        let (gate_tx, gate) = mpsc::channel::<()>();
+        workers.spawn(0, move || {
+            gate.recv().unwrap();
+            results.send(7).unwrap();
+        });
+        assert_eq!(workers.wait_timeout(&done, Duration::from_millis(10)), None);
+        gate_tx.send(()).unwrap();
+        assert_eq!(workers.wait_timeout(&done, Duration::from_secs(60)), Some(7));
+    }
+
+    #[test]
+    #[should_panic(expected = "a worker thread panicked")]
+    fn a_bounded_wait_for_a_job_whose_thread_panicked_panics() {
+        let workers = Workers::start(1).unwrap();
+        let (_results, done) = mpsc::channel::<()>();
+        workers.spawn(0, || panic!("boom"));
+        // Until the thread has ended, a bounded wait may give up: wait until it panics.
+        while workers.wait_timeout(&done, Duration::from_millis(10)).is_none() {}
     }
 
     #[test]
