@@ -761,8 +761,10 @@ impl<'a> Runner<'a> {
         let (done_tx, done) = mpsc::channel::<Finished>();
         let (mut polling, mut polls) = (true, 0usize);
         let mut timeout = POLL_TIMEOUT;
+        // A task that came back while the runner waited for one, at the end of the last pass.
+        let mut settled = false;
         loop {
-            let (mut returned, mut dry) = (false, false);
+            let (mut returned, mut dry) = (std::mem::take(&mut settled), false);
             while let Ok(finished) = done.try_recv() {
                 flow.settle(finished);
                 returned = true;
@@ -834,9 +836,11 @@ impl<'a> Runner<'a> {
                 // Poll again soon, or as soon as a task is back.
                 if let Some(finished) = self.workers.wait_timeout(&done, DRY_POLL_WAIT) {
                     flow.settle(finished);
+                    settled = true;
                 }
             } else if flow.away > 0 && (flush || flow.failed.is_some()) {
                 flow.settle(self.workers.wait(&done));
+                settled = true;
             }
         }
         self.epoch.records += flow.records;
