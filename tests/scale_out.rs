@@ -1,15 +1,18 @@
 //! Several `weir run` processes of one pipeline share its partitions through the consumer group
 //! (issue 14): a process frozen past `session.timeout.ms` (a zombie) commits nothing once the
-//! group moved its partitions, and processes killed, added and removed while the flights flow
-//! leave every key's output exact.
+//! group moved its partitions, a process whose static membership another member took rejoins,
+//! and processes killed, added and removed while the flights flow leave every key's output exact.
 
 use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, signal, wait_exit};
-use weir_tests::{Isolation, create_topic, flight_rows};
+use weir_tests::{Isolation, bootstrap, create_topic, flight_rows};
 
 /// The group notices a process gone after 6 s (the broker's `group.min.session.timeout.ms`).
 const CONSUMER: &str = "[source.consumer]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"";
@@ -89,6 +92,90 @@ async fn a_zombie_past_the_session_timeout_commits_nothing() {
     assert_eq!(values.len(), distinct.len(), "nothing the zombie produced became visible next to its replay");
     let want: BTreeSet<String> = (0..sent).map(|i| format!("v-{i}")).collect();
     assert_eq!(distinct.into_iter().cloned().collect::<BTreeSet<_>>(), want, "every input once");
+}
+
+/// A consumer that joins the group under an instance's `group.instance.id` fences that
+/// instance's member (KIP-345), and librdkafka reports the fence as a fatal consumer error: that
+/// consumer is finished. An instance that owns no partition has no checkpoint that would fail and
+/// recover it; it must build a new consumer and rejoin by itself, rather than poll the dead one
+/// forever (what a broker stalled past `session.timeout.ms` once did to an instance in CI).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_instance_fenced_by_its_own_group_instance_id_rejoins_and_takes_over() {
+    const FENCED: &str = "Static consumer fenced by other consumer with same group.instance.id";
+    const ASSIGNED: &str = "partitions assigned by the consumer group";
+    const COMMITTED: &str = "checkpoint committed";
+    let pipeline = TestPipeline::new("weir-fenced-member", &spec("passthrough"));
+    let group = format!("weir-{}", pipeline.name);
+    // One partition: a owns it, b waits in the group with none.
+    create_topic(&pipeline.source, 1).await;
+    let feeder = Feeder::start(&pipeline.source, "v");
+    let mut a = pipeline.spawn_instance("a", &[]);
+    wait_for(&pipeline, "a", COMMITTED, 0);
+    let mut b = pipeline.spawn_instance("b", &[]);
+    // The ids of the group's members of `instance` once the group is stable (static member ids
+    // are `<group.instance.id>-<uuid>`).
+    let members_of = |instance: &str| -> Option<Vec<String>> {
+        let client: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("client");
+        let groups = client.fetch_group_list(Some(&group), Duration::from_secs(10)).expect("describe the group");
+        let group = groups.groups().iter().find(|g| g.state() == "Stable")?;
+        let prefix = format!("{instance}-");
+        Some(group.members().iter().map(|m| m.id().to_owned()).filter(|id| id.starts_with(&prefix)).collect())
+    };
+    let wait_for_member = |instance: &str, known: &[String]| -> String {
+        let started = Instant::now();
+        loop {
+            let fresh = members_of(instance).into_iter().flatten().find(|id| !known.contains(id));
+            if let Some(id) = fresh {
+                return id;
+            }
+            assert!(
+                started.elapsed() < RUN_TIMEOUT,
+                "no new member of instance {instance} in the group; its log:\n{}",
+                pipeline.instance_log(instance)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let first = wait_for_member("b", &[]);
+    assert_eq!(count(&pipeline, "b", ASSIGNED), 0, "b owns no partition");
+
+    let intruder: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .set("group.instance.id", "b")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "6000")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("intruding consumer");
+    intruder.subscribe(&[pipeline.source.as_str()]).expect("subscribe");
+    let started = Instant::now();
+    while count(&pipeline, "b", FENCED) == 0 {
+        assert!(started.elapsed() < RUN_TIMEOUT, "b was not fenced; its log:\n{}", pipeline.instance_log("b"));
+        let _ = intruder.poll(Duration::from_millis(100));
+    }
+    let intruding = wait_for_member("b", std::slice::from_ref(&first));
+    drop(intruder);
+    // b joins again by itself (with a new consumer, so under a new member id), while a still owns
+    // every partition: nothing else would make b notice that its consumer is finished.
+    wait_for_member("b", &[first, intruding]);
+
+    // a leaves: its partition must go to b, whose new consumer took its instance id back.
+    let status = pipeline.stop(&mut a, Duration::from_secs(60));
+    assert!(status.success(), "a stops cleanly; log:\n{}", pipeline.instance_log("a"));
+    wait_for(&pipeline, "b", ASSIGNED, 0);
+    wait_for(&pipeline, "b", COMMITTED, 0);
+
+    let sent = feeder.stop() as usize;
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    let read = reader.read_until(sent, RUN_TIMEOUT);
+    let status = pipeline.stop(&mut b, Duration::from_secs(60));
+    assert!(status.success(), "b stops cleanly; log:\n{}", pipeline.instance_log("b"));
+    reader.drain(Duration::from_secs(2));
+    let values: BTreeSet<String> = reader.records.iter().filter_map(|r| r.value.clone()).collect();
+    assert_eq!(reader.records.len(), sent, "every input comes out once: {read} outputs of {sent} inputs");
+    let want: BTreeSet<String> = (0..sent).map(|i| format!("v-{i}")).collect();
+    assert_eq!(values, want, "every input once");
 }
 
 /// One running `weir run --instance`.

@@ -800,11 +800,16 @@ impl<'a> Runner<'a> {
                         }
                         Err(error) => flow.failed = Some(error),
                     },
-                    // librdkafka recovers from transient errors itself. A topic that vanished
-                    // does not come back by polling: recovery checks the topics again and
-                    // refuses to start without one. Configuration and authorisation errors stop
-                    // the pipeline ([`PipelineError::is_retriable`]).
-                    Some(Err(error)) if classify(&error) == ErrorClass::Transient => {
+                    // librdkafka recovers from transient errors itself, but not from a fatal
+                    // one (a static member fenced by another with its `group.instance.id`,
+                    // KIP-345): that consumer is finished, and recovery builds a new one. A
+                    // topic that vanished does not come back by polling: recovery checks the
+                    // topics again and refuses to start without one. Configuration and
+                    // authorisation errors stop the pipeline ([`PipelineError::is_retriable`]).
+                    Some(Err(error))
+                        if classify(&error) == ErrorClass::Transient
+                            && !matches!(error, KafkaError::MessageConsumptionFatal(_)) =>
+                    {
                         tracing::warn!(%error, "source consumer error; librdkafka retries")
                     }
                     Some(Err(error)) => flow.failed = Some(PipelineError::kafka("reading the source")(error)),
