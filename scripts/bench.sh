@@ -40,6 +40,9 @@
 #   BENCH_BASELINE_WEIR  another build of the weir binary, run as `weir-passthrough-baseline`
 #                        and `weir-flight-delays-baseline`
 #                        (e.g. the commit before a change, to compare the two back to back)
+#   BENCH_BASELINE_PLUGINS  the plugins those two `-baseline` systems run, default target/plugins
+#                        (e.g. built from the commit before an SDK change by
+#                        `WEIR_PLUGIN_DIR=DIR scripts/build-plugins.sh plugins/flight-delays`)
 #   WEIR_KAFKA_PORT      broker port, default 9092; a broker this script starts is stopped at exit
 #
 # Raw results: target/bench/<timestamp>/results.jsonl; each run's log, pipeline file and final
@@ -59,6 +62,7 @@ bin=$CARGO_TARGET_DIR/release
 metrics_port=${BENCH_METRICS_PORT:-9464}
 baseline=${BENCH_BASELINE_WEIR:-BENCH_BASELINE_WEIR-is-not-set}
 plugins=$root/target/plugins
+baseline_plugins=${BENCH_BASELINE_PLUGINS:-$plugins}
 say() { printf 'bench: %s\n' "$*" >&2; }
 die() { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
 
@@ -165,11 +169,12 @@ measure() {
     dir=$out/$name-$mode-$rep
     mkdir -p "$dir/state"
     if [[ $template != - ]]; then
-        local plugin=${template#*:}
+        local plugin=${template#*:} plugin_dir=$plugins
+        [[ $name != *-baseline ]] || plugin_dir=$baseline_plugins
         template=${template%%:*}
         [[ $plugin != "$template" ]] || plugin=
-        sed -e "s|@NAME@|$id|g" -e "${plugin:+s|^wasm = .*|wasm = \"$plugins/$plugin.wasm\"|}" -e "s|@BROKERS@|$bootstrap|g" -e "s|@INPUT@|$input|g" \
-            -e "s|@OUTPUT@|$id-out|g" -e "s|@PLUGINS@|$plugins|g" -e "s|@STATE_DIR@|$dir/state|g" \
+        sed -e "s|@NAME@|$id|g" -e "${plugin:+s|^wasm = .*|wasm = \"$plugin_dir/$plugin.wasm\"|}" -e "s|@BROKERS@|$bootstrap|g" -e "s|@INPUT@|$input|g" \
+            -e "s|@OUTPUT@|$id-out|g" -e "s|@PLUGINS@|$plugin_dir|g" -e "s|@STATE_DIR@|$dir/state|g" \
             "$template" > "$dir/pipeline.toml"
     fi
     command=()

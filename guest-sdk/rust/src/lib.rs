@@ -178,20 +178,22 @@ pub(crate) fn run_batch<T: Transform>(
     transform: &mut T,
     batch: impl IntoIterator<Item = Record>,
 ) -> Result<Vec<Output>, TransformError> {
-    let mut out = Emitter::new();
-    for record in batch {
-        let first = out.len();
-        __private::CURRENT_OFFSET.set(Some(record.offset()));
-        out.begin_record(&record);
-        let result = transform.process(&record, &mut out);
-        __private::CURRENT_OFFSET.set(None);
-        result.map_err(|e| e.or_offset(record.offset()))?;
-        // The contract leaves a `none` timestamp to the host, which would use the batch's
-        // last record: give each output the timestamp of the record that produced it.
-        out.default_timestamps(first, record.timestamp_ms());
-        out.end_record(record);
-    }
-    Ok(out.into_outputs())
+    state::in_call(|| {
+        let mut out = Emitter::new();
+        for record in batch {
+            let first = out.len();
+            __private::CURRENT_OFFSET.set(Some(record.offset()));
+            out.begin_record(&record);
+            let result = transform.process(&record, &mut out);
+            __private::CURRENT_OFFSET.set(None);
+            result.map_err(|e| e.or_offset(record.offset()))?;
+            // The contract leaves a `none` timestamp to the host, which would use the batch's
+            // last record: give each output the timestamp of the record that produced it.
+            out.default_timestamps(first, record.timestamp_ms());
+            out.end_record(record);
+        }
+        Ok(out.into_outputs())
+    })
 }
 
 /// Runs due timers through `transform`: the loop the exported `on-timer` function runs, shared
@@ -200,13 +202,15 @@ pub(crate) fn run_timers<T: Transform>(
     transform: &mut T,
     timers: impl IntoIterator<Item = timers::Timer>,
 ) -> Result<Vec<Output>, TransformError> {
-    let mut out = Emitter::new();
-    for timer in timers {
-        let first = out.len();
-        transform.on_timer(&timer, &mut out)?;
-        out.default_timestamps(first, timer.time);
-    }
-    Ok(out.into_outputs())
+    state::in_call(|| {
+        let mut out = Emitter::new();
+        for timer in timers {
+            let first = out.len();
+            transform.on_timer(&timer, &mut out)?;
+            out.default_timestamps(first, timer.time);
+        }
+        Ok(out.into_outputs())
+    })
 }
 
 /// Exports a [`Transform`] implementation as the component's `weir:transform` world.

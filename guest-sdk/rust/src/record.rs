@@ -244,7 +244,7 @@ mod tests {
         // In a skipped field they are never looked at; in a field read, they are an error.
         let skipped = Record::new(None::<&str>, Some(&b"{\"x\":\"\xff\",\"origin\":\"EWR\",\"carrier\":\"UA\"}"[..]));
         let flight: Flight = skipped.value_json().unwrap();
-        assert_eq!((&*flight.origin, &*flight.carrier), ("EWR", "UA"));
+        assert_eq!((flight.origin, &*flight.carrier), ("EWR", "UA"));
         let read = Record::new(None::<&str>, Some(&b"{\"origin\":\"\xff\",\"carrier\":\"UA\"}"[..]));
         let error = read.value_json::<Flight>().unwrap_err();
         assert!(error.message().contains("invalid unicode code point"), "{error}");
