@@ -326,7 +326,9 @@ func (e *TransformError) Error() string { return e.Message }
 // failing record's offset filled in when it carries none. A panic in Process is such an error
 // too, "uncaught panic: <value>" (with the stack on stderr, which the host logs): left to the
 // runtime it would trap with a bare "unreachable" that names neither it nor the record.
-func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
+func RunBatch(t Transform, records []Record) (outputs []Output, failure *TransformError) {
+	abi.BeginCall()
+	defer func() { abi.EndCall(failure == nil) }()
 	var emit Emitter
 	for i := range records {
 		r := &records[i]
@@ -342,11 +344,13 @@ func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
 // behind the exported on-timer function, shared with package weirtest. Outputs without a
 // timestamp get their timer's time; errors and panics are handled as in [RunBatch], without
 // an offset.
-func RunTimers(t Transform, due []Timer) ([]Output, *TransformError) {
+func RunTimers(t Transform, due []Timer) (outputs []Output, failure *TransformError) {
 	handler, ok := t.(TimerHandler)
 	if !ok {
 		return nil, nil
 	}
+	abi.BeginCall()
+	defer func() { abi.EndCall(failure == nil) }()
 	var emit Emitter
 	for i := range due {
 		timer := &due[i]

@@ -277,3 +277,60 @@ func TestJSONFloatIsWrittenAsRustWritesIt(t *testing.T) {
 		t.Fatalf("got %s (%v), want %s", got, err, want)
 	}
 }
+
+// cacheProbe counts per key in state, and reads the host's entries as each record sees them.
+type cacheProbe struct{ hostSaw []int }
+
+func (c *cacheProbe) Process(r *weir.Record, emit *weir.Emitter) error {
+	n := 0
+	if v, ok := state.Get(r.Value); ok {
+		n, _ = strconv.Atoi(string(v))
+	}
+	state.Put(r.Value, strconv.Itoa(n+1))
+	if string(r.Value) == "k2" {
+		state.Delete("scratch")
+	}
+	c.hostSaw = append(c.hostSaw, len(weirtest.StateEntries()))
+	if string(r.Value) == "scan" {
+		for _, e := range state.ScanPrefix("k", 10) {
+			emit.Emit(weir.NewOutput(e.Key, e.Value))
+		}
+	}
+	if string(r.Value) == "fail" {
+		return weir.Errorf("failed")
+	}
+	return nil
+}
+
+func TestABatchReadsItsOwnWritesAndPassesThemOnWhenItSucceeds(t *testing.T) {
+	weirtest.ResetState()
+	state.Put("scratch", "x")
+	probe := &cacheProbe{}
+	h, _ := weirtest.New(func(weir.Config) (weir.Transform, error) { return probe, nil })
+	if _, err := h.Process(rec("k1", 1), rec("k1", 2), rec("k2", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := probe.hostSaw; len(got) != 3 || got[0] != 1 || got[1] != 1 || got[2] != 1 {
+		t.Fatalf("the host held %v entries during the batch, want only the one from before", got)
+	}
+	entries := weirtest.StateEntries()
+	if len(entries) != 2 || string(entries["k1"]) != "2" || string(entries["k2"]) != "1" {
+		t.Fatalf("state after the batch: %q", entries)
+	}
+
+	// A scan sees the batch's writes; a failed batch passes none of its writes on.
+	out, err := h.Process(rec("k3", 4), rec("scan", 5))
+	if err != nil || len(out) != 3 || string(out[2].Key) != "k3" {
+		t.Fatalf("scan outputs %v, error %v", out, err)
+	}
+	if _, err := h.Process(rec("k1", 6), rec("fail", 7)); err == nil {
+		t.Fatal("the batch should fail")
+	}
+	if got := string(weirtest.StateEntries()["k1"]); got != "2" {
+		t.Fatalf("k1 = %q after a failed batch, want 2", got)
+	}
+	state.Put("after", "a")
+	if _, ok := weirtest.StateEntries()["after"]; !ok {
+		t.Fatal("outside a batch, a write goes straight to the host")
+	}
+}

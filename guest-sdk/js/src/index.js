@@ -340,22 +340,82 @@ export const timers = {
   },
 };
 
-/** Durable key-value state, scoped by the host to this operator and task. */
+/** The keys the current `process` or `onTimer` call read or wrote (see `inCall`), by their
+ * bytes as a latin1 string (which sorts as the bytes do): `{ key, value, dirty }`, `value`
+ * `null` for absent or deleted, `dirty` for a write not yet passed to the host. `null` between
+ * calls. */
+let call = null;
+
+/** Runs one `process` or `onTimer` call with its state reads and writes kept in the guest: a key
+ * crosses to the host at most once to be read and once to be written per call, rather than at
+ * every record that uses it. The writes reach the host when `run` returns (in key order); when
+ * it throws, they are dropped, as the host rolls them back. */
+function inCall(run) {
+  call = new Map();
+  try {
+    const result = run();
+    flush();
+    return result;
+  } finally {
+    call = null;
+  }
+}
+
+/** Passes the current call's unwritten writes to the host. */
+function flush() {
+  if (call === null) return;
+  for (const name of [...call.keys()].sort()) {
+    const entry = call.get(name);
+    if (!entry.dirty) continue;
+    if (entry.value === null) host.del(entry.key);
+    else host.put(entry.key, entry.value);
+    entry.dirty = false;
+  }
+}
+
+function cacheName(key) {
+  let name = '';
+  for (let i = 0; i < key.length; i += 4096) name += String.fromCharCode.apply(null, key.subarray(i, i + 4096));
+  return name;
+}
+
+function write(key, value) {
+  if (call === null) {
+    if (value === null) host.del(key);
+    else host.put(key, value);
+  } else {
+    call.set(cacheName(key), { key, value, dirty: true });
+  }
+}
+
+/** Durable key-value state, scoped by the host to this operator and task. Within one `process`
+ * or `onTimer` call the SDK keeps the keys read and written in memory and passes the call's
+ * writes to the host when it succeeds: a key costs one host call to read and one to write per
+ * batch, not per record. */
 export const state = {
   /** The value under `key` (string or bytes), or `null`. */
   get(key) {
-    const v = host.get(toBytes(key));
-    return v === undefined || v === null ? null : v;
+    const bytes = toBytes(key);
+    if (call === null) return host.get(bytes) ?? null;
+    const name = cacheName(bytes);
+    let entry = call.get(name);
+    if (entry === undefined) {
+      entry = { key: bytes.slice(), value: host.get(bytes) ?? null, dirty: false };
+      call.set(name, entry);
+    }
+    return entry.value === null ? null : entry.value.slice();
   },
   put(key, value) {
-    host.put(toBytes(key), toBytes(value));
+    write(toBytes(key).slice(), toBytes(value).slice());
   },
   delete(key) {
-    host.del(toBytes(key));
+    write(toBytes(key).slice(), null);
   },
   /** Up to `limit` `[key, value]` entries whose key starts with `prefix`, in byte order. */
   scanPrefix(prefix, limit) {
     if (!Number.isInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer');
+    // The host answers the scan: it must hold the call's writes so far.
+    flush();
     return host.scanPrefix(toBytes(prefix), Math.min(limit, 0xffffffff));
   },
   /** The JSON value under `key`, parsed, or `defaultValue` when absent. */
@@ -427,17 +487,21 @@ function toWitHeader(h) {
 /** Runs one batch through `transform`: the loop behind the exported `process` (and the test
  * harness). Returns the outputs as WIT `output-record`s; throws TransformError. */
 export function runBatch(transform, records) {
-  const run = caller();
-  for (const record of records) run((emit) => transform.process(record, emit), record._timestamp, record.offset);
-  return run.outputs;
+  return inCall(() => {
+    const run = caller();
+    for (const record of records) run((emit) => transform.process(record, emit), record._timestamp, record.offset);
+    return run.outputs;
+  });
 }
 
 /** Runs due timers through `transform.onTimer`: the loop behind the exported `onTimer` (and
  * the test harness). Returns the outputs as WIT `output-record`s; throws TransformError. */
 export function runTimers(transform, dueTimers) {
-  const run = caller();
-  for (const timer of dueTimers) run((emit) => transform.onTimer(timer, emit), BigInt(timer.time), undefined);
-  return run.outputs;
+  return inCall(() => {
+    const run = caller();
+    for (const timer of dueTimers) run((emit) => transform.onTimer(timer, emit), BigInt(timer.time), undefined);
+    return run.outputs;
+  });
 }
 
 /** `run(handler, timestamp, offset)` calls `handler(emit)`, collecting the outputs in

@@ -176,3 +176,35 @@ test('jsonFloat writes floats as Rust does', () => {
   assert.deepEqual([11, -2.5, 1 / 3, 0].map(jsonFloat), ['11.0', '-2.5', '0.3333333333333333', '0.0']);
   assert.throws(() => jsonFloat(NaN), TypeError);
 });
+
+/** Counts per value in state; records how many entries the host held at each record; "scan"
+ * emits a prefix scan, "fail" fails. */
+class Counter extends Transform {
+  static hostSaw = [];
+
+  process(r, emit) {
+    const n = Number(state.get(r.value) === null ? 0 : new TextDecoder().decode(state.get(r.value)));
+    state.put(r.value, String(n + 1));
+    if (r.valueString === 'k2') state.delete('scratch');
+    Counter.hostSaw.push(stateEntries().size);
+    if (r.valueString === 'scan') for (const [key, value] of state.scanPrefix('k', 10)) emit(new Output(key, value));
+    if (r.valueString === 'fail') throw new TransformError('failed');
+  }
+}
+
+test('a batch reads its own writes and passes them on when it succeeds', () => {
+  state.put('scratch', 'x');
+  Counter.hostSaw = [];
+  const h = new Harness(Counter);
+  h.process([rec('k1', 1), rec('k1', 2), rec('k2', 3)]);
+  assert.deepEqual(Counter.hostSaw, [1, 1, 1], 'the host holds none of the batch\'s writes before it ends');
+  const text = (m) => Object.fromEntries([...m].map(([k, v]) => [k, new TextDecoder().decode(v)]));
+  assert.deepEqual(text(stateEntries()), { k1: '2', k2: '1' });
+
+  const out = h.process([rec('k3', 4), rec('scan', 5)]);
+  assert.deepEqual(out.map((o) => new TextDecoder().decode(o.key)), ['k1', 'k2', 'k3'], 'a scan sees the batch\'s writes');
+  assert.throws(() => h.process([rec('k1', 6), rec('fail', 7)]));
+  assert.equal(text(stateEntries()).k1, '2', 'a failed batch passes none of its writes on');
+  state.put('after', 'a');
+  assert.ok(stateEntries().has('after'), 'outside a batch, a write goes straight to the host');
+});

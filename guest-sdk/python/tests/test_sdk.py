@@ -184,3 +184,38 @@ def test_an_uncaught_exception_in_on_timer_fails_the_call_without_an_offset():
         h.advance_watermark(5)
     assert e.value.offset is None and e.value.message.startswith("uncaught KeyError: 'boom'")
     assert [t[2] for t in testing.timers()] == [b"bug"], "the timer stays registered"
+
+
+class Counter(Transform):
+    """Counts per value in state; records what the host held at each record; "scan" emits a
+    prefix scan, "fail" fails."""
+
+    host_saw = []
+
+    def process(self, r, emit):
+        state.put(r.value, str(int(state.get(r.value) or b"0") + 1))
+        if r.value == b"k2":
+            state.delete("scratch")
+        self.host_saw.append(len(state_entries()))
+        if r.value == b"scan":
+            for key, value in state.scan_prefix("k", 10):
+                emit(Output(key=key, value=value))
+        if r.value == b"fail":
+            raise TransformError("failed")
+
+
+def test_a_batch_reads_its_own_writes_and_passes_them_on_when_it_succeeds():
+    state.put("scratch", "x")
+    Counter.host_saw = []
+    h = Harness(Counter)
+    h.process([rec(b"k1", 1), rec(b"k1", 2), rec(b"k2", 3)])
+    assert h.transform.host_saw == [1, 1, 1], "the host holds none of the batch's writes before it ends"
+    assert state_entries() == [(b"k1", b"2"), (b"k2", b"1")]
+
+    out = h.process([rec(b"k3", 4), rec(b"scan", 5)])
+    assert [o.key for o in out] == [b"k1", b"k2", b"k3"], "a scan sees the batch's writes"
+    with pytest.raises(TransformError):
+        h.process([rec(b"k1", 6), rec(b"fail", 7)])
+    assert dict(state_entries())[b"k1"] == b"2", "a failed batch passes none of its writes on"
+    state.put("after", "a")
+    assert (b"after", b"a") in state_entries(), "outside a batch, a write goes straight to the host"

@@ -6,6 +6,7 @@ import sys
 import traceback
 from typing import Any, Iterable, List, Optional, Tuple, Type
 
+from . import state
 from ._types import Config, Emitter, Header, Output, Record, Transform, TransformError
 from .timers import TimeDomain, Timer
 
@@ -13,19 +14,25 @@ from .timers import TimeDomain, Timer
 def run_batch(transform: Transform, records: Iterable[Record]) -> List[Output]:
     """Runs ``records`` through ``transform``; raises TransformError (with the record's offset
     filled in) on the first failure. Outputs without a timestamp get their record's."""
-    emit = Emitter()
-    for record in records:
-        _call(transform.process, record, emit, record.timestamp, record.offset)
-    return emit.outputs
+    def run() -> List[Output]:
+        emit = Emitter()
+        for record in records:
+            _call(transform.process, record, emit, record.timestamp, record.offset)
+        return emit.outputs
+
+    return state.in_call(run)
 
 
 def run_timers(transform: Transform, timers: Iterable[Timer]) -> List[Output]:
     """Runs due ``timers`` through ``transform.on_timer``; raises TransformError on the first
     failure. Outputs without a timestamp get their timer's time."""
-    emit = Emitter()
-    for timer in timers:
-        _call(transform.on_timer, timer, emit, timer.time, None)
-    return emit.outputs
+    def run() -> List[Output]:
+        emit = Emitter()
+        for timer in timers:
+            _call(transform.on_timer, timer, emit, timer.time, None)
+        return emit.outputs
+
+    return state.in_call(run)
 
 
 def _call(handler: Any, arg: Any, emit: Emitter, timestamp: int, offset: Optional[int]) -> None:

@@ -9,13 +9,17 @@ input is replayed. Keep every fact the transform must remember here (or in
 Keys and values are bytes (``str`` is encoded as UTF-8); :func:`get_json` / :func:`put_json`
 store values as compact JSON, the same bytes the Rust SDK's ``state::put_json`` writes.
 
+Within one ``process`` or ``on-timer`` call the SDK keeps the keys read and written in guest
+memory and passes the call's writes to the host when the call succeeds (:func:`in_call`): a key
+costs one host call to read and one to write per batch, not per record.
+
 Outside WebAssembly the state is an in-memory map (see :mod:`weir_guest.testing`).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from ._types import Bytes, TransformError, dumps_json, loads_json, to_bytes
 
@@ -41,19 +45,76 @@ else:
         return [(k, _MEMORY[k]) for k in keys]
 
 
+#: The keys the current ``process`` or ``on-timer`` call read or wrote, with their values as it
+#: last saw them (``None``: absent or deleted); ``None`` between calls (see :func:`in_call`).
+_CALL: Optional[Dict[bytes, Optional[bytes]]] = None
+#: The keys of ``_CALL`` written by the call and not yet passed to the host.
+_DIRTY: Set[bytes] = set()
+
+T = TypeVar("T")
+
+
+def in_call(run: Callable[[], T]) -> T:
+    """Runs one ``process`` or ``on-timer`` call with its state reads and writes kept in the
+    guest: a key crosses to the host at most once to be read and once to be written per call,
+    rather than at every record that uses it. The writes reach the host when ``run`` returns
+    (in key order); when it raises, they are dropped, as the host rolls them back."""
+    global _CALL
+    _CALL = {}
+    _DIRTY.clear()
+    try:
+        result = run()
+        _flush()
+        return result
+    finally:
+        _CALL = None
+        _DIRTY.clear()
+
+
+def _flush() -> None:
+    """Passes the current call's unwritten writes to the host."""
+    if _CALL is None:
+        return
+    for key in sorted(_DIRTY):
+        value = _CALL[key]
+        if value is None:
+            _delete(key)
+        else:
+            _put(key, value)
+    _DIRTY.clear()
+
+
+def _write(key: bytes, value: Optional[bytes]) -> None:
+    if _CALL is None:
+        if value is None:
+            _delete(key)
+        else:
+            _put(key, value)
+    else:
+        _CALL[key] = value
+        _DIRTY.add(key)
+
+
 def get(key: Bytes) -> Optional[bytes]:
     """The value stored under ``key``, or ``None``."""
-    return _get(to_bytes(key))
+    key = to_bytes(key)
+    call = _CALL
+    if call is None:
+        return _get(key)
+    if key in call:
+        return call[key]
+    value = call[key] = _get(key)
+    return value
 
 
 def put(key: Bytes, value: Bytes) -> None:
     """Stores ``value`` under ``key``, replacing any previous value."""
-    _put(to_bytes(key), to_bytes(value))
+    _write(to_bytes(key), to_bytes(value))
 
 
 def delete(key: Bytes) -> None:
     """Removes ``key``; removing a missing key is not an error."""
-    _delete(to_bytes(key))
+    _write(to_bytes(key), None)
 
 
 def scan_prefix(prefix: Bytes, limit: int) -> List[Tuple[bytes, bytes]]:
@@ -61,6 +122,8 @@ def scan_prefix(prefix: Bytes, limit: int) -> List[Tuple[bytes, bytes]]:
     byte order of key (the host caps ``limit`` at 10,000)."""
     if limit < 0:
         raise ValueError("limit must not be negative")
+    # The host answers the scan: it must hold the call's writes so far.
+    _flush()
     return list(_scan(to_bytes(prefix), min(int(limit), 2**32 - 1)))
 
 

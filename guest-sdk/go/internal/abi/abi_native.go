@@ -19,16 +19,16 @@ var (
 
 var levelNames = [...]string{"TRACE", "DEBUG", "INFO", "WARN", "ERROR"}
 
-// StateGet returns the value under key; ok is false when there is none.
-func StateGet(key []byte) ([]byte, bool) {
+// hostGet returns the value under key; ok is false when there is none.
+func hostGet(key []byte) ([]byte, bool) {
 	mu.Lock()
 	defer mu.Unlock()
 	v, ok := memory[string(key)]
 	return bytes.Clone(v), ok
 }
 
-// StatePut stores value under key.
-func StatePut(key, value []byte) {
+// hostPut stores value under key.
+func hostPut(key, value []byte) {
 	mu.Lock()
 	defer mu.Unlock()
 	v := bytes.Clone(value)
@@ -38,15 +38,15 @@ func StatePut(key, value []byte) {
 	memory[string(key)] = v
 }
 
-// StateDelete removes key.
-func StateDelete(key []byte) {
+// hostDelete removes key.
+func hostDelete(key []byte) {
 	mu.Lock()
 	defer mu.Unlock()
 	delete(memory, string(key))
 }
 
-// StateScanPrefix returns up to limit entries whose key starts with prefix, in key order.
-func StateScanPrefix(prefix []byte, limit uint32) []ScanEntry {
+// hostScanPrefix returns up to limit entries whose key starts with prefix, in key order.
+func hostScanPrefix(prefix []byte, limit uint32) []ScanEntry {
 	mu.Lock()
 	defer mu.Unlock()
 	var keys []string

@@ -426,8 +426,8 @@ func wasmCancel(keyPtr unsafe.Pointer, keyLen uint32, time int64, domain uint32)
 //go:wasmimport weir:transform/timers@0.2.0 watermark
 func wasmWatermark(ret unsafe.Pointer)
 
-// StateGet returns the value under key; ok is false when there is none.
-func StateGet(key []byte) (value []byte, ok bool) {
+// hostGet returns the value under key; ok is false when there is none.
+func hostGet(key []byte) (value []byte, ok bool) {
 	getRet = [3]uint32{}
 	wasmGet(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)), unsafe.Pointer(&getRet))
 	if uint8(getRet[0]) == 0 {
@@ -438,18 +438,18 @@ func StateGet(key []byte) (value []byte, ok bool) {
 	return value, true
 }
 
-// StatePut stores value under key.
-func StatePut(key, value []byte) {
+// hostPut stores value under key.
+func hostPut(key, value []byte) {
 	wasmPut(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)), unsafe.Pointer(unsafe.SliceData(value)), uint32(len(value)))
 }
 
-// StateDelete removes key.
-func StateDelete(key []byte) {
+// hostDelete removes key.
+func hostDelete(key []byte) {
 	wasmDelete(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)))
 }
 
-// StateScanPrefix returns up to limit entries whose key starts with prefix, in key order.
-func StateScanPrefix(prefix []byte, limit uint32) []ScanEntry {
+// hostScanPrefix returns up to limit entries whose key starts with prefix, in key order.
+func hostScanPrefix(prefix []byte, limit uint32) []ScanEntry {
 	scanRet = [2]uint32{}
 	wasmScanPrefix(unsafe.Pointer(unsafe.SliceData(prefix)), uint32(len(prefix)), limit, unsafe.Pointer(&scanRet))
 	addr, n := scanRet[0], scanRet[1]
