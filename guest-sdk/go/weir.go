@@ -326,9 +326,11 @@ func (e *TransformError) Error() string { return e.Message }
 // failing record's offset filled in when it carries none. A panic in Process is such an error
 // too, "uncaught panic: <value>" (with the stack on stderr, which the host logs): left to the
 // runtime it would trap with a bare "unreachable" that names neither it nor the record.
-func RunBatch(t Transform, records []Record) (outputs []Output, failure *TransformError) {
+func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
+	// Only a normal return passes the batch's writes on, not a runtime.Goexit.
+	succeeded := false
 	abi.BeginCall()
-	defer func() { abi.EndCall(failure == nil) }()
+	defer func() { abi.EndCall(succeeded) }()
 	var emit Emitter
 	for i := range records {
 		r := &records[i]
@@ -337,6 +339,7 @@ func RunBatch(t Transform, records []Record) (outputs []Output, failure *Transfo
 			return nil, failure
 		}
 	}
+	succeeded = true
 	return emit.outputs, nil
 }
 
@@ -344,13 +347,14 @@ func RunBatch(t Transform, records []Record) (outputs []Output, failure *Transfo
 // behind the exported on-timer function, shared with package weirtest. Outputs without a
 // timestamp get their timer's time; errors and panics are handled as in [RunBatch], without
 // an offset.
-func RunTimers(t Transform, due []Timer) (outputs []Output, failure *TransformError) {
+func RunTimers(t Transform, due []Timer) ([]Output, *TransformError) {
 	handler, ok := t.(TimerHandler)
 	if !ok {
 		return nil, nil
 	}
+	succeeded := false
 	abi.BeginCall()
-	defer func() { abi.EndCall(failure == nil) }()
+	defer func() { abi.EndCall(succeeded) }()
 	var emit Emitter
 	for i := range due {
 		timer := &due[i]
@@ -358,6 +362,7 @@ func RunTimers(t Transform, due []Timer) (outputs []Output, failure *TransformEr
 			return nil, failure
 		}
 	}
+	succeeded = true
 	return emit.outputs, nil
 }
 

@@ -4,6 +4,7 @@ package weir_test
 
 import (
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -332,5 +333,58 @@ func TestABatchReadsItsOwnWritesAndPassesThemOnWhenItSucceeds(t *testing.T) {
 	state.Put("after", "a")
 	if _, ok := weirtest.StateEntries()["after"]; !ok {
 		t.Fatal("outside a batch, a write goes straight to the host")
+	}
+}
+
+// goexiter writes a key, then ends its goroutine the way t.Fatal does.
+type goexiter struct{}
+
+func (goexiter) Process(r *weir.Record, emit *weir.Emitter) error {
+	state.Put("written", "1")
+	runtime.Goexit()
+	return nil
+}
+
+func TestABatchWhoseGoroutineExitsPassesNoWriteOn(t *testing.T) {
+	weirtest.ResetState()
+	h, _ := weirtest.New(func(weir.Config) (weir.Transform, error) { return goexiter{}, nil })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = h.Process(rec("a", 1))
+	}()
+	<-done
+	if entries := weirtest.StateEntries(); len(entries) != 0 {
+		t.Fatalf("state after a batch that never returned: %q", entries)
+	}
+}
+
+// large writes two values that together pass the SDK's per-call byte bound.
+type large struct{ hostSaw int }
+
+func (l *large) Process(r *weir.Record, emit *weir.Emitter) error {
+	value := strings.Repeat("v", 600_000)
+	state.Put("a", value)
+	state.Put("b", value)
+	l.hostSaw = len(weirtest.StateEntries())
+	if v, ok := state.Get("a"); !ok || string(v) != value {
+		return weir.Errorf("a read back wrong")
+	}
+	state.Put("a", "small")
+	return nil
+}
+
+func TestABatchOverLargeValuesHandsThemOnEarly(t *testing.T) {
+	weirtest.ResetState()
+	l := &large{}
+	h, _ := weirtest.New(func(weir.Config) (weir.Transform, error) { return l, nil })
+	if _, err := h.Process(rec("x", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if l.hostSaw != 2 {
+		t.Fatalf("the host held %d entries past the bound, want 2", l.hostSaw)
+	}
+	if got := string(weirtest.StateEntries()["a"]); got != "small" {
+		t.Fatalf("a = %.10q", got)
 	}
 }

@@ -9,6 +9,10 @@
 // Keys and values are bytes; functions take string or []byte. GetJSON and PutJSON store values
 // as compact JSON, the bytes the Rust SDK's state::put_json writes for the same data.
 //
+// Within one Process or OnTimer batch the SDK keeps the keys read and written in guest memory and
+// passes the batch's writes to the host when it succeeds: a key costs one host call to read and
+// one to write per batch, not per record.
+//
 // Natively (not GOOS=wasip1), the state is an in-memory map; see package weirtest.
 package state
 

@@ -340,18 +340,25 @@ export const timers = {
   },
 };
 
-/** The keys the current `process` or `onTimer` call read or wrote (see `inCall`), by their
- * bytes as a latin1 string (which sorts as the bytes do): `{ key, value, dirty }`, `value`
- * `null` for absent or deleted, `dirty` for a write not yet passed to the host. `null` between
+/** The state reads and writes of the current `process` or `onTimer` call (see `inCall`):
+ * `entries` maps each key, by its bytes as a latin1 string (which sorts as the bytes do), to
+ * `{ key, value, dirty }` (`value` `null` for absent or deleted, `dirty` for a write not yet
+ * passed to the host); `dirty` names those written since the last flush; `bytes` counts the
+ * bytes of keys and values that entered `entries` since it was last emptied. `null` between
  * calls. */
 let call = null;
 
+/** How many bytes of keys and values a call keeps before it hands its writes to the host and
+ * forgets what it read: a batch over many large values must not hold them all in memory. */
+const CALL_BYTES = 1 << 20;
+
 /** Runs one `process` or `onTimer` call with its state reads and writes kept in the guest: a key
  * crosses to the host at most once to be read and once to be written per call, rather than at
- * every record that uses it. The writes reach the host when `run` returns (in key order); when
- * it throws, they are dropped, as the host rolls them back. */
+ * every record that uses it. The writes reach the host when `run` returns (in key order; earlier
+ * before a prefix scan, or past `CALL_BYTES`); when it throws, those not passed on yet are
+ * dropped, and the host rolls back the rest. */
 function inCall(run) {
-  call = new Map();
+  call = { entries: new Map(), dirty: [], bytes: 0 };
   try {
     const result = run();
     flush();
@@ -364,13 +371,13 @@ function inCall(run) {
 /** Passes the current call's unwritten writes to the host. */
 function flush() {
   if (call === null) return;
-  for (const name of [...call.keys()].sort()) {
-    const entry = call.get(name);
-    if (!entry.dirty) continue;
+  for (const name of call.dirty.sort()) {
+    const entry = call.entries.get(name);
     if (entry.value === null) host.del(entry.key);
     else host.put(entry.key, entry.value);
     entry.dirty = false;
   }
+  call.dirty = [];
 }
 
 function cacheName(key) {
@@ -379,12 +386,28 @@ function cacheName(key) {
   return name;
 }
 
+/** Records `value` (bytes or `null`) as the value of `key` (bytes the cache may keep) in the
+ * current call. */
+function keep(key, value, dirty) {
+  const name = cacheName(key);
+  const old = call.entries.get(name);
+  const wasDirty = old !== undefined && old.dirty;
+  if (dirty && !wasDirty) call.dirty.push(name);
+  call.entries.set(name, { key, value, dirty: dirty || wasDirty });
+  call.bytes += key.length + (value === null ? 0 : value.length);
+  if (call.bytes > CALL_BYTES) {
+    flush();
+    call.entries = new Map();
+    call.bytes = 0;
+  }
+}
+
 function write(key, value) {
   if (call === null) {
     if (value === null) host.del(key);
     else host.put(key, value);
   } else {
-    call.set(cacheName(key), { key, value, dirty: true });
+    keep(key, value, true);
   }
 }
 
@@ -397,19 +420,18 @@ export const state = {
   get(key) {
     const bytes = toBytes(key);
     if (call === null) return host.get(bytes) ?? null;
-    const name = cacheName(bytes);
-    let entry = call.get(name);
-    if (entry === undefined) {
-      entry = { key: bytes.slice(), value: host.get(bytes) ?? null, dirty: false };
-      call.set(name, entry);
-    }
-    return entry.value === null ? null : entry.value.slice();
+    const entry = call.entries.get(cacheName(bytes));
+    if (entry !== undefined) return entry.value === null ? null : new Uint8Array(entry.value);
+    const value = host.get(bytes) ?? null;
+    keep(new Uint8Array(bytes), value, false);
+    return value === null ? null : new Uint8Array(value);
   },
+  // Copies, not `slice()`: a Node `Buffer`'s `slice` is a view of the caller's bytes.
   put(key, value) {
-    write(toBytes(key).slice(), toBytes(value).slice());
+    write(new Uint8Array(toBytes(key)), new Uint8Array(toBytes(value)));
   },
   delete(key) {
-    write(toBytes(key).slice(), null);
+    write(new Uint8Array(toBytes(key)), null);
   },
   /** Up to `limit` `[key, value]` entries whose key starts with `prefix`, in byte order. */
   scanPrefix(prefix, limit) {

@@ -208,3 +208,25 @@ test('a batch reads its own writes and passes them on when it succeeds', () => {
   state.put('after', 'a');
   assert.ok(stateEntries().has('after'), 'outside a batch, a write goes straight to the host');
 });
+
+test('a batch over large values hands them on early; a Buffer written is copied', () => {
+  class Large extends Transform {
+    process() {
+      const value = 'v'.repeat(600_000);
+      state.put('a', value);
+      state.put('b', value);
+      Large.hostSaw = stateEntries().size;
+      assert.equal(new TextDecoder().decode(state.get('a')), value);
+      state.put('a', 'small');
+      const key = Buffer.from('c');
+      state.put(key, '1');
+      key[0] = 'd'.charCodeAt(0);
+      state.put(key, '2');
+    }
+  }
+  new Harness(Large).process([rec('x', 1)]);
+  assert.equal(Large.hostSaw, 2, 'past the bound the writes so far are with the host');
+  const entries = stateEntries();
+  assert.equal(new TextDecoder().decode(entries.get('a')), 'small');
+  assert.deepEqual([...entries.keys()].sort(), ['a', 'b', 'c', 'd']);
+});

@@ -219,3 +219,24 @@ def test_a_batch_reads_its_own_writes_and_passes_them_on_when_it_succeeds():
     assert dict(state_entries())[b"k1"] == b"2", "a failed batch passes none of its writes on"
     state.put("after", "a")
     assert (b"after", b"a") in state_entries(), "outside a batch, a write goes straight to the host"
+
+
+class Large(Transform):
+    """Writes two values that together pass the SDK's per-call byte bound."""
+
+    host_saw = None
+
+    def process(self, r, emit):
+        value = b"v" * (state.CALL_BYTES_LIMIT // 2 + 1)
+        state.put("a", value)
+        state.put("b", value)
+        Large.host_saw = len(state_entries())
+        assert state.get("a") == value
+        state.put("a", "small")
+
+
+def test_a_batch_over_large_values_hands_them_on_early():
+    h = Harness(Large)
+    h.process([rec(b"x", 1)])
+    assert Large.host_saw == 2, "past the bound the writes so far are with the host"
+    assert dict(state_entries())[b"a"] == b"small"

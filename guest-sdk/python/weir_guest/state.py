@@ -50,6 +50,11 @@ else:
 _CALL: Optional[Dict[bytes, Optional[bytes]]] = None
 #: The keys of ``_CALL`` written by the call and not yet passed to the host.
 _DIRTY: Set[bytes] = set()
+#: Bytes of keys and values that entered ``_CALL`` since it was last emptied.
+_CALL_BYTES = 0
+#: How many bytes of keys and values a call keeps before it hands its writes to the host and
+#: forgets what it read: a batch over many large values must not hold them all in memory.
+CALL_BYTES_LIMIT = 1 << 20
 
 T = TypeVar("T")
 
@@ -58,9 +63,10 @@ def in_call(run: Callable[[], T]) -> T:
     """Runs one ``process`` or ``on-timer`` call with its state reads and writes kept in the
     guest: a key crosses to the host at most once to be read and once to be written per call,
     rather than at every record that uses it. The writes reach the host when ``run`` returns
-    (in key order); when it raises, they are dropped, as the host rolls them back."""
-    global _CALL
-    _CALL = {}
+    (in key order; earlier before a prefix scan, or past ``CALL_BYTES_LIMIT``); when it raises,
+    those not passed on yet are dropped, and the host rolls back the rest."""
+    global _CALL, _CALL_BYTES
+    _CALL, _CALL_BYTES = {}, 0
     _DIRTY.clear()
     try:
         result = run()
@@ -84,6 +90,18 @@ def _flush() -> None:
     _DIRTY.clear()
 
 
+def _keep(key: bytes, value: Optional[bytes]) -> None:
+    """Records ``value`` as ``key``'s in the current call, within ``CALL_BYTES_LIMIT``."""
+    global _CALL_BYTES
+    assert _CALL is not None
+    _CALL[key] = value
+    _CALL_BYTES += len(key) + (0 if value is None else len(value))
+    if _CALL_BYTES > CALL_BYTES_LIMIT:
+        _flush()
+        _CALL.clear()
+        _CALL_BYTES = 0
+
+
 def _write(key: bytes, value: Optional[bytes]) -> None:
     if _CALL is None:
         if value is None:
@@ -91,8 +109,8 @@ def _write(key: bytes, value: Optional[bytes]) -> None:
         else:
             _put(key, value)
     else:
-        _CALL[key] = value
         _DIRTY.add(key)
+        _keep(key, value)
 
 
 def get(key: Bytes) -> Optional[bytes]:
@@ -103,7 +121,8 @@ def get(key: Bytes) -> Optional[bytes]:
         return _get(key)
     if key in call:
         return call[key]
-    value = call[key] = _get(key)
+    value = _get(key)
+    _keep(key, value)
     return value
 
 

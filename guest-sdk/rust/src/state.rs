@@ -26,14 +26,7 @@ use crate::TransformError;
 pub fn get(key: impl AsRef<[u8]>) -> Option<Vec<u8>> {
     let key = key.as_ref();
     CALL.with_borrow_mut(|call| match call {
-        Some(cache) => match cache.get(key) {
-            Some(entry) => entry.value.clone(),
-            None => {
-                let value = imp::get(key);
-                cache.insert(key.to_vec(), Entry { value: value.clone(), dirty: false });
-                value
-            }
-        },
+        Some(call) => call.get(key),
         None => imp::get(key),
     })
 }
@@ -52,7 +45,7 @@ pub fn delete(key: impl AsRef<[u8]>) {
 /// of key.
 pub fn scan_prefix(prefix: impl AsRef<[u8]>, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
     // The host answers the scan: it must hold the call's writes so far.
-    CALL.with_borrow_mut(|call| call.as_mut().map(flush));
+    CALL.with_borrow_mut(|call| call.as_mut().map(Call::flush));
     imp::scan_prefix(prefix.as_ref(), limit)
 }
 
@@ -85,25 +78,88 @@ pub fn put_json<T: Serialize + ?Sized>(key: impl AsRef<[u8]>, value: &T) -> Resu
     Ok(())
 }
 
+/// The state reads and writes of one `process` or `on-timer` call, kept in the guest (see
+/// [`in_call`]).
+#[derive(Default)]
+struct Call {
+    entries: BTreeMap<Vec<u8>, Entry>,
+    /// The keys written by the call and not yet passed to the host.
+    dirty: Vec<Vec<u8>>,
+    /// Bytes of keys and values that entered `entries` since it was last emptied.
+    bytes: usize,
+}
+
 /// A key's value as the current call last read or wrote it.
 struct Entry {
     /// `None`: absent, or deleted by the call.
     value: Option<Vec<u8>>,
-    /// Written by the call and not yet passed to the host.
+    /// Written by the call and not yet passed to the host (the key is in [`Call::dirty`]).
     dirty: bool,
 }
 
+/// How many bytes of keys and values a call keeps before it hands its writes to the host and
+/// forgets what it read: a batch over many large values must not hold them all in guest memory.
+const CALL_BYTES: usize = 1 << 20;
+
+impl Call {
+    fn get(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        if let Some(entry) = self.entries.get(key) {
+            return entry.value.clone();
+        }
+        let value = imp::get(key);
+        self.keep(key, value.clone(), false);
+        value
+    }
+
+    fn keep(&mut self, key: &[u8], value: Option<Vec<u8>>, dirty: bool) {
+        self.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+        let newly_dirty = match self.entries.get_mut(key) {
+            Some(entry) => {
+                let newly_dirty = dirty && !entry.dirty;
+                *entry = Entry { value, dirty: dirty || entry.dirty };
+                newly_dirty
+            }
+            None => {
+                self.entries.insert(key.to_vec(), Entry { value, dirty });
+                dirty
+            }
+        };
+        if newly_dirty {
+            self.dirty.push(key.to_vec());
+        }
+        if self.bytes > CALL_BYTES {
+            self.flush();
+            self.entries.clear();
+            self.bytes = 0;
+        }
+    }
+
+    /// Passes the call's unwritten writes to the host, in key order.
+    fn flush(&mut self) {
+        self.dirty.sort_unstable();
+        for key in self.dirty.drain(..) {
+            let entry = self.entries.get_mut(&key).expect("a dirty key is kept");
+            match &entry.value {
+                Some(value) => imp::put(&key, value),
+                None => imp::delete(&key),
+            }
+            entry.dirty = false;
+        }
+    }
+}
+
 std::thread_local! {
-    /// The keys the current `process` or `on-timer` call read or wrote ([`in_call`]); `None`
+    /// The current `process` or `on-timer` call's reads and writes ([`in_call`]); `None`
     /// between calls.
-    static CALL: std::cell::RefCell<Option<BTreeMap<Vec<u8>, Entry>>> = const { std::cell::RefCell::new(None) };
+    static CALL: std::cell::RefCell<Option<Call>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Runs one `process` or `on-timer` call with its state reads and writes kept in the guest: a
 /// key crosses to the host at most once to be read and once to be written per call, rather than
 /// at every record that uses it (a batch of 1,024 records over a few dozen keys made over 2,000
-/// host calls). The writes reach the host when `call` succeeds, in key order; a failed call
-/// drops them, as the host would roll them back. Reads see the call's own writes either way.
+/// host calls). The writes reach the host when `call` succeeds, in key order (or earlier, before
+/// a prefix scan and once the call keeps [`CALL_BYTES`]); a failed call drops those not passed
+/// on yet, and the host rolls back the rest. Reads see the call's own writes either way.
 pub(crate) fn in_call<R, E>(call: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     /// Ends the call's cache also when `call` panics (natively; a guest panic is a trap).
     struct Scope;
@@ -112,11 +168,11 @@ pub(crate) fn in_call<R, E>(call: impl FnOnce() -> Result<R, E>) -> Result<R, E>
             CALL.take();
         }
     }
-    CALL.set(Some(BTreeMap::new()));
+    CALL.set(Some(Call::default()));
     let scope = Scope;
     let result = call();
     if result.is_ok() {
-        CALL.with_borrow_mut(|call| call.as_mut().map(flush));
+        CALL.with_borrow_mut(|call| call.as_mut().map(Call::flush));
     }
     drop(scope);
     result
@@ -124,26 +180,12 @@ pub(crate) fn in_call<R, E>(call: impl FnOnce() -> Result<R, E>) -> Result<R, E>
 
 fn write(key: &[u8], value: Option<Vec<u8>>) {
     CALL.with_borrow_mut(|call| match call {
-        Some(cache) => match cache.get_mut(key) {
-            Some(entry) => *entry = Entry { value, dirty: true },
-            None => _ = cache.insert(key.to_vec(), Entry { value, dirty: true }),
-        },
+        Some(call) => call.keep(key, value, true),
         None => match value {
             Some(value) => imp::put(key, &value),
             None => imp::delete(key),
         },
     })
-}
-
-/// Passes the call's unwritten writes to the host.
-fn flush(cache: &mut BTreeMap<Vec<u8>, Entry>) {
-    for (key, entry) in cache.iter_mut().filter(|(_, entry)| entry.dirty) {
-        match &entry.value {
-            Some(value) => imp::put(key, value),
-            None => imp::delete(key),
-        }
-        entry.dirty = false;
-    }
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -241,6 +283,23 @@ mod tests {
         });
         let keys: Vec<Vec<u8>> = result.unwrap().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![b"w|1".to_vec(), b"w|2".to_vec()]);
+    }
+
+    #[test]
+    fn a_call_over_many_large_values_hands_them_on_early_instead_of_holding_them() {
+        crate::testing::clear_state();
+        let large = vec![7u8; CALL_BYTES / 2 + 1];
+        let result: Result<(), ()> = in_call(|| {
+            put("a", &large);
+            assert!(stored().is_empty());
+            put("b", &large);
+            assert_eq!(stored().len(), 2, "past CALL_BYTES the writes so far are with the host");
+            assert_eq!(get("a").as_deref(), Some(&large[..]), "and are read back from it");
+            put("a", "small");
+            Ok(())
+        });
+        assert_eq!(result, Ok(()));
+        assert_eq!(get("a").as_deref(), Some(&b"small"[..]));
     }
 
     #[test]

@@ -5,48 +5,60 @@ import (
 	"sort"
 )
 
-// The state reads and writes of the current process or on-timer call (see BeginCall); nil
-// between calls.
-var call map[string]*cached
+// callBytes is how many bytes of keys and values a call keeps before it hands its writes to the
+// host and forgets what it read: a batch over many large values must not hold them all in guest
+// memory.
+const callBytes = 1 << 20
+
+// The state reads and writes of the current process or on-timer call (see BeginCall); entries
+// is nil between calls. An instance handles one call at a time, so this is not synchronised.
+var call struct {
+	entries map[string]*cached
+	dirty   []string // keys written by the call and not yet passed to the host
+	bytes   int      // bytes of keys and values that entered entries since it was last emptied
+}
 
 // cached is a key's value as the current call last read or wrote it.
 type cached struct {
 	value []byte
 	ok    bool // false: absent, or deleted by the call
-	dirty bool // written by the call and not yet passed to the host
+	dirty bool // in call.dirty
 }
 
 // BeginCall starts a process or on-timer call whose state reads and writes stay in the guest:
 // a key crosses to the host at most once to be read and once to be written per call, rather
 // than at every record that uses it. EndCall ends it.
-func BeginCall() { call = map[string]*cached{} }
+func BeginCall() {
+	call.entries, call.dirty, call.bytes = map[string]*cached{}, nil, 0
+}
 
 // EndCall ends the call BeginCall started, passing its writes to the host when it succeeded
-// (in key order); a failed call drops them, as the host rolls them back.
+// (in key order); a failed call drops those not passed on yet (before a scan, or past
+// callBytes), and the host rolls back the rest.
 func EndCall(succeeded bool) {
 	if succeeded {
 		flush()
 	}
-	call = nil
+	call.entries, call.dirty = nil, nil
 }
 
 // StateGet returns the value under key; ok is false when there is none.
 func StateGet(key []byte) ([]byte, bool) {
-	if call == nil {
+	if call.entries == nil {
 		return hostGet(key)
 	}
-	e, hit := call[string(key)]
+	e, hit := call.entries[string(key)]
 	if !hit {
 		value, ok := hostGet(key)
-		e = &cached{value: value, ok: ok}
-		call[string(key)] = e
+		keep(key, &cached{value: value, ok: ok})
+		return bytes.Clone(value), ok
 	}
 	return bytes.Clone(e.value), e.ok
 }
 
 // StatePut stores value under key.
 func StatePut(key, value []byte) {
-	if call == nil {
+	if call.entries == nil {
 		hostPut(key, value)
 		return
 	}
@@ -54,16 +66,16 @@ func StatePut(key, value []byte) {
 	if v == nil {
 		v = []byte{}
 	}
-	call[string(key)] = &cached{value: v, ok: true, dirty: true}
+	keep(key, &cached{value: v, ok: true, dirty: true})
 }
 
 // StateDelete removes key.
 func StateDelete(key []byte) {
-	if call == nil {
+	if call.entries == nil {
 		hostDelete(key)
 		return
 	}
-	call[string(key)] = &cached{dirty: true}
+	keep(key, &cached{dirty: true})
 }
 
 // StateScanPrefix returns up to limit entries whose key starts with prefix, in key order.
@@ -73,17 +85,26 @@ func StateScanPrefix(prefix []byte, limit uint32) []ScanEntry {
 	return hostScanPrefix(prefix, limit)
 }
 
-// flush passes the current call's unwritten writes to the host.
-func flush() {
-	var keys []string
-	for key, e := range call {
-		if e.dirty {
-			keys = append(keys, key)
-		}
+// keep records e as key's value in the current call.
+func keep(key []byte, e *cached) {
+	call.bytes += len(key) + len(e.value)
+	old, hit := call.entries[string(key)]
+	if e.dirty && !(hit && old.dirty) {
+		call.dirty = append(call.dirty, string(key))
 	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		e := call[key]
+	e.dirty = e.dirty || (hit && old.dirty)
+	call.entries[string(key)] = e
+	if call.bytes > callBytes {
+		flush()
+		call.entries, call.bytes = map[string]*cached{}, 0
+	}
+}
+
+// flush passes the current call's unwritten writes to the host, in key order.
+func flush() {
+	sort.Strings(call.dirty)
+	for _, key := range call.dirty {
+		e := call.entries[key]
 		if e.ok {
 			hostPut([]byte(key), e.value)
 		} else {
@@ -91,4 +112,5 @@ func flush() {
 		}
 		e.dirty = false
 	}
+	call.dirty = call.dirty[:0]
 }
