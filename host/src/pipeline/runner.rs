@@ -723,15 +723,21 @@ impl<'a> Runner<'a> {
         self.task_index.get(topic)?.get(&partition).copied()
     }
 
-    /// Index of the task owning `message`'s partition.
-    fn task_of(&self, message: &BorrowedMessage<'_>) -> Result<usize, PipelineError> {
-        self.index_of(message.topic(), message.partition()).ok_or_else(|| {
+    /// Index of the task owning `message`'s partition; `last` remembers the last answer.
+    fn task_of(&self, message: &BorrowedMessage<'_>, last: &mut LastTask) -> Result<usize, PipelineError> {
+        let (topic, partition) = (message.topic(), message.partition());
+        if let Some(index) = last.index.filter(|_| last.partition == partition && last.topic == topic) {
+            return Ok(index);
+        }
+        let index = self.index_of(topic, partition).ok_or_else(|| {
             PipelineError::Inconsistent(format!(
-                "a record of {}[{}] arrived, which no task owns (a bug in Weir)",
-                message.topic(),
-                message.partition()
+                "a record of {topic}[{partition}] arrived, which no task owns (a bug in Weir)"
             ))
-        })
+        })?;
+        last.topic.clear();
+        last.topic.push_str(topic);
+        (last.partition, last.index) = (partition, Some(index));
+        Ok(index)
     }
 
     /// Polls the source and runs what arrives through the tasks, each on its worker thread
@@ -763,6 +769,7 @@ impl<'a> Runner<'a> {
         let mut timeout = POLL_TIMEOUT;
         // A task that came back while the runner waited for one, at the end of the last pass.
         let mut settled = false;
+        let mut last = LastTask::default();
         loop {
             let (mut returned, mut dry) = (std::mem::take(&mut settled), false);
             while let Ok(finished) = done.try_recv() {
@@ -784,7 +791,7 @@ impl<'a> Runner<'a> {
                 let streaming = !dry || (flow.away > 0 && !self.source.rebalance_pending());
                 polling = streaming && on_time && !shutdown.load(Ordering::Relaxed);
                 match polled {
-                    Some(Ok(message)) => match self.task_of(&message) {
+                    Some(Ok(message)) => match self.task_of(&message, &mut last) {
                         Ok(index) => {
                             flow.out_records += 1;
                             let batches = &mut flow.waiting[index];
@@ -1394,6 +1401,18 @@ fn in_range(
 /// A task back from its worker ([`Runner::stream`]): its index, itself, the records it was
 /// given, and the records and output bytes it processed (or why it failed).
 type Finished = (usize, Task, usize, Result<(u64, u64), PipelineError>);
+
+/// The task of the partition the last record came from, within one [`Runner::stream`] (the
+/// tasks do not change during it). librdkafka hands out a partition's fetched records together,
+/// so most records skip [`Runner::index_of`]'s two hash lookups, which hash the topic name and
+/// cost ~2 % of passthrough's CPU.
+#[derive(Default)]
+struct LastTask {
+    topic: String,
+    partition: i32,
+    /// `None` before the first record.
+    index: Option<usize>,
+}
 
 /// The tasks while [`Runner::stream`] runs: at home (`Some`) or out on a worker.
 struct Flow {
