@@ -36,10 +36,14 @@ impl Transform for Totals {
         // A value that is not an object with an integer `amount` fails with an error naming
         // the record and what is wrong.
         let Sale { amount } = record.value_json()?;
-        // State holds [count, total] per key, as JSON.
-        let (count, total) = state::get_json::<(i64, i64)>(key)?.unwrap_or((0, 0));
-        let (count, total) = (count + 1, total + amount);
-        state::put_json(key, &(count, total))?;
+        // State holds [count, total] per key, as JSON. `update_json` reads it (`None` for a new
+        // key) and stores what the closure leaves; within a batch the SDK keeps the decoded
+        // value and writes its JSON once, at the batch's end.
+        let (count, total) = state::update_json(key, |totals: &mut Option<(i64, i64)>| {
+            let (count, total) = totals.get_or_insert((0, 0));
+            (*count, *total) = (*count + 1, *total + amount);
+            (*count, *total)
+        })?;
         out.emit(Output::json(Some(key), &json!({ "count": count, "total": total }))?);
         Ok(())
     }

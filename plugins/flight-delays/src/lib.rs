@@ -126,10 +126,13 @@ impl Transform for FlightDelays {
 
         // Not `format!`: its machinery costs more per record than the rest of the key's work.
         let key = [&*flight.origin, &*flight.carrier].join("|");
-        let mut stats: Stats = state::get_json(&key)?.unwrap_or_default();
-        stats.add(flight.dep_delay, self.threshold_minutes);
-        state::put_json(&key, &stats)?;
-        out.emit(Output::json(Some(key), &stats.summary(&flight.origin, &flight.carrier))?);
+        // Kept decoded for the rest of the batch, and stored as JSON once at its end.
+        let summary = state::update_json(&key, |stats: &mut Option<Stats>| {
+            let stats = stats.get_or_insert_default();
+            stats.add(flight.dep_delay, self.threshold_minutes);
+            stats.summary(&flight.origin, &flight.carrier)
+        })?;
+        out.emit(Output::json(Some(key), &summary)?);
         Ok(())
     }
 }
