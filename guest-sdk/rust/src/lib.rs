@@ -44,8 +44,12 @@
 //!         if record.value().map_or(0, <[u8]>::len) < self.min_len {
 //!             return Ok(());
 //!         }
-//!         let count = state::get_json::<u64>(key)?.unwrap_or(0) + 1;
-//!         state::put_json(key, &count)?;
+//!         // Kept decoded for the rest of the batch; its JSON is written once, at its end.
+//!         let count = state::update_json(key, |count: &mut Option<u64>| {
+//!             let count = count.get_or_insert(0);
+//!             *count += 1;
+//!             *count
+//!         })?;
 //!         out.emit(Output::json(Some(key), &count)?.header("counted-by", "weir"));
 //!         Ok(())
 //!     }
