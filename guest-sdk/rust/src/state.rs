@@ -48,9 +48,16 @@ pub fn delete(key: impl AsRef<[u8]>) {
 /// Up to `limit` `(key, value)` entries whose key starts with `prefix`, in ascending byte order
 /// of key.
 pub fn scan_prefix(prefix: impl AsRef<[u8]>, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
-    // The host answers the scan: it must hold the call's writes so far.
-    CALL.with_borrow_mut(|call| call.as_mut().map(Call::flush));
-    imp::scan_prefix(prefix.as_ref(), limit)
+    let prefix = prefix.as_ref();
+    CALL.with_borrow_mut(|call| {
+        let Some(call) = call.as_mut() else { return };
+        if let Some(key) = call.lent_key(prefix) {
+            lent(key)
+        }
+        // The host answers the scan: it must hold the call's writes so far.
+        call.flush();
+    });
+    imp::scan_prefix(prefix, limit)
 }
 
 /// The JSON value stored under `key`, deserialised into `T`; `Ok(None)` when the key is absent.
@@ -78,8 +85,13 @@ pub fn put_json<T: Serialize + ?Sized>(key: impl AsRef<[u8]>, value: &T) -> Resu
 /// once per record as a [`get_json`]/[`put_json`] pair is. Outside a call (in `init`, in
 /// tests without a harness) it is exactly that pair.
 ///
-/// `update` must not read or write `key` itself through this module (that panics); other keys
-/// are fine.
+/// `update` must not read, write or scan over `key` itself through this module (that panics);
+/// other keys are fine.
+///
+/// `T` must come back from its JSON as it went in: a batch keeps the `T` the closure left, the
+/// next batch reads its JSON. So no `#[serde(skip)]` fields and no NaN or infinite floats
+/// (written as `null`); finite floats round-trip exactly (the SDK enables `serde_json`'s
+/// `float_roundtrip`).
 ///
 /// # Errors
 /// When the stored bytes do not deserialise into `T`; the stored value is then unchanged and
@@ -133,8 +145,9 @@ struct Call {
     entries: BTreeMap<Vec<u8>, Entry>,
     /// The keys written by the call and not yet passed to the host.
     dirty: Vec<Vec<u8>>,
-    /// Bytes of keys and values that entered `entries` since it was last emptied (a value kept
-    /// by [`update_json`] counts as its size in memory).
+    /// Bytes of keys and values that entered `entries` since it was last emptied. A value kept
+    /// by [`update_json`] counts once, as its stored bytes plus its size in memory: what it
+    /// grows to within the call (a growing `Vec` in `T`) is not counted.
     bytes: usize,
     /// The first value that could not be serialised when it was to go to the host: the call
     /// fails with it.
@@ -204,11 +217,16 @@ impl Call {
     /// Takes `key`'s value out for an [`update_json`], reading it from the host if the call has
     /// not; [`Call::give_back`] returns it. On an error the kept value stays as it was.
     fn lend<T: DeserializeOwned + 'static>(&mut self, key: &[u8]) -> Result<Option<T>, TransformError> {
-        if !self.entries.contains_key(key) {
-            let value = imp::get(key);
-            self.keep(key, Value::Bytes(value), false);
-        }
-        let entry = self.entries.get_mut(key).expect("the key was just kept");
+        let Some(entry) = self.entries.get_mut(key) else {
+            // Kept as lent at once: a flush for the bound, before the update gives it back,
+            // leaves lent entries alone.
+            let bytes = imp::get(key);
+            let decoded = decode(key, bytes.as_deref());
+            self.bytes += key.len() + bytes.as_ref().map_or(0, Vec::len) + std::mem::size_of::<Option<T>>();
+            let value = if decoded.is_ok() { Value::Lent } else { Value::Bytes(bytes) };
+            self.entries.insert(key.to_vec(), Entry { value, dirty: false });
+            return decoded;
+        };
         let value = std::mem::replace(&mut entry.value, Value::Lent);
         let decoded = match value {
             Value::Json(json) if json.as_any().is::<Option<T>>() => {
@@ -220,16 +238,32 @@ impl Call {
             Value::Bytes(ref bytes) => decode(key, bytes.as_deref()),
             Value::Lent => lent(key),
         };
-        if decoded.is_err() {
-            entry.value = value;
+        match decoded {
+            Ok(_) => self.bytes += std::mem::size_of::<Option<T>>(),
+            Err(_) => entry.value = value,
         }
         decoded
     }
 
-    /// Keeps the result of an [`update_json`] as the call's write of `key`.
+    /// Keeps the result of an [`update_json`] as the call's write of `key`. Counts no bytes:
+    /// the entry was counted when it was lent, so a key updated at every record of a batch does
+    /// not bring the bound nearer.
     fn give_back<T: Serialize + 'static>(&mut self, key: &[u8], value: Option<T>) {
-        self.bytes += std::mem::size_of::<Option<T>>();
-        self.keep(key, Value::Json(Box::new(value)), true);
+        let entry = self.entries.get_mut(key).expect("a lent key stays kept until it is given back");
+        entry.value = Value::Json(Box::new(value));
+        if !entry.dirty {
+            entry.dirty = true;
+            self.dirty.push(key.to_vec());
+        }
+    }
+
+    /// A key whose [`update_json`] has not given it back, if any.
+    fn lent_key(&self, prefix: &[u8]) -> Option<&[u8]> {
+        self.entries
+            .range::<[u8], _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .find(|(_, entry)| matches!(entry.value, Value::Lent))
+            .map(|(key, _)| key.as_slice())
     }
 
     /// A `put` or `delete`.
@@ -307,7 +341,8 @@ std::thread_local! {
 }
 
 /// Runs one `process` or `on-timer` call with its state reads and writes kept in the guest: a
-/// key crosses to the host at most once to be read and once to be written per call, rather than
+/// key crosses to the host once to be read and once to be written per call (more often only once
+/// the call keeps [`CALL_BYTES`]), rather than
 /// at every record that uses it (a batch of 1,024 records over a few dozen keys made over 2,000
 /// host calls). The writes reach the host when `call` succeeds, in key order (or earlier, before
 /// a prefix scan and once the call keeps [`CALL_BYTES`]); a failed call drops those not passed
@@ -326,6 +361,13 @@ pub(crate) fn in_call<R>(call: impl FnOnce() -> Result<R, TransformError>) -> Re
     let result = call().and_then(|result| {
         let failed = CALL.with_borrow_mut(|call| {
             let call = call.as_mut().expect("the call's cache lives until its end");
+            if let Some(key) = call.lent_key(b"") {
+                // Natively, a panic inside the update that the transform caught.
+                return Some(TransformError::new(format!(
+                    "state key {:?}: its state::update_json did not finish",
+                    String::from_utf8_lossy(key)
+                )));
+            }
             call.flush();
             call.failed.take()
         });
@@ -551,7 +593,7 @@ mod tests {
         crate::testing::clear_state();
         let result = in_call(|| {
             add_one("w|1")?;
-            update_json("w|2", |v: &mut Option<Count>| {
+            update_json("v", |v: &mut Option<Count>| {
                 put("w|3", r#"{"n":3}"#);
                 assert_eq!(get_json::<Count>("w|1").unwrap(), Some(Count { n: 1 }));
                 *v = Some(Count { n: 2 });
@@ -560,7 +602,73 @@ mod tests {
         });
         assert_eq!(result, Ok(2), "the scan inside the update sees the other keys' writes");
         let keys: Vec<Vec<u8>> = stored().into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, vec![b"w|1".to_vec(), b"w|2".to_vec(), b"w|3".to_vec()]);
+        assert_eq!(keys, vec![b"v".to_vec(), b"w|1".to_vec(), b"w|3".to_vec()]);
+    }
+
+    #[test]
+    fn the_first_update_of_a_key_may_take_the_call_past_its_bound() {
+        crate::testing::clear_state();
+        let result = in_call(|| {
+            put("a", vec![0u8; CALL_BYTES - 2]);
+            add_one("bb")?;
+            update_json("k", |_: &mut Option<Count>| {
+                put("c", vec![0u8; CALL_BYTES - 3]);
+                add_one("dd")
+            })?
+        });
+        assert_eq!(result, Ok(1));
+        let keys: Vec<Vec<u8>> = stored().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![b"a".to_vec(), b"bb".to_vec(), b"c".to_vec(), b"dd".to_vec()]);
+        assert_eq!(get("k"), None, "an update that left None deletes");
+    }
+
+    #[test]
+    fn a_key_updated_at_every_record_does_not_bring_the_bound_nearer() {
+        crate::testing::clear_state();
+        let result = in_call(|| {
+            for _ in 0..100_000 {
+                add_one("hot")?;
+            }
+            assert!(stored().is_empty(), "nothing was handed on early");
+            Ok(())
+        });
+        assert_eq!(result, Ok(()));
+        assert_eq!(stored(), vec![(b"hot".to_vec(), br#"{"n":100000}"#.to_vec())]);
+    }
+
+    #[test]
+    fn floats_come_out_the_same_however_the_updates_are_batched() {
+        let add =
+            |i: u32| update_json("sum", |sum: &mut Option<f64>| *sum = Some(sum.unwrap_or(0.0) + 1.0 / f64::from(i)));
+        crate::testing::clear_state();
+        in_call(|| (1..=100).try_for_each(add)).unwrap();
+        let one_call = stored();
+        crate::testing::clear_state();
+        for i in 1..=100 {
+            in_call(|| add(i)).unwrap();
+        }
+        assert_eq!(stored(), one_call);
+    }
+
+    #[test]
+    #[should_panic(expected = "state key \"w|2\" was used inside its own state::update_json")]
+    fn a_scan_over_a_key_inside_its_own_update_panics() {
+        crate::testing::clear_state();
+        let _ = in_call(|| update_json("w|2", |_: &mut Option<Count>| scan_prefix("w|", 10)));
+    }
+
+    #[test]
+    fn an_update_that_did_not_finish_fails_the_call() {
+        crate::testing::clear_state();
+        put("k", "1");
+        let result = in_call(|| {
+            let _ =
+                std::panic::catch_unwind(|| update_json("k", |_: &mut Option<u64>| panic!("caught by the transform")));
+            Ok(())
+        });
+        let error = result.unwrap_err();
+        assert!(error.message().contains("state key \"k\": its state::update_json did not finish"), "{error:?}");
+        assert_eq!(stored(), vec![(b"k".to_vec(), b"1".to_vec())]);
     }
 
     #[test]

@@ -40,9 +40,10 @@ impl Transform for Totals {
         // key) and stores what the closure leaves; within a batch the SDK keeps the decoded
         // value and writes its JSON once, at the batch's end.
         let (count, total) = state::update_json(key, |totals: &mut Option<(i64, i64)>| {
-            let (count, total) = totals.get_or_insert((0, 0));
-            (*count, *total) = (*count + 1, *total + amount);
-            (*count, *total)
+            let totals = totals.get_or_insert((0, 0));
+            totals.0 += 1;
+            totals.1 += amount;
+            *totals
         })?;
         out.emit(Output::json(Some(key), &json!({ "count": count, "total": total }))?);
         Ok(())
