@@ -210,7 +210,7 @@ impl Call {
             };
         }
         let value = imp::get(key);
-        self.keep(key, Value::Bytes(value.clone()), false);
+        self.keep(key, value.clone(), false);
         value
     }
 
@@ -271,14 +271,13 @@ impl Call {
         if let Some(Entry { value: Value::Lent, .. }) = self.entries.get(key) {
             lent(key)
         }
-        self.keep(key, Value::Bytes(value), true);
+        self.keep(key, value, true);
     }
 
-    fn keep(&mut self, key: &[u8], value: Value, dirty: bool) {
-        if let Value::Bytes(bytes) = &value {
-            self.bytes += bytes.as_ref().map_or(0, Vec::len);
-        }
-        self.bytes += key.len();
+    /// Keeps `value` as `key`'s bytes, within [`CALL_BYTES`].
+    fn keep(&mut self, key: &[u8], value: Option<Vec<u8>>, dirty: bool) {
+        self.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+        let value = Value::Bytes(value);
         let newly_dirty = match self.entries.get_mut(key) {
             Some(entry) => {
                 let newly_dirty = dirty && !entry.dirty;
