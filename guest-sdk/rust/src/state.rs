@@ -70,8 +70,7 @@ pub fn get_json<T: DeserializeOwned>(key: impl AsRef<[u8]>) -> Result<Option<T>,
 /// Stores `value` as JSON under `key`.
 pub fn put_json<T: Serialize + ?Sized>(key: impl AsRef<[u8]>, value: &T) -> Result<(), TransformError> {
     let key = key.as_ref();
-    let bytes = serde_json::to_vec(value).map_err(|e| encode_error(key, &e))?;
-    write(key, Some(bytes));
+    write(key, Some(encode(key, value)?));
     Ok(())
 }
 
@@ -106,16 +105,18 @@ where
     let Some(value) = lent else {
         let mut value = get_json(key)?;
         let result = update(&mut value);
-        match &value {
-            Some(value) => put_json(key, value)?,
-            None => delete(key),
-        }
+        write(key, value.map(|value| encode(key, &value)).transpose()?);
         return Ok(result);
     };
     let mut value = value?;
     let result = update(&mut value);
     CALL.with_borrow_mut(|call| call.as_mut().expect("a call outlives its updates").give_back(key, value));
     Ok(result)
+}
+
+/// `value` as JSON, to be stored under `key`.
+fn encode<T: Serialize + ?Sized>(key: &[u8], value: &T) -> Result<Vec<u8>, TransformError> {
+    serde_json::to_vec(value).map_err(|e| encode_error(key, &e))
 }
 
 fn encode_error(key: &[u8], error: &serde_json::Error) -> TransformError {
@@ -316,8 +317,7 @@ impl Call {
                 }
             };
             match value {
-                Ok(Some(value)) => imp::put(&key, &value),
-                Ok(None) => imp::delete(&key),
+                Ok(value) => store(&key, value.as_deref()),
                 Err(e) => {
                     self.failed.get_or_insert(encode_error(&key, &e));
                 }
@@ -376,14 +376,20 @@ pub(crate) fn in_call<R>(call: impl FnOnce() -> Result<R, TransformError>) -> Re
     result
 }
 
+/// A `put` (`Some`) or `delete` (`None`): kept by the current call, if any, else passed on.
 fn write(key: &[u8], value: Option<Vec<u8>>) {
     CALL.with_borrow_mut(|call| match call {
         Some(call) => call.write(key, value),
-        None => match value {
-            Some(value) => imp::put(key, &value),
-            None => imp::delete(key),
-        },
+        None => store(key, value.as_deref()),
     })
+}
+
+/// Passes one write to the host: `Some` puts, `None` deletes.
+fn store(key: &[u8], value: Option<&[u8]>) {
+    match value {
+        Some(value) => imp::put(key, value),
+        None => imp::delete(key),
+    }
 }
 
 #[cfg(target_arch = "wasm32")]
