@@ -44,6 +44,15 @@ pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
     ("fetch.queue.backoff.ms", "10"),
 ];
 
+/// Weir's defaults for the sink's producers, which `sink.producer` may override. They bound
+/// the records a producer holds until the broker acknowledges them: librdkafka's own default
+/// (`queue.buffering.max.kbytes`: 1 GiB, with `queue.buffering.max.messages`: 100,000) let a
+/// slow acknowledgement take passthrough's peak RSS from ~70 to 92–101 MiB (BENCHMARKS.md,
+/// issue 17). The bound is on bytes rather than records: by Little's law a producer sustains
+/// at most its bound divided by the acknowledgement latency, and 8 MiB is ~30,000 flights,
+/// over 300,000 records/s at 100 ms.
+pub const PRODUCER_DEFAULTS: [(&str, &str); 1] = [("queue.buffering.max.kbytes", "8192")];
+
 /// A Weir consumer's configuration (the source's and the topic readers'): group `group_id`,
 /// [`CONSUMER_DEFAULTS`] under `overrides`, and what exactly-once needs over both: only
 /// committed records (`isolation.level`), offsets committed by Weir alone, in its transactions
@@ -68,6 +77,16 @@ pub(crate) fn consumer_config(
     client_config(brokers, &CONSUMER_DEFAULTS, overrides, &own)
 }
 
+/// A sink producer's configuration: [`PRODUCER_DEFAULTS`] under `overrides` (`sink.producer`),
+/// then `own`, the keys the producer's kind needs (`transactional.id`, `enable.idempotence`).
+pub(crate) fn producer_config(
+    brokers: &str,
+    overrides: &BTreeMap<String, String>,
+    own: &[(&str, &str)],
+) -> ClientConfig {
+    client_config(brokers, &PRODUCER_DEFAULTS, overrides, own)
+}
+
 /// A librdkafka configuration: `bootstrap.servers`, then `defaults`, then `overrides`, then
 /// Weir's own keys.
 pub(crate) fn client_config(
@@ -88,4 +107,26 @@ pub(crate) fn client_config(
         config.set(*key, *value);
     }
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producers_get_a_bounded_queue_that_sink_producer_overrides() {
+        let none = BTreeMap::new();
+        let own = [("enable.idempotence", "true")];
+        let config = producer_config("127.0.0.1:9092", &none, &own);
+        assert_eq!(config.get("queue.buffering.max.kbytes"), Some("8192"));
+        assert_eq!(config.get("enable.idempotence"), Some("true"));
+
+        let overrides = BTreeMap::from([
+            ("queue.buffering.max.kbytes".to_owned(), "65536".to_owned()),
+            ("enable.idempotence".to_owned(), "false".to_owned()),
+        ]);
+        let config = producer_config("127.0.0.1:9092", &overrides, &own);
+        assert_eq!(config.get("queue.buffering.max.kbytes"), Some("65536"), "sink.producer overrides the default");
+        assert_eq!(config.get("enable.idempotence"), Some("true"), "what the producer's kind needs wins");
+    }
 }

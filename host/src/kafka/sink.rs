@@ -141,7 +141,7 @@ impl ProducerSlot {
         let context = SinkContext::default();
         let errors = context.errors.clone();
         let changelog = context.changelog.clone();
-        let producer = super::client_config(brokers, &[], overrides, own).create_with_context(context)?;
+        let producer = super::producer_config(brokers, overrides, own).create_with_context(context)?;
         Ok(Self {
             slot,
             transactional_id,
