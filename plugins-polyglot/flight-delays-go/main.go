@@ -41,12 +41,13 @@ type flight struct {
 	DepDelay        *int64
 }
 
-// parser reads every record's value and scratch holds a field's text; both are reused from one
-// value to the next (the guest runs one record at a time), and what the parser returns lives
-// until its next parse.
+// parser reads every record's value, scratch holds a field's text and counters the state value
+// being written (state.Put copies it); all are reused from one value to the next (the guest
+// runs one record at a time), and what the parser returns lives until its next parse.
 var (
-	parser  fastjson.Parser
-	scratch []byte
+	parser   fastjson.Parser
+	scratch  []byte
+	counters []byte
 )
 
 // parseFlight reads the three fields the statistics use and skips the other sixteen without
@@ -219,7 +220,8 @@ func (s *Stats) appendCounters(b []byte) []byte {
 
 // summary is the output value: origin, carrier, the counters and their mean_dep_delay.
 func (s *Stats) summary(origin, carrier string) []byte {
-	b := appendString([]byte(`{"origin":`), origin)
+	// Sized for the usual summary (about 150 bytes), so that it is allocated once.
+	b := appendString(append(make([]byte, 0, 192), `{"origin":`...), origin)
 	b = appendString(append(b, `,"carrier":`...), carrier)
 	b = s.appendCounters(append(b, ','))
 	b = append(b, `,"mean_dep_delay":`...)
@@ -261,7 +263,8 @@ func (t *FlightDelays) Process(r *weir.Record, emit *weir.Emitter) error {
 		return err
 	}
 	stats.add(f.DepDelay, t.ThresholdMinutes)
-	state.Put(key, append(stats.appendCounters([]byte{'{'}), '}'))
+	counters = append(stats.appendCounters(append(counters[:0], '{')), '}')
+	state.Put(key, counters)
 	emit.Emit(weir.NewOutput([]byte(key), stats.summary(f.Origin, f.Carrier)))
 	return nil
 }
