@@ -323,7 +323,7 @@ pub struct SinkConfig {
     pub transaction_timeout: Duration,
     /// `sink.producer`: extra librdkafka producer properties, e.g. `{ "linger.ms" = 5 }`; values
     /// may be TOML strings, integers, floats or booleans; by default none. They override Weir's
-    /// defaults ([`crate::kafka::PRODUCER_DEFAULTS`], a bounded queue). Keys Weir sets itself
+    /// default ([`crate::kafka::producer_queue_kbytes`], a bounded queue). Keys Weir sets itself
     /// ([`RESERVED_RDKAFKA_KEYS`]) are refused.
     pub producer: BTreeMap<String, String>,
     /// `sink.dead_letter_topic`: topic of records that failed an operator whose `on_error` is

@@ -459,6 +459,18 @@ fn numeric_ranges() {
     parse_with("sink", "guarantee = \"at-least-once\"\nproducer_slots = 1").unwrap();
 }
 
+#[test]
+fn an_explicit_producer_queue_must_hold_one_record_of_message_max_bytes() {
+    let queue = |line: &str| parse_with("sink", &format!("producer = {{ {line} }}"));
+    let (key_path, message) = invalid(queue(r#""queue.buffering.max.kbytes" = 976"#));
+    assert_eq!(key_path, r#"sink.producer."queue.buffering.max.kbytes""#);
+    assert!(message.contains("at least 977, got 976"), "{message}");
+    let (_, message) = invalid(queue(r#""queue.buffering.max.kbytes" = 8192, "message.max.bytes" = 10000000"#));
+    assert!(message.contains("message.max.bytes (10000000 bytes): at least 9766"), "{message}");
+    queue(r#""queue.buffering.max.kbytes" = 977"#).unwrap();
+    queue(r#""message.max.bytes" = 10000000"#).unwrap();
+}
+
 /// The annotated example of `docs/configuration.md` stays a valid pipeline file.
 #[test]
 fn documented_example_is_valid() {

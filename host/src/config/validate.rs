@@ -211,6 +211,7 @@ impl PipelineConfig {
             MAX_TRANSACTION_TIMEOUT,
         )?;
         check_reserved("sink.producer", &sink.producer)?;
+        check_producer_queue(&sink.producer)?;
         if let Some(dead) = &sink.dead_letter_topic {
             check_topic("sink.dead_letter_topic", dead)?;
             let clash = if *dead == sink.topic {
@@ -361,6 +362,29 @@ fn check_duration(key_path: &str, value: Duration, min: Duration, max: Duration)
 }
 
 /// Refuses librdkafka keys that Weir sets itself, naming the typed option to use instead.
+/// An explicit `queue.buffering.max.kbytes` must hold one record of `message.max.bytes`:
+/// librdkafka waits for room forever, however empty the queue, for a larger record
+/// ([`crate::kafka::producer_queue_kbytes`]). A value that is not a number is librdkafka's to
+/// refuse.
+fn check_producer_queue(producer: &std::collections::BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let Some(kbytes) = producer.get("queue.buffering.max.kbytes").and_then(|v| v.parse::<u64>().ok()) else {
+        return Ok(());
+    };
+    let record = crate::kafka::producer_message_max_bytes(producer);
+    if kbytes.saturating_mul(1024) >= record {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        "sink.producer.\"queue.buffering.max.kbytes\"",
+        format!(
+            "must hold one record of message.max.bytes ({record} bytes): at least {}, got {kbytes} \
+             (librdkafka would wait forever for room for a larger record); raise it, or remove it \
+             to get Weir's default",
+            record.div_ceil(1024)
+        ),
+    ))
+}
+
 fn check_reserved(table: &str, properties: &std::collections::BTreeMap<String, String>) -> Result<(), ConfigError> {
     for key in properties.keys() {
         let Some(reserved) = RESERVED_RDKAFKA_KEYS.iter().find(|r| key.trim().eq_ignore_ascii_case(r)) else {

@@ -44,14 +44,34 @@ pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
     ("fetch.queue.backoff.ms", "10"),
 ];
 
-/// Weir's defaults for the sink's producers, which `sink.producer` may override. They bound
-/// the records a producer holds until the broker acknowledges them: librdkafka's own default
-/// (`queue.buffering.max.kbytes`: 1 GiB, with `queue.buffering.max.messages`: 100,000) let a
-/// slow acknowledgement take passthrough's peak RSS from ~70 to 92–101 MiB (BENCHMARKS.md,
+/// Weir's default `queue.buffering.max.kbytes` for the sink's producers, which `sink.producer`
+/// may override: 8 MiB. It bounds the records a producer holds until the broker acknowledges
+/// them: librdkafka's own default (1 GiB, with `queue.buffering.max.messages`: 100,000) let a
+/// slow acknowledgement take passthrough's peak RSS from ~70 to 92–110 MiB (BENCHMARKS.md,
 /// issue 17). The bound is on bytes rather than records: by Little's law a producer sustains
 /// at most its bound divided by the acknowledgement latency, and 8 MiB is ~30,000 flights,
-/// over 300,000 records/s at 100 ms.
-pub const PRODUCER_DEFAULTS: [(&str, &str); 1] = [("queue.buffering.max.kbytes", "8192")];
+/// over 300,000 records/s at 100 ms. [`producer_queue_kbytes`] raises it for a larger
+/// `message.max.bytes`.
+pub const DEFAULT_PRODUCER_QUEUE_KBYTES: u64 = 8192;
+
+/// The `queue.buffering.max.kbytes` a sink producer gets unless `sink.producer` sets it:
+/// [`DEFAULT_PRODUCER_QUEUE_KBYTES`], or enough for one record of the producer's
+/// `message.max.bytes` (`overrides`, else librdkafka's 1,000,000) when that is larger.
+/// librdkafka counts a record's value against the bound until the broker acknowledges it, and
+/// waits for room forever, however empty the queue, for a value larger than the bound
+/// (`rd_kafka_curr_msgs_add`); a record within `message.max.bytes` must always fit.
+pub fn producer_queue_kbytes(overrides: &BTreeMap<String, String>) -> u64 {
+    DEFAULT_PRODUCER_QUEUE_KBYTES.max(producer_message_max_bytes(overrides).div_ceil(1024))
+}
+
+/// The producer's `message.max.bytes`: from `overrides` (`sink.producer`), else librdkafka's
+/// default, 1,000,000 bytes.
+pub(crate) fn producer_message_max_bytes(overrides: &BTreeMap<String, String>) -> u64 {
+    overrides
+        .get("message.max.bytes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(crate::wasm::DEFAULT_MAX_RECORD_BYTES as u64)
+}
 
 /// A Weir consumer's configuration (the source's and the topic readers'): group `group_id`,
 /// [`CONSUMER_DEFAULTS`] under `overrides`, and what exactly-once needs over both: only
@@ -77,14 +97,16 @@ pub(crate) fn consumer_config(
     client_config(brokers, &CONSUMER_DEFAULTS, overrides, &own)
 }
 
-/// A sink producer's configuration: [`PRODUCER_DEFAULTS`] under `overrides` (`sink.producer`),
-/// then `own`, the keys the producer's kind needs (`transactional.id`, `enable.idempotence`).
+/// A sink producer's configuration: a bounded queue ([`producer_queue_kbytes`]) under
+/// `overrides` (`sink.producer`), then `own`, the keys the producer's kind needs
+/// (`transactional.id`, `enable.idempotence`).
 pub(crate) fn producer_config(
     brokers: &str,
     overrides: &BTreeMap<String, String>,
     own: &[(&str, &str)],
 ) -> ClientConfig {
-    client_config(brokers, &PRODUCER_DEFAULTS, overrides, own)
+    let kbytes = producer_queue_kbytes(overrides).to_string();
+    client_config(brokers, &[("queue.buffering.max.kbytes", &kbytes)], overrides, own)
 }
 
 /// A librdkafka configuration: `bootstrap.servers`, then `defaults`, then `overrides`, then
@@ -128,5 +150,16 @@ mod tests {
         let config = producer_config("127.0.0.1:9092", &overrides, &own);
         assert_eq!(config.get("queue.buffering.max.kbytes"), Some("65536"), "sink.producer overrides the default");
         assert_eq!(config.get("enable.idempotence"), Some("true"), "what the producer's kind needs wins");
+    }
+
+    #[test]
+    fn the_default_queue_holds_one_record_of_message_max_bytes() {
+        let max = |bytes: &str| BTreeMap::from([("message.max.bytes".to_owned(), bytes.to_owned())]);
+        assert_eq!(producer_queue_kbytes(&BTreeMap::new()), 8192, "librdkafka's 1,000,000 fits");
+        assert_eq!(producer_queue_kbytes(&max("8388608")), 8192, "exactly 8 MiB fits");
+        assert_eq!(producer_queue_kbytes(&max("8388609")), 8193);
+        assert_eq!(producer_queue_kbytes(&max("100000000")), 97_657);
+        let config = producer_config("127.0.0.1:9092", &max("100000000"), &[]);
+        assert_eq!(config.get("queue.buffering.max.kbytes"), Some("97657"));
     }
 }
