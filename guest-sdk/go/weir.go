@@ -332,8 +332,9 @@ func RunBatch(t Transform, records []Record) ([]Output, *TransformError) {
 	abi.BeginCall()
 	defer func() { abi.EndCall(succeeded) }()
 	// Most transforms emit about one output per record: room for that up front, rather than
-	// the ten reallocations and copies of appending 1,024 outputs one by one.
-	emit := Emitter{outputs: make([]Output, 0, len(records))}
+	// the ten reallocations and copies of appending 1,024 outputs one by one; capped, since a
+	// filter of a large batch would keep the room in its memory for good.
+	emit := Emitter{outputs: make([]Output, 0, min(len(records), 1024))}
 	for i := range records {
 		r := &records[i]
 		off := r.Offset
