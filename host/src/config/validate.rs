@@ -361,7 +361,6 @@ fn check_duration(key_path: &str, value: Duration, min: Duration, max: Duration)
     Ok(())
 }
 
-/// Refuses librdkafka keys that Weir sets itself, naming the typed option to use instead.
 /// An explicit `queue.buffering.max.kbytes` must hold one record of `message.max.bytes`:
 /// librdkafka waits for room forever, however empty the queue, for a larger record
 /// ([`crate::kafka::producer_queue_kbytes`]). A value that is not a number is librdkafka's to
@@ -385,6 +384,7 @@ fn check_producer_queue(producer: &std::collections::BTreeMap<String, String>) -
     ))
 }
 
+/// Refuses librdkafka keys that Weir sets itself, naming the typed option to use instead.
 fn check_reserved(table: &str, properties: &std::collections::BTreeMap<String, String>) -> Result<(), ConfigError> {
     for key in properties.keys() {
         let Some(reserved) = RESERVED_RDKAFKA_KEYS.iter().find(|r| key.trim().eq_ignore_ascii_case(r)) else {
