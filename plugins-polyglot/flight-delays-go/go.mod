@@ -4,6 +4,4 @@ go 1.24
 
 require example.invalid/weir/guest-sdk/go v0.0.0
 
-require github.com/valyala/fastjson v1.6.10
-
 replace example.invalid/weir/guest-sdk/go => ../../guest-sdk/go

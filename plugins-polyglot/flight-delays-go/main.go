@@ -7,14 +7,9 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
-	"unicode/utf8"
-
-	"github.com/valyala/fastjson"
 
 	weir "example.invalid/weir/guest-sdk/go"
 	"example.invalid/weir/guest-sdk/go/state"
@@ -41,61 +36,38 @@ type flight struct {
 	DepDelay        *int64
 }
 
-// parser reads every record's value, scratch holds a field's text and counters the state value
-// being written (state.Put copies it); all are reused from one value to the next (the guest
-// runs one record at a time), and what the parser returns lives until its next parse.
-var (
-	parser   fastjson.Parser
-	scratch  []byte
-	counters []byte
-)
+// fields holds the text of the fields a record or stored counters are read for, reused from one
+// value to the next (the guest runs one record at a time).
+var fields = make([][]byte, 5)
 
-// parseFlight reads the three fields the statistics use and skips the other sixteen without
-// building them. fastjson's parser tolerates some text that is not JSON (NaN, 1-2), so the value
-// is first checked against the JSON grammar (RFC 8259). Of a name given twice the last counts,
-// as in the Rust plugin and encoding/json.
+// counters holds the state value being written (state.Put copies it), reused likewise.
+var counters []byte
+
+var flightFields = []string{"origin", "carrier", "dep_delay"}
+
+// parseFlight reads the three fields the statistics use, in one pass that checks the whole value
+// is JSON and builds none of the other sixteen (weir.ReadFields). Of a name given twice the last
+// counts, as in the Rust plugin and encoding/json.
 func parseFlight(value []byte) (flight, error) {
 	var f flight
-	if err := fastjson.ValidateBytes(value); err != nil {
-		return f, fmt.Errorf("value is not JSON: %v", err)
-	}
-	v, err := parser.ParseBytes(value)
-	if err != nil {
-		return f, fmt.Errorf("value is not JSON: %v", err)
-	}
-	obj, err := v.Object()
-	if err != nil {
-		return f, fmt.Errorf("value is not a JSON object")
-	}
-	var origin, carrier, depDelay *fastjson.Value
-	obj.Visit(func(name []byte, field *fastjson.Value) {
-		switch string(name) {
-		case "origin":
-			origin = field
-		case "carrier":
-			carrier = field
-		case "dep_delay":
-			depDelay = field
-		}
-	})
-	if f.Origin, err = text("origin", origin); err != nil {
+	if err := weir.ReadFields(value, flightFields, fields); err != nil {
 		return f, err
 	}
-	if f.Carrier, err = text("carrier", carrier); err != nil {
+	origin, carrier, depDelay := fields[0], fields[1], fields[2]
+	var err error
+	if f.Origin, err = weir.StringField("origin", origin); err != nil {
 		return f, err
 	}
-	if depDelay == nil {
+	if f.Carrier, err = weir.StringField("carrier", carrier); err != nil {
+		return f, err
+	}
+	if depDelay == nil || string(depDelay) == "null" {
 		return f, nil
 	}
-	scratch = depDelay.MarshalTo(scratch[:0]) // as written: see text
-	switch depDelay.Type() {
-	case fastjson.TypeNull:
-		return f, nil
-	case fastjson.TypeNumber:
-	default:
-		return f, fmt.Errorf("field `dep_delay` is not a number or null: %s", scratch)
+	if c := depDelay[0]; c != '-' && (c < '0' || c > '9') {
+		return f, fmt.Errorf("field `dep_delay` is not a number or null: %s", weir.Compact(depDelay))
 	}
-	n := string(scratch)
+	n := string(depDelay)
 	if i, err := strconv.ParseInt(n, 10, 64); err == nil {
 		f.DepDelay = &i
 		return f, nil
@@ -108,36 +80,12 @@ func parseFlight(value []byte) (flight, error) {
 	return f, fmt.Errorf("field `dep_delay` is not a whole number of minutes: %s", n)
 }
 
-// text reads the string field `name` (nil: absent). Its text is taken as written (MarshalTo
-// before Type, which unescapes a string in place with fastjson's best effort) and unescaped, when
-// it has escapes, by encoding/json, as the port did before: a lone surrogate becomes U+FFFD.
-// Its bytes must be UTF-8, as serde_json requires of a field it reads.
-func text(name string, field *fastjson.Value) (string, error) {
-	if field == nil {
-		return "", fmt.Errorf("field `%s` is missing", name)
-	}
-	scratch = field.MarshalTo(scratch[:0])
-	if scratch[0] != '"' {
-		return "", fmt.Errorf("field `%s` is not a string: %s", name, scratch)
-	}
-	if !utf8.Valid(scratch) {
-		return "", fmt.Errorf("field `%s` is not UTF-8", name)
-	}
-	if bytes.IndexByte(scratch, '\\') < 0 {
-		return string(scratch[1 : len(scratch)-1]), nil
-	}
-	var s string
-	err := json.Unmarshal(scratch, &s) // valid JSON: fastjson validated it
-	return s, err
-}
-
-// statsParser reads stored counters: a parser's values live until its next parse, and the
-// flight's are in use while the counters are read.
-var statsParser fastjson.Parser
+var statsFields = []string{"flights", "departed", "delayed", "total_dep_delay", "max_dep_delay"}
 
 // loadStats reads the counters stored under key (all zero when there are none), as
 // state.GetJSON would but without encoding/json's reflection, which cost a third of the
-// transform's time.
+// transform's time. As serde reads them for the Rust plugin, the counters must be whole numbers
+// (the first three not negative) and an absent max_dep_delay is null.
 func loadStats(key string) (Stats, error) {
 	var s Stats
 	data, ok := state.Get(key)
@@ -147,42 +95,30 @@ func loadStats(key string) (Stats, error) {
 	bad := func(err error) (Stats, error) {
 		return s, fmt.Errorf("state key %s: stored value is not the expected JSON: %v", strconv.Quote(key), err)
 	}
-	v, err := statsParser.ParseBytes(data)
-	if err != nil {
+	if err := weir.ReadFields(data, statsFields, fields); err != nil {
 		return bad(err)
 	}
-	number := func(name string) (*fastjson.Value, error) {
-		field := v.Get(name)
-		if field == nil || field.Type() != fastjson.TypeNumber {
-			return nil, fmt.Errorf("field `%s` is not a number", name)
+	notWhole := func(i int) (Stats, error) {
+		if fields[i] == nil {
+			return bad(fmt.Errorf("field `%s` is missing", statsFields[i]))
 		}
-		return field, nil
+		return bad(fmt.Errorf("field `%s` is not a whole number: %s", statsFields[i], fields[i]))
 	}
-	for _, counter := range []struct {
-		name string
-		to   *uint64
-	}{{"flights", &s.Flights}, {"departed", &s.Departed}, {"delayed", &s.Delayed}} {
-		field, err := number(counter.name)
-		if err == nil {
-			*counter.to, err = field.Uint64()
+	var err error
+	for i, to := range []*uint64{&s.Flights, &s.Departed, &s.Delayed} {
+		if *to, err = strconv.ParseUint(string(fields[i]), 10, 64); err != nil {
+			return notWhole(i)
 		}
+	}
+	if s.TotalDepDelay, err = strconv.ParseInt(string(fields[3]), 10, 64); err != nil {
+		return notWhole(3)
+	}
+	if max := fields[4]; max != nil && string(max) != "null" {
+		m, err := strconv.ParseInt(string(max), 10, 64)
 		if err != nil {
-			return bad(err)
+			return bad(fmt.Errorf("field `max_dep_delay` is not a whole number or null: %s", max))
 		}
-	}
-	field, err := number("total_dep_delay")
-	if err == nil {
-		s.TotalDepDelay, err = field.Int64()
-	}
-	if err != nil {
-		return bad(err)
-	}
-	if field := v.Get("max_dep_delay"); field != nil && field.Type() != fastjson.TypeNull {
-		max, err := field.Int64()
-		if err != nil {
-			return bad(err)
-		}
-		s.MaxDepDelay = &max
+		s.MaxDepDelay = &m
 	}
 	return s, nil
 }
