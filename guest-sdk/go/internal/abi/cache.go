@@ -49,11 +49,14 @@ func StateGet(key []byte) ([]byte, bool) {
 	}
 	e, hit := call.entries[string(key)]
 	if !hit {
-		value, ok := hostGet(key)
-		keep(key, &cached{value: value, ok: ok})
-		return bytes.Clone(value), ok
+		value, ok := hostGet(key) // the caller's: keep copies it
+		keep(key, value, ok, false)
+		return value, ok
 	}
-	return bytes.Clone(e.value), e.ok
+	if !e.ok {
+		return nil, false
+	}
+	return bytes.Clone(e.value), true
 }
 
 // StatePut stores value under key.
@@ -62,11 +65,7 @@ func StatePut(key, value []byte) {
 		hostPut(key, value)
 		return
 	}
-	v := bytes.Clone(value)
-	if v == nil {
-		v = []byte{}
-	}
-	keep(key, &cached{value: v, ok: true, dirty: true})
+	keep(key, value, true, true)
 }
 
 // StateDelete removes key.
@@ -75,7 +74,7 @@ func StateDelete(key []byte) {
 		hostDelete(key)
 		return
 	}
-	keep(key, &cached{dirty: true})
+	keep(key, nil, false, true)
 }
 
 // StateScanPrefix returns up to limit entries whose key starts with prefix, in key order.
@@ -85,15 +84,25 @@ func StateScanPrefix(prefix []byte, limit uint32) []ScanEntry {
 	return hostScanPrefix(prefix, limit)
 }
 
-// keep records e as key's value in the current call.
-func keep(key []byte, e *cached) {
-	call.bytes += len(key) + len(e.value)
-	old, hit := call.entries[string(key)]
-	if e.dirty && !(hit && old.dirty) {
+// keep records a copy of value (ok false: absent or deleted) as key's value in the current
+// call; dirty says the call wrote it. A key the call holds already keeps its entry and reuses
+// its buffer: no one else holds it (StateGet hands out copies, and the host copies what flush
+// passes), and most transforms read and write the same keys record after record.
+func keep(key, value []byte, ok, dirty bool) {
+	call.bytes += len(key) + len(value)
+	e, hit := call.entries[string(key)]
+	if !hit {
+		e = &cached{}
+		call.entries[string(key)] = e
+	}
+	if dirty && !e.dirty {
 		call.dirty = append(call.dirty, string(key))
 	}
-	e.dirty = e.dirty || (hit && old.dirty)
-	call.entries[string(key)] = e
+	e.value = append(e.value[:0], value...)
+	if ok && e.value == nil {
+		e.value = []byte{} // present, if empty
+	}
+	e.ok, e.dirty = ok, e.dirty || dirty
 	if call.bytes > callBytes {
 		flush()
 		call.entries, call.bytes = map[string]*cached{}, 0
