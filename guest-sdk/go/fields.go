@@ -9,9 +9,9 @@ import (
 	"unicode/utf8"
 )
 
-// jsonDepthLimit is the nesting of arrays and objects that [ReadFields] refuses: serde_json's
-// default recursion limit, so that the Go SDK refuses what the Rust SDK refuses (127 levels pass).
-const jsonDepthLimit = 128
+// maxNesting is the deepest nesting of arrays and objects [ReadFields] accepts: encoding/json's
+// limit (its maxNestingDepth). It also bounds the scanner's recursion.
+const maxNesting = 10000
 
 // ReadFields reads the members of a JSON object that a transform uses, in one pass over value,
 // without building the others: the Go SDK's fast path for a transform that reads a few fields of
@@ -20,8 +20,8 @@ const jsonDepthLimit = 128
 //
 // The whole of value is checked against the JSON grammar (RFC 8259), skipped members included,
 // as encoding/json and serde_json check it; like them it does not check that strings are UTF-8
-// ([StringField] does, for the fields read), and it refuses arrays and objects nested 128 deep,
-// as serde_json's default recursion limit does. On success raw[i] is the text of the member named
+// ([StringField] does, for the fields read), and it refuses arrays and objects nested more than
+// 10,000 deep, as encoding/json does. On success raw[i] is the text of the member named
 // names[i] as written (a string with its quotes and escapes), or nil when the object has no such
 // member; of a name given twice the last counts, as with encoding/json and serde_json. raw must
 // be at least as long as names; names are compared after unescaping (`"\u006frigin"` is
@@ -141,8 +141,9 @@ func numberField(name string, raw []byte) error {
 	return nil
 }
 
-// Compact returns a JSON text that [ReadFields] found without its insignificant whitespace, as
-// serde_json writes a value it quotes in an error message.
+// Compact returns a JSON text that [ReadFields] found without its insignificant whitespace, for
+// quoting in an error message (serde_json quotes values compactly too, though it also rewrites
+// numbers and escapes).
 func Compact(raw []byte) []byte {
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {
@@ -161,7 +162,11 @@ func (s *scanner) fail(problem string) error {
 	if s.pos >= len(s.data) {
 		return fmt.Errorf("value is not JSON: %s, at the end (byte %d)", problem, len(s.data))
 	}
-	return fmt.Errorf("value is not JSON: %s, found %q at byte %d", problem, s.data[s.pos], s.pos)
+	c := s.data[s.pos]
+	if c < 0x20 || c >= 0x7f { // a control character, or part of a UTF-8 sequence
+		return fmt.Errorf("value is not JSON: %s, found byte 0x%02x at byte %d", problem, c, s.pos)
+	}
+	return fmt.Errorf("value is not JSON: %s, found %q at byte %d", problem, c, s.pos)
 }
 
 // peek is the byte at pos, or 0 at the end (which no rule accepts there).
@@ -204,8 +209,8 @@ func (s *scanner) value(depth int) error {
 		_, err := s.string()
 		return err
 	case c == '{' || c == '[':
-		if depth+1 >= jsonDepthLimit {
-			return s.fail(fmt.Sprintf("arrays and objects nested %d deep", jsonDepthLimit))
+		if depth >= maxNesting {
+			return s.fail(fmt.Sprintf("arrays and objects nested more than %d deep", maxNesting))
 		}
 		s.pos++
 		if c == '{' {

@@ -98,25 +98,25 @@ func loadStats(key string) (Stats, error) {
 	if err := weir.ReadFields(data, statsFields, fields); err != nil {
 		return bad(err)
 	}
-	notWhole := func(i int) (Stats, error) {
+	notWhole := func(i int, kind string) (Stats, error) {
 		if fields[i] == nil {
 			return bad(fmt.Errorf("field `%s` is missing", statsFields[i]))
 		}
-		return bad(fmt.Errorf("field `%s` is not a whole number: %s", statsFields[i], fields[i]))
+		return bad(fmt.Errorf("field `%s` is not %s: %s", statsFields[i], kind, fields[i]))
 	}
 	var err error
 	for i, to := range []*uint64{&s.Flights, &s.Departed, &s.Delayed} {
 		if *to, err = strconv.ParseUint(string(fields[i]), 10, 64); err != nil {
-			return notWhole(i)
+			return notWhole(i, "a u64")
 		}
 	}
 	if s.TotalDepDelay, err = strconv.ParseInt(string(fields[3]), 10, 64); err != nil {
-		return notWhole(3)
+		return notWhole(3, "an i64")
 	}
 	if max := fields[4]; max != nil && string(max) != "null" {
 		m, err := strconv.ParseInt(string(max), 10, 64)
 		if err != nil {
-			return bad(fmt.Errorf("field `max_dep_delay` is not a whole number or null: %s", max))
+			return bad(fmt.Errorf("field `max_dep_delay` is not an i64 or null: %s", max))
 		}
 		s.MaxDepDelay = &m
 	}
