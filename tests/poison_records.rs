@@ -1,6 +1,6 @@
 //! Records that used to stop a pipeline (issue 12, cases 1–3), on the real broker with real
 //! components: header names that are not UTF-8, outputs too large for the producer or the
-//! topic, and what passthrough keeps byte for byte.
+//! topic, state writes too large for the changelog, and what passthrough keeps byte for byte.
 
 use std::time::Duration;
 
@@ -187,4 +187,102 @@ async fn the_sink_topics_max_message_bytes_is_checked_too() {
     let error = String::from_utf8_lossy(header_value(&dead[0], "weir.error").expect("weir.error")).into_owned();
     let setting = format!("max.message.bytes = 20000 of topic `{}`", pipeline.sink);
     assert!(error.contains(&setting), "{error}");
+}
+
+/// Runs `input` (values) through misbehave under `on_error`; its `store:<k>:<v>` words write
+/// state of those sizes.
+async fn storing(prefix: &str, on_error: &str, input: &[&str]) -> TestPipeline {
+    let mut spec = Spec::new("misbehave");
+    spec.transform = format!("on_error = \"{on_error}\"");
+    let pipeline = TestPipeline::new(prefix, &spec);
+    let input: Vec<_> = input.iter().map(|v| RawRecord::value(*v)).collect();
+    produce_raw(&pipeline.source, &input, None).await;
+    pipeline
+}
+
+/// The dead letters' `weir.error` headers.
+fn dead_letter_errors(letters: &[ReadRecord]) -> Vec<String> {
+    letters
+        .iter()
+        .map(|l| String::from_utf8_lossy(header_value(l, "weir.error").expect("weir.error")).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn state_writes_too_large_for_the_changelog_are_dead_lettered_and_the_rest_commits() {
+    // Too large by its value; by its key (the value alone fits); then one that fits.
+    let by_value = format!("store:1:{PRODUCER_LIMIT}");
+    let by_key = format!("store:{PRODUCER_LIMIT}:1");
+    let input = ["v0", &by_value, "v1", &by_key, "v2", "store:3:100", "v3"];
+    let pipeline = storing("weir-big-state", "dead-letter", &input).await;
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 5, &[]);
+
+    let output = read_raw(&pipeline.sink, 1, 5, RUN_TIMEOUT);
+    let want: Vec<Vec<u8>> = ["v0", "v1", "v2", "stored 3:100", "v3"].map(|v| v.as_bytes().to_vec()).to_vec();
+    assert_eq!(values(&output), want, "the other records commit, once, in order");
+    let dead = read_raw(&pipeline.dead_letters, 1, 2, RUN_TIMEOUT);
+    assert_eq!(dead.len(), 2, "each too-large write is dead-lettered once");
+    let errors = dead_letter_errors(&dead);
+    for ((letter, error), offset) in dead.iter().zip(&errors).zip([1, 3]) {
+        assert!(error.contains("too large for the changelog") && error.contains("message.max.bytes"), "{error}");
+        assert_eq!(header_value(letter, "weir.offset"), Some(offset.to_string().as_bytes()));
+    }
+    assert!(errors[0].contains("state value of key `k`"), "{}", errors[0]);
+    assert!(errors[1].contains(&format!("… ({PRODUCER_LIMIT} bytes)")), "names the key's size: {}", errors[1]);
+
+    // Through the broker: the changelog holds the write that fits and neither of the others.
+    let changelog = read_raw(&format!("{}-changelog", pipeline.name), 1, usize::MAX, Duration::from_secs(5));
+    let state_value = |record: &ReadRecord| record.record.value.as_ref().map_or(0, Vec::len);
+    assert!(
+        changelog.iter().any(|r| r.record.key.as_ref().is_some_and(|k| k.ends_with(b"\0kkk")) && state_value(r) == 100)
+    );
+    assert!(
+        changelog
+            .iter()
+            .all(|r| state_value(r) < PRODUCER_LIMIT && r.record.key.as_ref().map_or(0, Vec::len) < PRODUCER_LIMIT)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_write_too_large_under_fail_stops_the_pipeline_naming_record_limit_and_setting() {
+    let too_large = format!("store:1:{PRODUCER_LIMIT}");
+    let pipeline = storing("weir-big-state-fail", "fail", &["v0", "v1", "v2", "v3", &too_large, "after"]).await;
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, Duration::from_secs(90));
+    let log = pipeline.log_text();
+    let status = status.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("weir run did not stop on a state write it can never checkpoint; log:\n{log}")
+    });
+    assert!(!status.success(), "{log}");
+    let named = format!("{}[0] offsets 4..=4", pipeline.source);
+    assert!(log.contains(&named), "names the record ({named}):\n{log}");
+    assert!(log.contains("state value of key `k` is too large for the changelog"), "{log}");
+    assert!(log.contains("limit of 1000000 bytes") && log.contains("message.max.bytes"), "{log}");
+    assert!(!log.contains("recovering after back-off"), "not retried:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_changelog_topics_max_message_bytes_is_checked_too() {
+    let pipeline = storing("weir-changelog-limit", "dead-letter", &["v0", "store:1:30000", "v1"]).await;
+    // The changelog topic exists already, with a limit below the producer's.
+    let changelog = format!("{}-changelog", pipeline.name);
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("admin client");
+    let topic = NewTopic::new(&changelog, 1, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact")
+        .set("max.message.bytes", "20000");
+    let created = admin.create_topics(&[topic], &AdminOptions::new()).await.expect("create the changelog topic");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 2, &[]);
+    let output = read_raw(&pipeline.sink, 1, 2, RUN_TIMEOUT);
+    assert_eq!(values(&output), vec![b"v0".to_vec(), b"v1".to_vec()]);
+    let dead = read_raw(&pipeline.dead_letters, 1, 1, RUN_TIMEOUT);
+    assert_eq!(dead.len(), 1);
+    let error = &dead_letter_errors(&dead)[0];
+    let setting = format!("max.message.bytes = 20000 of topic `{changelog}`");
+    assert!(error.contains("too large for the changelog") && error.contains(&setting), "{error}");
 }

@@ -129,14 +129,16 @@ impl PipelineError {
                 )
             }
             PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
-            // A guest that refuses its configuration will refuse it again, an output too large
-            // for the sink is made again from the same input, and a record without a readable
-            // event time stays without one.
+            // A guest that refuses its configuration will refuse it again, an output or a state
+            // write too large for the sink or the changelog is made again from the same input,
+            // and a record without a readable event time stays without one.
             PipelineError::Operator(error) => {
                 error.call != crate::wasm::Call::Init
                     && !matches!(
                         error.kind,
-                        crate::wasm::ErrorKind::OutputTooLarge { .. } | crate::wasm::ErrorKind::EventTime { .. }
+                        crate::wasm::ErrorKind::OutputTooLarge { .. }
+                            | crate::wasm::ErrorKind::StateTooLarge { .. }
+                            | crate::wasm::ErrorKind::EventTime { .. }
                     )
             }
             _ => false,

@@ -21,7 +21,7 @@ pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use reader::{RecordBatch, TopicReader};
-pub use record_limit::sink_record_limit;
+pub use record_limit::{changelog_record_limit, sink_record_limit};
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use source::{GroupContext, GroupOffset, Membership, Rebalance, Source};
 

@@ -346,6 +346,7 @@ fn kind_label(kind: &ErrorKind) -> &'static str {
         ErrorKind::Trap { .. } => "trap",
         ErrorKind::InvalidOutput { .. } => "invalid_output",
         ErrorKind::OutputTooLarge { .. } => "output_too_large",
+        ErrorKind::StateTooLarge { .. } => "state_too_large",
         ErrorKind::Guest { .. } => "guest_error",
         ErrorKind::State(_) => "state",
         ErrorKind::Host { .. } => "host",

@@ -18,7 +18,7 @@ use crate::config::{Guarantee, OffsetReset, PipelineConfig, SinkConfig, StartPos
 use crate::error::PipelineError;
 use crate::kafka::{
     Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, Membership, ProducerSlot,
-    Rebalance, Source, TopicCheck, classify, record_headers, sink_record_limit,
+    Rebalance, Source, TopicCheck, changelog_record_limit, classify, record_headers, sink_record_limit,
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
@@ -348,6 +348,8 @@ impl<'a> Runner<'a> {
         ensure_changelog(config, &changelog, &task_ids)?;
         let max_record = block_on(sink_record_limit(&config.sink))
             .map_err(PipelineError::kafka("reading the sink topics' max.message.bytes"))?;
+        let max_state_record = block_on(changelog_record_limit(&config.sink, &changelog.topic))
+            .map_err(PipelineError::kafka("reading the changelog topic's max.message.bytes"))?;
         let db = Arc::new(StateDb::open(&config.state.dir.join(instance))?.with_quota(config.state.max_bytes));
         let owner = Owner { pipeline: config.name.clone(), changelog_topic: changelog.topic.clone() };
         let membership = Membership { instance, discovery_interval: config.source.partition_discovery_interval };
@@ -395,6 +397,7 @@ impl<'a> Runner<'a> {
             outputs: config.sink.outputs.keys().cloned().collect(),
             limits: OperatorLimits {
                 max_record,
+                max_state_record,
                 pool: options.pool.clone(),
                 stop: Some(shutdown.clone()),
                 ..OperatorLimits::default()

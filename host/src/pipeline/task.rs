@@ -326,7 +326,10 @@ impl Task {
             let outputs = match step.on_error {
                 OnError::Fail => match step.operator.process(&records) {
                     Ok(outputs) => outputs,
-                    Err(error) if matches!(error.kind, ErrorKind::OutputTooLarge { .. }) && records.len() > 1 => {
+                    Err(error)
+                        if matches!(error.kind, ErrorKind::OutputTooLarge { .. } | ErrorKind::StateTooLarge { .. })
+                            && records.len() > 1 =>
+                    {
                         return Err(locate(&mut step.operator, records, error));
                     }
                     Err(error) => return Err(error),

@@ -111,6 +111,12 @@ pub trait StateStore: Send + 'static {
     /// # Errors
     /// When the backend cannot be read; the calling guest is trapped.
     fn scan_prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries, StateError>;
+
+    /// Bytes the store puts before every key it is given (Weir's operator and task prefix,
+    /// [`state_prefix`]), so that a caller can tell a key's size as the changelog keeps it.
+    fn key_prefix_len(&self) -> usize {
+        0
+    }
 }
 
 /// Key-value entries, in ascending key order: what a prefix scan returns.

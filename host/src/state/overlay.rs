@@ -275,6 +275,10 @@ impl OperatorState {
 }
 
 impl StateStore for OperatorState {
+    fn key_prefix_len(&self) -> usize {
+        self.prefix.len()
+    }
+
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         self.set_key(key);
         if let Some(value) = self.lock()?.lookup(&self.key) {

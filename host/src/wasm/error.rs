@@ -162,6 +162,22 @@ pub enum ErrorKind {
         /// The limit in force and the setting behind it (boxed: errors stay small).
         limit: Box<super::RecordLimit>,
     },
+    /// A state write, timer or snapshot makes a changelog record larger than the changelog can
+    /// take ([`super::OperatorLimits::max_state_record`]): the checkpoint could never commit it.
+    /// Retrying cannot help: the same input writes the same state.
+    #[error(
+        "{write} is too large for the changelog: {bytes} bytes as its changelog record (the key with Weir's operator and task prefix, the value and record overhead), over the limit of {} bytes set by {}; raise that limit, or keep smaller values (split a large one over several keys)",
+        limit.bytes,
+        limit.setting
+    )]
+    StateTooLarge {
+        /// What was written, e.g. ``state value of key `abc` `` (boxed: errors stay small).
+        write: Box<str>,
+        /// Its changelog record's size ([`super::limits::changelog_record_size`]).
+        bytes: usize,
+        /// The limit in force and the setting behind it (boxed: errors stay small).
+        limit: Box<super::RecordLimit>,
+    },
     /// The guest reported an error for the batch (`process` returned `err`), or `init` or
     /// `restore` refused.
     #[error("transform error: {message}{}", offset.map(|o| format!(" (at offset {o})")).unwrap_or_default())]
@@ -233,4 +249,6 @@ pub(crate) enum HostTrap {
     DeadlineExceeded,
     #[error(transparent)]
     State(#[from] StateError),
+    #[error("a state write too large for the changelog")]
+    StateTooLarge { write: Box<str>, bytes: usize, limit: Box<super::RecordLimit> },
 }

@@ -13,7 +13,7 @@ use super::bindings::v0_1::weir::transform as v0_1;
 use super::blocking::BoundedIo;
 use super::error::HostTrap;
 use super::guest_log::{GuestLog, GuestStream};
-use super::limits::MemoryLimiter;
+use super::limits::{MemoryLimiter, RecordLimit, changelog_record_size};
 use crate::state::StateStore;
 use crate::time::{Clock, timer_key};
 
@@ -39,12 +39,15 @@ pub(crate) struct HostState {
     pub(crate) watermark: Option<i64>,
     /// End of the current call's deadline; host calls past it trap.
     pub(crate) deadline: Option<Instant>,
+    /// Largest changelog record a write may make ([`super::OperatorLimits::max_state_record`]).
+    max_state_record: RecordLimit,
 }
 
 impl HostState {
     pub(crate) fn new(
         operator: Arc<str>,
         limiter: MemoryLimiter,
+        max_state_record: RecordLimit,
         state: Box<dyn StateStore>,
         timers: Box<dyn StateStore>,
     ) -> Self {
@@ -69,6 +72,7 @@ impl HostState {
             timer_writes: BTreeMap::new(),
             watermark: None,
             deadline: None,
+            max_state_record,
         }
     }
 
@@ -93,6 +97,23 @@ impl HostState {
     /// The resource table with the current call's deadline, for the bounded WASI waits.
     pub(crate) fn bounded_io(&mut self) -> BoundedIo<'_> {
         BoundedIo { table: &mut self.table, deadline: self.deadline }
+    }
+
+    /// Traps a write whose changelog record would be larger than the changelog can take: the
+    /// checkpoint could never commit it, so the call that wrote it fails instead. `stored_key` is
+    /// the key's length as its store keeps it (with the store's prefix), `value` the value's
+    /// length (0 for a delete); `write` names it for the message.
+    fn check_record_size(
+        &self,
+        write: impl FnOnce() -> Box<str>,
+        stored_key: usize,
+        value: usize,
+    ) -> wasmtime::Result<()> {
+        let bytes = changelog_record_size(stored_key, value);
+        if bytes <= self.max_state_record.bytes {
+            return Ok(());
+        }
+        Err(HostTrap::StateTooLarge { write: write(), bytes, limit: Box::new(self.max_state_record.clone()) }.into())
     }
 
     fn check_deadline(&self) -> wasmtime::Result<()> {
@@ -122,12 +143,16 @@ impl state::Host for HostState {
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
         self.check_deadline()?;
+        let stored_key = self.state.key_prefix_len() + key.len();
+        self.check_record_size(|| format!("state value of key `{}`", show_key(&key)).into(), stored_key, value.len())?;
         self.writes.insert(key, Some(value));
         Ok(())
     }
 
     fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
         self.check_deadline()?;
+        let stored_key = self.state.key_prefix_len() + key.len();
+        self.check_record_size(|| format!("state delete of key `{}`", show_key(&key)).into(), stored_key, 0)?;
         self.writes.insert(key, None);
         Ok(())
     }
@@ -148,19 +173,32 @@ impl state::Host for HostState {
 impl timers::Host for HostState {
     fn register(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
         self.check_deadline()?;
-        self.timer_writes.insert(timer_key(clock(domain), time, &key), Some(Vec::new()));
+        let timer = timer_key(clock(domain), time, &key);
+        let stored_key = self.timers.key_prefix_len() + timer.len();
+        self.check_record_size(|| format!("timer of key `{}`", show_key(&key)).into(), stored_key, 0)?;
+        self.timer_writes.insert(timer, Some(Vec::new()));
         Ok(())
     }
 
     fn cancel(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
         self.check_deadline()?;
-        self.timer_writes.insert(timer_key(clock(domain), time, &key), None);
+        let timer = timer_key(clock(domain), time, &key);
+        let stored_key = self.timers.key_prefix_len() + timer.len();
+        self.check_record_size(|| format!("timer cancel of key `{}`", show_key(&key)).into(), stored_key, 0)?;
+        self.timer_writes.insert(timer, None);
         Ok(())
     }
 
     fn watermark(&mut self) -> wasmtime::Result<Option<i64>> {
         Ok(self.watermark)
     }
+}
+
+/// A key for a message: its first 64 bytes, ASCII-escaped, and an ellipsis when there are more.
+fn show_key(key: &[u8]) -> String {
+    const SHOWN: usize = 64;
+    let shown = key[..key.len().min(SHOWN)].escape_ascii().to_string();
+    if key.len() > SHOWN { format!("{shown}… ({} bytes)", key.len()) } else { shown }
 }
 
 /// The host's name of a contract time domain.

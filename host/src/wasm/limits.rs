@@ -55,6 +55,13 @@ pub fn record_size(record: &OutputRecord) -> usize {
     RECORD_OVERHEAD_BYTES + len(&record.key) + len(&record.value) + headers
 }
 
+/// Size of a state write's record in the changelog topic (DESIGN.md, "State"), as librdkafka's
+/// producer counts it: the record key (one byte naming the entry, then `key`, the state key with
+/// the store's operator and task prefix), the value, and the largest per-record overhead.
+pub fn changelog_record_size(key: usize, value: usize) -> usize {
+    RECORD_OVERHEAD_BYTES + 1 + key + value
+}
+
 /// Bytes of Kafka's zig-zag varint of a length.
 fn varint_len(len: usize) -> usize {
     let bits = usize::BITS - (len << 1).leading_zeros();
@@ -76,6 +83,11 @@ pub struct OperatorLimits {
     /// `message.max.bytes`. A pipeline sets the smallest of its producer's and its sink topics'
     /// limits, so that an output the sink would refuse fails the call that made it.
     pub max_record: RecordLimit,
+    /// Largest changelog record of a state write, timer or snapshot
+    /// ([`changelog_record_size`]); by default librdkafka's default `message.max.bytes`. A
+    /// pipeline sets the smaller of its producer's limit and its changelog topic's, so that a
+    /// value the checkpoint could never write fails the call that wrote it.
+    pub max_state_record: RecordLimit,
     /// Memory and CPU shared with other operators (a tenant's under `weir serve`); none by
     /// default.
     pub pool: Option<Arc<ResourcePool>>,
@@ -91,6 +103,7 @@ impl Default for OperatorLimits {
             memory_bytes: DEFAULT_MEMORY_BYTES,
             deadline: DEFAULT_DEADLINE,
             max_record: RecordLimit::default(),
+            max_state_record: RecordLimit::default(),
             pool: None,
             stop: None,
         }

@@ -12,7 +12,7 @@ use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
-use super::limits::{MemoryLimiter, OperatorLimits, Refusal, record_size};
+use super::limits::{MemoryLimiter, OperatorLimits, Refusal, changelog_record_size, record_size};
 use super::{InputRecord, OutputRecord, TimeDomain, Timer};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
@@ -237,6 +237,14 @@ impl Operator {
     /// Calls the guest's `snapshot` and keeps the result as the one fresh instances restore.
     fn take_snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
         let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
+        // The checkpoint writes it to the changelog keyed by operator and task, which is the
+        // state prefix less its last byte.
+        let bytes = changelog_record_size(self.state_mut().key_prefix_len().saturating_sub(1), snapshot.len());
+        let limit = &self.limits.max_state_record;
+        if bytes > limit.bytes {
+            let kind = ErrorKind::StateTooLarge { write: "snapshot".into(), bytes, limit: Box::new(limit.clone()) };
+            return Err(self.fail(Call::Snapshot, None, kind));
+        }
         self.snapshot = snapshot.clone();
         Ok(snapshot)
     }
@@ -335,7 +343,13 @@ impl Operator {
         };
         let mut store = Box::new(Store::new(
             self.component.pre.engine(),
-            HostState::new(self.name.clone(), MemoryLimiter::new(&self.limits), state, timers),
+            HostState::new(
+                self.name.clone(),
+                MemoryLimiter::new(&self.limits),
+                self.limits.max_state_record.clone(),
+                state,
+                timers,
+            ),
         ));
         store.limiter(|host| &mut host.limiter);
         let started = metered(&mut store, &self.limits, |store| {
@@ -429,6 +443,9 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
         return match host {
             HostTrap::DeadlineExceeded => deadline,
             HostTrap::State(e) => ErrorKind::State(crate::state::StateError { message: e.message.clone() }),
+            HostTrap::StateTooLarge { write, bytes, limit } => {
+                ErrorKind::StateTooLarge { write: write.clone(), bytes: *bytes, limit: limit.clone() }
+            }
         };
     }
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {

@@ -18,6 +18,7 @@
 //! | `connect` | tries a TCP connection to `127.0.0.1:9092` through `wasi:sockets`, emits `connect: ok` or `connect: err: <error>` |
 //! | `env` | emits `env: <number of environment variables>` |
 //! | `fill` | stores 64 KiB of state under the key `fill-<offset>` (state quota), then forwards the record |
+//! | `store:<k>:<v>` | stores a value of `<v>` bytes under a key of `<k>` bytes (changelog record limit), emits `stored <k>:<v>` |
 //! | `timer:<event\|processing>:<ms>` | registers a timer for the record's key on that clock at `<ms>`, emits `watermark: <the timers.watermark import's answer>` |
 //! | `cancel:<event\|processing>:<ms>` | cancels that timer of the record's key, emits nothing |
 //! | anything else | forwards the record unchanged |
@@ -148,6 +149,14 @@ impl Transform for Misbehave {
             "fill" => {
                 state::put(format!("fill-{offset}"), vec![0u8; 64 << 10]);
                 out.forward(record);
+            }
+            word if word.starts_with("store:") => {
+                let mut sizes = word.split(':').skip(1).map(|size| size.parse::<usize>().ok());
+                let (Some(Some(key)), Some(Some(value))) = (sizes.next(), sizes.next()) else {
+                    return Err(TransformError::new(format!("misbehave: bad store word {word}")));
+                };
+                state::put(vec![b'k'; key], vec![b's'; value]);
+                out.emit(reply(record, format!("stored {key}:{value}")));
             }
             word if word.starts_with("timer:") || word.starts_with("cancel:") => {
                 let mut parts = word.split(':');
