@@ -189,15 +189,17 @@ async fn the_sink_topics_max_message_bytes_is_checked_too() {
     assert!(error.contains(&setting), "{error}");
 }
 
-/// Runs `input` (values) through misbehave under `on_error`; its `store:<k>:<v>` words write
-/// state of those sizes.
-async fn storing(prefix: &str, on_error: &str, input: &[&str]) -> TestPipeline {
+/// A pipeline of misbehave under `on_error`, whose `store:<k>:<v>` words write state of those
+/// sizes.
+fn storing(prefix: &str, on_error: &str) -> TestPipeline {
     let mut spec = Spec::new("misbehave");
     spec.transform = format!("on_error = \"{on_error}\"");
-    let pipeline = TestPipeline::new(prefix, &spec);
-    let input: Vec<_> = input.iter().map(|v| RawRecord::value(*v)).collect();
+    TestPipeline::new(prefix, &spec)
+}
+
+async fn produce_values(pipeline: &TestPipeline, values: &[&str]) {
+    let input: Vec<_> = values.iter().map(|v| RawRecord::value(*v)).collect();
     produce_raw(&pipeline.source, &input, None).await;
-    pipeline
 }
 
 /// The dead letters' `weir.error` headers.
@@ -210,16 +212,21 @@ fn dead_letter_errors(letters: &[ReadRecord]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn state_writes_too_large_for_the_changelog_are_dead_lettered_and_the_rest_commits() {
-    // Too large by its value; by its key (the value alone fits); then one that fits.
-    let by_value = format!("store:1:{PRODUCER_LIMIT}");
-    let by_key = format!("store:{PRODUCER_LIMIT}:1");
-    let input = ["v0", &by_value, "v1", &by_key, "v2", "store:3:100", "v3"];
-    let pipeline = storing("weir-big-state", "dead-letter", &input).await;
+    let pipeline = storing("weir-big-state", "dead-letter");
+    // The largest value under a 1-byte key whose changelog record fits the producer's limit:
+    // 36 bytes of record overhead, the entry byte, misbehave's state prefix
+    // (`misbehave\0<topic>\0<partition: 4 bytes>\0`) and the key.
+    let fits = PRODUCER_LIMIT - 36 - 1 - ("misbehave".len() + pipeline.source.len() + 7) - 1;
+    // Too large by one byte of value; by its key (the value alone fits); then the largest that fits.
+    let (over, by_key, exact) =
+        (format!("store:1:{}", fits + 1), format!("store:{PRODUCER_LIMIT}:1"), format!("store:1:{fits}"));
+    produce_values(&pipeline, &["v0", &over, "v1", &by_key, "v2", &exact, "v3"]).await;
     let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, 5, &[]);
 
     let output = read_raw(&pipeline.sink, 1, 5, RUN_TIMEOUT);
-    let want: Vec<Vec<u8>> = ["v0", "v1", "v2", "stored 3:100", "v3"].map(|v| v.as_bytes().to_vec()).to_vec();
+    let stored = format!("stored 1:{fits}");
+    let want: Vec<Vec<u8>> = ["v0", "v1", "v2", &stored, "v3"].map(|v| v.as_bytes().to_vec()).to_vec();
     assert_eq!(values(&output), want, "the other records commit, once, in order");
     let dead = read_raw(&pipeline.dead_letters, 1, 2, RUN_TIMEOUT);
     assert_eq!(dead.len(), 2, "each too-large write is dead-lettered once");
@@ -228,26 +235,30 @@ async fn state_writes_too_large_for_the_changelog_are_dead_lettered_and_the_rest
         assert!(error.contains("too large for the changelog") && error.contains("message.max.bytes"), "{error}");
         assert_eq!(header_value(letter, "weir.offset"), Some(offset.to_string().as_bytes()));
     }
-    assert!(errors[0].contains("state value of key `k`"), "{}", errors[0]);
+    let over_by_one = format!("state value of key `k` is too large for the changelog: {} bytes", PRODUCER_LIMIT + 1);
+    assert!(errors[0].contains(&over_by_one), "{}", errors[0]);
     assert!(errors[1].contains(&format!("… ({PRODUCER_LIMIT} bytes)")), "names the key's size: {}", errors[1]);
 
-    // Through the broker: the changelog holds the write that fits and neither of the others.
-    let changelog = read_raw(&format!("{}-changelog", pipeline.name), 1, usize::MAX, Duration::from_secs(5));
-    let state_value = |record: &ReadRecord| record.record.value.as_ref().map_or(0, Vec::len);
-    assert!(
-        changelog.iter().any(|r| r.record.key.as_ref().is_some_and(|k| k.ends_with(b"\0kkk")) && state_value(r) == 100)
-    );
-    assert!(
-        changelog
-            .iter()
-            .all(|r| state_value(r) < PRODUCER_LIMIT && r.record.key.as_ref().map_or(0, Vec::len) < PRODUCER_LIMIT)
-    );
+    // Through the broker: the value that fits exactly is in the changelog.
+    let started = std::time::Instant::now();
+    loop {
+        let changelog = read_raw(&format!("{}-changelog", pipeline.name), 1, usize::MAX, Duration::from_secs(3));
+        let exact_write = |r: &ReadRecord| {
+            r.record.key.as_ref().is_some_and(|k| k.ends_with(b"\0k"))
+                && r.record.value.as_ref().is_some_and(|v| v.len() == fits)
+        };
+        if changelog.iter().any(exact_write) {
+            break;
+        }
+        assert!(started.elapsed() < RUN_TIMEOUT, "the changelog has no value of {fits} bytes under key `k`");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_state_write_too_large_under_fail_stops_the_pipeline_naming_record_limit_and_setting() {
     let too_large = format!("store:1:{PRODUCER_LIMIT}");
-    let pipeline = storing("weir-big-state-fail", "fail", &["v0", "v1", "v2", "v3", &too_large, "after"]).await;
+    let pipeline = storing("weir-big-state-fail", "fail");
+    produce_values(&pipeline, &["v0", "v1", "v2", "v3", &too_large, "after"]).await;
     let mut child = pipeline.spawn(&[]);
     let status = wait_exit(&mut child, Duration::from_secs(90));
     let log = pipeline.log_text();
@@ -265,7 +276,8 @@ async fn a_state_write_too_large_under_fail_stops_the_pipeline_naming_record_lim
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_changelog_topics_max_message_bytes_is_checked_too() {
-    let pipeline = storing("weir-changelog-limit", "dead-letter", &["v0", "store:1:30000", "v1"]).await;
+    let pipeline = storing("weir-changelog-limit", "dead-letter");
+    produce_values(&pipeline, &["v0", "store:1:30000", "v1"]).await;
     // The changelog topic exists already, with a limit below the producer's.
     let changelog = format!("{}-changelog", pipeline.name);
     let admin: AdminClient<DefaultClientContext> =

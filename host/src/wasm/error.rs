@@ -162,11 +162,12 @@ pub enum ErrorKind {
         /// The limit in force and the setting behind it (boxed: errors stay small).
         limit: Box<super::RecordLimit>,
     },
-    /// A state write, timer or snapshot makes a changelog record larger than the changelog can
-    /// take ([`super::OperatorLimits::max_state_record`]): the checkpoint could never commit it.
+    /// A call's state write or timer, or a snapshot, makes a changelog record larger than the
+    /// changelog can take ([`super::OperatorLimits::max_state_record`]): the checkpoint could
+    /// never commit it.
     /// Retrying cannot help: the same input writes the same state.
     #[error(
-        "{write} is too large for the changelog: {bytes} bytes as its changelog record (the key with Weir's operator and task prefix, the value and record overhead), over the limit of {} bytes set by {}; raise that limit, or keep smaller values (split a large one over several keys)",
+        "{write} is too large for the changelog: {bytes} bytes as its changelog record (the key with Weir's operator and task prefix, the value and record overhead), over the limit of {} bytes set by {}; raise that limit, or keep smaller keys and values (split a large value over several keys)",
         limit.bytes,
         limit.setting
     )]
@@ -249,6 +250,4 @@ pub(crate) enum HostTrap {
     DeadlineExceeded,
     #[error(transparent)]
     State(#[from] StateError),
-    #[error("a state write too large for the changelog")]
-    StateTooLarge { write: Box<str>, bytes: usize, limit: Box<super::RecordLimit> },
 }

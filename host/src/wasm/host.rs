@@ -11,11 +11,11 @@ use super::Level;
 use super::bindings::current::weir::transform::{log, state, timers, types};
 use super::bindings::v0_1::weir::transform as v0_1;
 use super::blocking::BoundedIo;
-use super::error::HostTrap;
+use super::error::{ErrorKind, HostTrap};
 use super::guest_log::{GuestLog, GuestStream};
 use super::limits::{MemoryLimiter, RecordLimit, changelog_record_size};
 use crate::state::StateStore;
-use crate::time::{Clock, timer_key};
+use crate::time::{Clock, parse_timer_key, timer_key};
 
 /// Largest `limit` a guest may pass to `scan-prefix`, to bound one call's result.
 const MAX_SCAN_LIMIT: usize = 10_000;
@@ -78,12 +78,49 @@ impl HostState {
 
     /// Applies the current call's writes and timers to the operator's stores. Both stores write
     /// into the task's in-memory epoch overlay, so they take effect together.
-    pub(crate) fn commit_writes(&mut self) -> Result<(), crate::state::StateError> {
+    ///
+    /// # Errors
+    /// [`ErrorKind::StateTooLarge`] when a write would make a changelog record larger than
+    /// [`super::OperatorLimits::max_state_record`] (then nothing is applied): the checkpoint
+    /// could never commit it, so the call fails instead. Checked here rather than at each
+    /// `put`, because only the call's last write of a key reaches the changelog, whether or not
+    /// the guest's SDK buffers its writes. [`ErrorKind::State`] when a store fails.
+    pub(crate) fn commit_writes(&mut self) -> Result<(), ErrorKind> {
+        self.check_record_sizes()?;
         if !self.writes.is_empty() {
-            self.state.write(std::mem::take(&mut self.writes).into_iter().collect())?;
+            self.state.write(std::mem::take(&mut self.writes).into_iter().collect()).map_err(ErrorKind::State)?;
         }
         if !self.timer_writes.is_empty() {
-            self.timers.write(std::mem::take(&mut self.timer_writes).into_iter().collect())?;
+            self.timers
+                .write(std::mem::take(&mut self.timer_writes).into_iter().collect())
+                .map_err(ErrorKind::State)?;
+        }
+        Ok(())
+    }
+
+    /// The first of the call's writes and timers whose changelog record is over the limit.
+    fn check_record_sizes(&self) -> Result<(), ErrorKind> {
+        let limit = &self.max_state_record;
+        let too_large = |write: String, bytes| ErrorKind::StateTooLarge {
+            write: write.into(),
+            bytes,
+            limit: Box::new(limit.clone()),
+        };
+        for (key, value) in &self.writes {
+            let bytes =
+                changelog_record_size(self.state.key_prefix_len() + key.len(), value.as_ref().map_or(0, Vec::len));
+            if bytes > limit.bytes {
+                let what = if value.is_some() { "state value" } else { "state delete" };
+                return Err(too_large(format!("{what} of key `{}`", show_key(key)), bytes));
+            }
+        }
+        for (timer, registered) in &self.timer_writes {
+            let bytes = changelog_record_size(self.timers.key_prefix_len() + timer.len(), 0);
+            if bytes > limit.bytes {
+                let key = parse_timer_key(timer).map_or(&timer[..], |(_, _, key)| key);
+                let what = if registered.is_some() { "timer" } else { "timer removal" };
+                return Err(too_large(format!("{what} of key `{}`", show_key(key)), bytes));
+            }
         }
         Ok(())
     }
@@ -97,23 +134,6 @@ impl HostState {
     /// The resource table with the current call's deadline, for the bounded WASI waits.
     pub(crate) fn bounded_io(&mut self) -> BoundedIo<'_> {
         BoundedIo { table: &mut self.table, deadline: self.deadline }
-    }
-
-    /// Traps a write whose changelog record would be larger than the changelog can take: the
-    /// checkpoint could never commit it, so the call that wrote it fails instead. `stored_key` is
-    /// the key's length as its store keeps it (with the store's prefix), `value` the value's
-    /// length (0 for a delete); `write` names it for the message.
-    fn check_record_size(
-        &self,
-        write: impl FnOnce() -> Box<str>,
-        stored_key: usize,
-        value: usize,
-    ) -> wasmtime::Result<()> {
-        let bytes = changelog_record_size(stored_key, value);
-        if bytes <= self.max_state_record.bytes {
-            return Ok(());
-        }
-        Err(HostTrap::StateTooLarge { write: write(), bytes, limit: Box::new(self.max_state_record.clone()) }.into())
     }
 
     fn check_deadline(&self) -> wasmtime::Result<()> {
@@ -143,16 +163,12 @@ impl state::Host for HostState {
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
         self.check_deadline()?;
-        let stored_key = self.state.key_prefix_len() + key.len();
-        self.check_record_size(|| format!("state value of key `{}`", show_key(&key)).into(), stored_key, value.len())?;
         self.writes.insert(key, Some(value));
         Ok(())
     }
 
     fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
         self.check_deadline()?;
-        let stored_key = self.state.key_prefix_len() + key.len();
-        self.check_record_size(|| format!("state delete of key `{}`", show_key(&key)).into(), stored_key, 0)?;
         self.writes.insert(key, None);
         Ok(())
     }
@@ -173,19 +189,13 @@ impl state::Host for HostState {
 impl timers::Host for HostState {
     fn register(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
         self.check_deadline()?;
-        let timer = timer_key(clock(domain), time, &key);
-        let stored_key = self.timers.key_prefix_len() + timer.len();
-        self.check_record_size(|| format!("timer of key `{}`", show_key(&key)).into(), stored_key, 0)?;
-        self.timer_writes.insert(timer, Some(Vec::new()));
+        self.timer_writes.insert(timer_key(clock(domain), time, &key), Some(Vec::new()));
         Ok(())
     }
 
     fn cancel(&mut self, key: Vec<u8>, time: i64, domain: types::TimeDomain) -> wasmtime::Result<()> {
         self.check_deadline()?;
-        let timer = timer_key(clock(domain), time, &key);
-        let stored_key = self.timers.key_prefix_len() + timer.len();
-        self.check_record_size(|| format!("timer cancel of key `{}`", show_key(&key)).into(), stored_key, 0)?;
-        self.timer_writes.insert(timer, None);
+        self.timer_writes.insert(timer_key(clock(domain), time, &key), None);
         Ok(())
     }
 

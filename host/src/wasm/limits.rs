@@ -194,4 +194,31 @@ mod tests {
         assert_eq!(record_size(&record(None, None, vec![header("", 0)])), 36 + 2);
         assert_eq!(record_size(&record(None, None, vec![Header { key: "a".into(), value: None }])), 36 + 1 + 1 + 1);
     }
+
+    /// The size the host checks a state write by is the size of the record the checkpoint
+    /// writes for it, for a put, a delete (a tombstone) and a snapshot.
+    #[test]
+    fn changelog_record_size_is_the_size_of_the_changelog_record() {
+        use crate::state::{ChangelogEntry, state_prefix};
+        use crate::types::TaskId;
+
+        let task = TaskId { topic: "flights".into(), partition: 3 };
+        let prefix = state_prefix("flight-delays", &task);
+        let as_output = |(key, value): (Vec<u8>, Option<Vec<u8>>)| OutputRecord {
+            key: Some(key),
+            value,
+            headers: Vec::new(),
+            timestamp: None,
+            output: None,
+        };
+        let full_key = [&prefix[..], b"EWR|UA"].concat();
+        for value in [Some(vec![7; 100]), None] {
+            let len = value.as_ref().map_or(0, Vec::len);
+            let entry = ChangelogEntry::State { key: full_key.clone(), value };
+            assert_eq!(changelog_record_size(full_key.len(), len), record_size(&as_output(entry.encode())));
+        }
+        // A snapshot is keyed by operator and task: the state prefix less its last byte.
+        let snapshot = ChangelogEntry::Snapshot { operator: "flight-delays".into(), task, bytes: vec![1; 50] };
+        assert_eq!(changelog_record_size(prefix.len() - 1, 50), record_size(&as_output(snapshot.encode())));
+    }
 }

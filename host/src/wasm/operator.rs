@@ -135,7 +135,7 @@ impl Operator {
             let Instance::Live { store, .. } = &mut self.instance else {
                 unreachable!("this is a bug in Weir: the instance is live after a successful call")
             };
-            store.data_mut().commit_writes().map_err(ErrorKind::State).map(|()| outputs)
+            store.data_mut().commit_writes().map(|()| outputs)
         });
         result.map_err(|kind| self.fail(Call::Process, offsets, kind))
     }
@@ -202,7 +202,7 @@ impl Operator {
             for output in &mut outputs {
                 output.timestamp = output.timestamp.or(last);
             }
-            store.data_mut().commit_writes().map_err(ErrorKind::State).map(|()| outputs)
+            store.data_mut().commit_writes().map(|()| outputs)
         });
         result.map_err(|kind| self.fail(Call::OnTimer, None, kind))
     }
@@ -443,9 +443,6 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
         return match host {
             HostTrap::DeadlineExceeded => deadline,
             HostTrap::State(e) => ErrorKind::State(crate::state::StateError { message: e.message.clone() }),
-            HostTrap::StateTooLarge { write, bytes, limit } => {
-                ErrorKind::StateTooLarge { write: write.clone(), bytes: *bytes, limit: limit.clone() }
-            }
         };
     }
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
