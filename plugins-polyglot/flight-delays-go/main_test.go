@@ -85,7 +85,7 @@ func TestBadRecordsFailWithTheirOffset(t *testing.T) {
 		{flightJSON("EWR", "UA", "2.5"), "not a whole number"},
 		{flightJSON("EWR", "UA", "true"), "not a number or null"},
 		{"nope", "not JSON"},
-		// Text fastjson's parser would take, which is not JSON: the value is validated first.
+		// Text a lenient parser would take, which is not JSON: the whole value is validated.
 		{`{"origin":"EWR","carrier":"UA","dep_delay":NaN}`, "not JSON"},
 		{`{"origin":"EWR","carrier":"UA","dep_delay":1-2}`, "not JSON"},
 		{"{\"origin\":\"EWR\",\"carrier\":\"U\xffA\"}", "not UTF-8"},
@@ -140,7 +140,7 @@ func TestOriginAndCarrierAreWrittenAsJSONStrings(t *testing.T) {
 }
 
 // The fields are read as serde_json (the Rust plugin) and encoding/json (this port before
-// fastjson) read them: bytes that are not UTF-8 outside them do not matter, the last of a name
+// weir.ReadFields) read them: bytes that are not UTF-8 outside them do not matter, the last of a name
 // given twice counts, a lone surrogate escape is U+FFFD, and messages quote values as written.
 func TestFieldsAreReadAsEncodingJSONReadThem(t *testing.T) {
 	accepted := []struct{ value, output string }{
