@@ -139,8 +139,8 @@ func TestOriginAndCarrierAreWrittenAsJSONStrings(t *testing.T) {
 	}
 }
 
-// The fields are read as serde_json (the Rust plugin) and encoding/json (this port before
-// weir.ReadFields) read them: bytes that are not UTF-8 outside them do not matter, the last of a name
+// The fields are read as serde_json (the Rust plugin) and encoding/json (this port's first
+// reader) read them: bytes that are not UTF-8 outside them do not matter, the last of a name
 // given twice counts, a lone surrogate escape is U+FFFD, and messages quote values as written.
 func TestFieldsAreReadAsEncodingJSONReadThem(t *testing.T) {
 	accepted := []struct{ value, output string }{
