@@ -42,18 +42,18 @@ impl Random {
 /// runner's, whose commit must then fail.
 fn wait_until_running(pipeline: &TestPipeline) {
     let started = Instant::now();
-    loop {
-        let log = pipeline.log_text();
-        // The log holds every process of the run: only a checkpoint of the current process,
-        // after its last failure, counts (a respawned process is not running yet because the
-        // killed one was).
-        let since = log.rfind("pipeline failed").max(log.rfind("weir::cli::run: starting"));
-        if log.rfind("checkpoint committed") > since {
-            return;
-        }
-        assert!(started.elapsed() < GRACE, "weir run did not get to its loop; log:\n{log}");
+    while !running(&pipeline.log_text()) {
+        assert!(started.elapsed() < GRACE, "weir run did not get to its loop; log:\n{}", pipeline.log_text());
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Whether `log` ends in the loop: its last lifecycle line is a committed checkpoint. The log
+/// holds every process of the run: only a checkpoint of the current process, after its last
+/// failure, counts (a respawned process is not running yet because the killed one was).
+fn running(log: &str) -> bool {
+    let since = log.rfind("pipeline failed").max(log.rfind("weir::cli::run: starting"));
+    log.rfind("checkpoint committed") > since
 }
 
 /// Forces a transaction timeout and its replay: freezes `weir run` (SIGSTOP) and, when the broker
@@ -69,8 +69,9 @@ fn force_transaction_timeout(pipeline: &TestPipeline, child: &Child) -> u32 {
         std::thread::sleep(Duration::from_millis(500));
         let before = pipeline.log_text().len();
         signal(child, "STOP");
-        if pipeline.log_text()[before..].contains("pipeline failed") {
-            // It failed just before the freeze: an open transaction now is a dead runner's.
+        if !running(&pipeline.log_text()) {
+            // It failed since it was seen running (in the pause above, or just before the
+            // freeze): an open transaction now is a dead runner's, which the next start fences.
             signal(child, "CONT");
             continue;
         }
