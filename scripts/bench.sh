@@ -101,7 +101,8 @@ field() {
 requested=${BENCH_SYSTEMS:-}
 requested=${requested//,/ }
 for name in $requested; do
-    printf '%s\n' "${systems[@]}" | grep -q "^$name |" || die "unknown system $name in BENCH_SYSTEMS"
+    # grep > /dev/null, not grep -q: under pipefail an early exit fails printf with SIGPIPE.
+    printf '%s\n' "${systems[@]}" | grep "^$name |" > /dev/null || die "unknown system $name in BENCH_SYSTEMS"
 done
 
 # At exit: stop the scraper and a broker this script started.
@@ -142,7 +143,7 @@ done
 ((${#selected[@]})) || die "no system to run"
 
 # The metrics systems are scraped ten times as often as Prometheus' usual 1 s minimum.
-if printf '%s\n' "${selected[@]}" | grep -q -- '-metrics |'; then
+if printf '%s\n' "${selected[@]}" | grep -- '-metrics |' > /dev/null; then
     (while :; do
         curl -s -o /dev/null "http://127.0.0.1:$metrics_port/metrics" || true
         curl -s -o /dev/null "http://127.0.0.1:$metrics_port/api/pipelines" || true

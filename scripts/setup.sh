@@ -115,7 +115,7 @@ weir_serve() {
 
 # Whether rustup's wasm32-wasip2 target is installed (then no Debian wasm toolchain is needed).
 weir_rustup_wasm() {
-    command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2
+    command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -x wasm32-wasip2 > /dev/null
 }
 
 # weir_version_at_least VERSION MINIMUM: whether VERSION (empty when the tool is missing) is at
