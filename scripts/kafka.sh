@@ -152,7 +152,7 @@ tool_java_cmd() {
 is_our_broker() {
     local pid=$1
     [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
-    tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | grep -qF -- "kafka.Kafka $PROPS_FILE"
+    tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | grep -F -- "kafka.Kafka $PROPS_FILE" > /dev/null
 }
 
 # Sets BROKER_PID and returns 0 if the pid file names our live broker.

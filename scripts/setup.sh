@@ -81,7 +81,7 @@ weir_setup() {
         esac
     done
     for package in "${packages[@]}"; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep 'install ok installed' > /dev/null || missing+=("$package")
     done
     if ((${#missing[@]})); then
         weir_apt_install "${missing[@]}" || return 1
