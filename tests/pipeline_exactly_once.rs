@@ -97,6 +97,33 @@ async fn a_transaction_the_broker_aborts_on_timeout_is_replayed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_stop_that_meets_a_checkpoint_the_broker_aborts_exits_cleanly_and_loses_nothing() {
+    // As above, but SIGTERM comes during the stall: the commit fails after the stop was asked
+    // for. The process recovers once (aborting the epoch) and exits 0; the restart replays it.
+    let mut spec = Spec::new("flight-delays");
+    spec.sink = "transaction_timeout_ms = 3000".into();
+    spec.checkpoint = "interval_ms = 200\ntimeout_ms = 2000".into();
+    let pipeline = TestPipeline::new("weir-stop-abort", &spec);
+    let rows = flight_rows(4_000);
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let mut child = pipeline.spawn(&[("WEIR_FAULT", "after-pre-commit@2:sleep=8000")]);
+    pipeline.wait_for_log("WEIR_FAULT: stalling", RUN_TIMEOUT);
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    let log = pipeline.log_text();
+    assert!(status.success(), "a stop exits 0 even when its last checkpoint failed; log:\n{log}");
+    assert!(log.contains("failed while stopping"), "the commit failed after the stop was asked for; log:\n{log}");
+    // The broker holds the stalled epoch's records, and read_committed sees none of them.
+    let mut uncommitted = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadUncommitted);
+    assert!(uncommitted.read_until(1, Duration::from_secs(10)) > 0, "the epoch's records were written");
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    assert_eq!(reader.drain(Duration::from_secs(2)), 0, "the failed epoch was aborted");
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn read_uncommitted_sees_an_open_epoch_that_read_committed_does_not() {
     let pipeline = TestPipeline::new("weir-iso", &Spec::new("passthrough"));
     let input = keyed(&flight_rows(2_000));

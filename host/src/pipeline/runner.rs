@@ -111,7 +111,10 @@ pub fn check_instance(instance: &str) -> Result<(), String> {
 /// see [`OperatorLimits::stop`]).
 ///
 /// Retriable failures ([`PipelineError::is_retriable`]) run recovery again after an
-/// exponential back-off (1 s doubling to 30 s), logging each attempt.
+/// exponential back-off (1 s doubling to 30 s), logging each attempt. Once `shutdown` is set, a
+/// retriable failure runs recovery once, without back-off, to abort the open transaction, and
+/// the stop then ends with `Ok`: the aborted epoch's records are processed again at the next
+/// start (or by the partitions' next owner).
 ///
 /// # Errors
 /// A failure that needs a human: invalid configuration, a missing topic, a refused start-up
@@ -135,6 +138,7 @@ pub fn run(
         .inspect_err(|error| metrics.failed(error, false))?;
     let mut backoff = Duration::from_secs(1);
     let mut repeated: Option<(String, u32)> = None;
+    let mut stop_recovery = false;
     loop {
         let attempt = Instant::now();
         metrics.set_state(PipelineState::Starting);
@@ -153,6 +157,15 @@ pub fn run(
                 tracing::info!(pipeline = %config.name, "stopped during a record-by-record replay; the open epoch was aborted and is processed again at the next start");
                 metrics.set_state(PipelineState::Stopped);
                 return Ok(());
+            }
+            Err(error) if error.is_retriable() && shutdown.load(Ordering::Relaxed) && !stop_recovery => {
+                // A stop that meets a failure (a checkpoint the broker aborted, a rebalance that
+                // fenced it) still ends cleanly: one recovery, which does not rejoin the group,
+                // aborts the open transaction at once rather than at the broker's
+                // `transaction.timeout.ms`, so the partitions' next owner is not held up.
+                metrics.failed(&error, true);
+                tracing::warn!(pipeline = %config.name, %error, "failed while stopping; recovering once to abort the open epoch, which is processed again at the next start");
+                stop_recovery = true;
             }
             Err(error)
                 if error.is_retriable()
