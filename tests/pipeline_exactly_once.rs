@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use weir_tests::admin::open_transaction_in;
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{
     RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, keyed, produce, run_to_completion, wait_exit,
@@ -99,7 +100,9 @@ async fn a_transaction_the_broker_aborts_on_timeout_is_replayed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stop_that_meets_a_checkpoint_the_broker_aborts_exits_cleanly_and_loses_nothing() {
     // As above, but SIGTERM comes during the stall: the commit fails after the stop was asked
-    // for. The process recovers once (aborting the epoch) and exits 0; the restart replays it.
+    // for. The process aborts the epoch's transaction and exits 0; the restart replays it. (The
+    // broker aborted it first here, on its timeout; after a rebalance's fencing the stop's own
+    // abort is what frees the partitions' next owner, but a test cannot time that race.)
     let mut spec = Spec::new("flight-delays");
     spec.sink = "transaction_timeout_ms = 3000".into();
     spec.checkpoint = "interval_ms = 200\ntimeout_ms = 2000".into();
@@ -108,10 +111,13 @@ async fn a_stop_that_meets_a_checkpoint_the_broker_aborts_exits_cleanly_and_lose
     produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
     let mut child = pipeline.spawn(&[("WEIR_FAULT", "after-pre-commit@2:sleep=8000")]);
     pipeline.wait_for_log("WEIR_FAULT: stalling", RUN_TIMEOUT);
+    assert!(open_transaction_in(&pipeline.sink, PARTITIONS), "the stalled epoch's transaction is open");
     let status = pipeline.stop(&mut child, Duration::from_secs(60));
     let log = pipeline.log_text();
     assert!(status.success(), "a stop exits 0 even when its last checkpoint failed; log:\n{log}");
     assert!(log.contains("failed while stopping"), "the commit failed after the stop was asked for; log:\n{log}");
+    assert!(log.contains("stopped after aborting"), "{log}");
+    assert!(!open_transaction_in(&pipeline.sink, PARTITIONS), "no transaction is left open");
     // The broker holds the stalled epoch's records, and read_committed sees none of them.
     let mut uncommitted = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadUncommitted);
     assert!(uncommitted.read_until(1, Duration::from_secs(10)) > 0, "the epoch's records were written");

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use weir_tests::Isolation;
-use weir_tests::admin::{delete_group, watermarks};
+use weir_tests::admin::{delete_group, open_transaction_in};
 use weir_tests::pipeline::{Reader, Spec, TestPipeline, crash_while_feeding, run_to_completion};
 
 const PARTITIONS: i32 = 2;
@@ -24,11 +24,6 @@ fn counts(reader: &Reader) -> BTreeMap<String, usize> {
         *counts.entry(record.value.clone().unwrap_or_default()).or_default() += 1;
     }
     counts
-}
-
-/// Whether a read_committed reader of `topic` is held back by an open transaction.
-fn open_transaction_in(topic: &str) -> bool {
-    (0..PARTITIONS).any(|p| watermarks(topic, p, "read_committed").1 < watermarks(topic, p, "read_uncommitted").1)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -63,13 +58,13 @@ async fn an_open_transaction_is_fenced_and_replayed_after_a_switch_to_at_least_o
     // Checkpoint 3's changelog, output and offsets are in its open transaction, never committed.
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     crash_while_feeding(&pipeline, PARTITIONS, &input, "after-pre-commit@3", &mut reader).await;
-    assert!(open_transaction_in(&pipeline.sink), "the crashed run left its transaction open");
+    assert!(open_transaction_in(&pipeline.sink, PARTITIONS), "the crashed run left its transaction open");
 
     pipeline.set("sink", "guarantee = \"at-least-once\"");
     run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
     let log = pipeline.log_text();
-    assert!(!open_transaction_in(&pipeline.sink), "the restart fenced the open transaction");
+    assert!(!open_transaction_in(&pipeline.sink, PARTITIONS), "the restart fenced the open transaction");
     let counts = counts(&reader);
     assert_eq!(counts.len(), input.len(), "no record of the aborted checkpoint is lost; log:\n{log}");
 }
@@ -83,14 +78,14 @@ async fn fewer_producer_slots_after_a_crash_still_fence_the_slot_left_open() {
     // Epoch 5 runs on slot 5 mod 3 = 2, the slot that two slots no longer name.
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     crash_while_feeding(&pipeline, PARTITIONS, &input, "after-pre-commit@5", &mut reader).await;
-    assert!(open_transaction_in(&pipeline.sink), "the crashed run left slot 2's transaction open");
+    assert!(open_transaction_in(&pipeline.sink, PARTITIONS), "the crashed run left slot 2's transaction open");
 
     let text = std::fs::read_to_string(&pipeline.file).unwrap().replace("producer_slots = 3", "producer_slots = 2");
     std::fs::write(&pipeline.file, text).unwrap();
     run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
     assert!(pipeline.log_text().contains("fencing a producer an earlier run used"), "{}", pipeline.log_text());
-    assert!(!open_transaction_in(&pipeline.sink));
+    assert!(!open_transaction_in(&pipeline.sink, PARTITIONS));
     let counts = counts(&reader);
     assert_eq!(counts.len(), input.len());
     assert!(counts.values().all(|n| *n == 1), "exactly once");

@@ -143,3 +143,9 @@ pub fn watermarks(topic: &str, partition: i32, isolation_level: &str) -> (i64, i
         .expect("consumer");
     consumer.fetch_watermarks(topic, partition, TIMEOUT).expect("watermarks")
 }
+
+/// Whether a read_committed reader of `topic` (partitions `0..partitions`) is held back by an
+/// open transaction: a last stable offset below the high watermark.
+pub fn open_transaction_in(topic: &str, partitions: i32) -> bool {
+    (0..partitions).any(|p| watermarks(topic, p, "read_committed").1 < watermarks(topic, p, "read_uncommitted").1)
+}

@@ -111,14 +111,15 @@ pub fn check_instance(instance: &str) -> Result<(), String> {
 /// see [`OperatorLimits::stop`]).
 ///
 /// Retriable failures ([`PipelineError::is_retriable`]) run recovery again after an
-/// exponential back-off (1 s doubling to 30 s), logging each attempt. Once `shutdown` is set, a
-/// retriable failure runs recovery once, without back-off, to abort the open transaction, and
-/// the stop then ends with `Ok`: the aborted epoch's records are processed again at the next
-/// start (or by the partitions' next owner).
+/// exponential back-off (1 s doubling to 30 s), logging each attempt. A retriable failure once
+/// `shutdown` is set ends the run instead, with `Ok`, after aborting the failed epoch's open
+/// transaction (`init_transactions` on the instance's transactional ids, as recovery does): its
+/// records are processed again at the next start, or by the partitions' next owner.
 ///
 /// # Errors
 /// A failure that needs a human: invalid configuration, a missing topic, a refused start-up
-/// check, inconsistent offsets, a state database error, or a transform that cannot load.
+/// check, inconsistent offsets, a state database error, or a transform that cannot load; and
+/// any failure of that abort (a broker that is down).
 pub fn run(
     config: &PipelineConfig,
     engine: &WasmEngine,
@@ -138,7 +139,6 @@ pub fn run(
         .inspect_err(|error| metrics.failed(error, false))?;
     let mut backoff = Duration::from_secs(1);
     let mut repeated: Option<(String, u32)> = None;
-    let mut stop_recovery = false;
     loop {
         let attempt = Instant::now();
         metrics.set_state(PipelineState::Starting);
@@ -148,6 +148,8 @@ pub fn run(
             metrics.set_state(PipelineState::Running);
             runner.run(shutdown)
         });
+        // Read once: a stop that lands between two reads must not skip both arms below.
+        let stopping = shutdown.load(Ordering::Relaxed);
         match result {
             Ok(()) => {
                 metrics.set_state(PipelineState::Stopped);
@@ -158,20 +160,25 @@ pub fn run(
                 metrics.set_state(PipelineState::Stopped);
                 return Ok(());
             }
-            Err(error) if error.is_retriable() && shutdown.load(Ordering::Relaxed) && !stop_recovery => {
-                // A stop that meets a failure (a checkpoint the broker aborted, a rebalance that
-                // fenced it) still ends cleanly: one recovery, which does not rejoin the group,
-                // aborts the open transaction at once rather than at the broker's
-                // `transaction.timeout.ms`, so the partitions' next owner is not held up.
-                metrics.failed(&error, true);
-                tracing::warn!(pipeline = %config.name, %error, "failed while stopping; recovering once to abort the open epoch, which is processed again at the next start");
-                stop_recovery = true;
+            Err(error) if error.is_retriable() && stopping => {
+                // A stop that meets a failure (a commit the broker aborted, a rebalance that
+                // fenced it) still ends cleanly once the failed epoch's transaction is aborted:
+                // now, rather than at the broker's `transaction.timeout.ms`, so that the
+                // partitions' next owner is not held up by it.
+                tracing::warn!(pipeline = %config.name, %error, "failed while stopping; aborting the open transaction");
+                return match abort_open_transactions(config, &instance) {
+                    Ok(()) => {
+                        tracing::info!(pipeline = %config.name, "stopped after aborting the failed epoch's transaction (completing it if its commit had reached the broker); the next start processes what it did not commit");
+                        metrics.set_state(PipelineState::Stopped);
+                        Ok(())
+                    }
+                    Err(abort) => {
+                        metrics.failed(&abort, false);
+                        Err(abort)
+                    }
+                };
             }
-            Err(error)
-                if error.is_retriable()
-                    && !shutdown.load(Ordering::Relaxed)
-                    && !gives_up(&mut repeated, &error, options) =>
-            {
+            Err(error) if error.is_retriable() && !stopping && !gives_up(&mut repeated, &error, options) => {
                 metrics.failed(&error, true);
                 if attempt.elapsed() > MAX_BACKOFF {
                     backoff = Duration::from_secs(1);
@@ -370,15 +377,7 @@ impl<'a> Runner<'a> {
             .map_err(PipelineError::kafka("creating the source consumer"))?;
         let reader = ChangelogReader::new(&config.sink.brokers, &config.sink.producer, changelog.clone())
             .map_err(PipelineError::kafka("creating the changelog reader"))?;
-        let slots = producer_slots(config, instance)?;
-        let current: Vec<String> = slots.iter().filter_map(|s| s.transactional_id.clone()).collect();
-        let earlier = earlier_producers(config, &db, &current)?;
-        let fence: Vec<&ProducerSlot> =
-            slots.iter().filter(|s| s.transactional_id.is_some()).chain(earlier.iter()).collect();
-        protocol::fence(&fence, config.checkpoint.timeout)?;
-        drop(fence);
-        drop(earlier);
-        db.set_transactional_ids(&current)?;
+        let slots = fenced_slots(config, &db, instance)?;
 
         // The pipeline's lineage, which every instance must agree on: the group's offsets name
         // it once a checkpoint committed; before, the state directory's, else the changelog
@@ -1281,6 +1280,28 @@ fn producer_slots(config: &PipelineConfig, instance: &str) -> Result<Vec<Produce
                 .map_err(PipelineError::kafka("creating the sink producer"))?,
         ]),
     }
+}
+
+/// The instance's producer slots, fenced together with the transactional ids earlier runs used
+/// ([`protocol::fence`]: `init_transactions`, KIP-98): the transactions they left open are
+/// aborted, or completed when their commit had reached the broker. Records the slots' ids as
+/// the ones to fence next time.
+fn fenced_slots(config: &PipelineConfig, db: &StateDb, instance: &str) -> Result<Vec<ProducerSlot>, PipelineError> {
+    let slots = producer_slots(config, instance)?;
+    let current: Vec<String> = slots.iter().filter_map(|s| s.transactional_id.clone()).collect();
+    let earlier = earlier_producers(config, db, &current)?;
+    let fence: Vec<&ProducerSlot> =
+        slots.iter().filter(|s| s.transactional_id.is_some()).chain(earlier.iter()).collect();
+    protocol::fence(&fence, config.checkpoint.timeout)?;
+    db.set_transactional_ids(&current)?;
+    Ok(slots)
+}
+
+/// Aborts the open transactions of the instance's producers without the rest of recovery (no
+/// topic checks, no restore, no group join): a stop's way out of a failed epoch.
+fn abort_open_transactions(config: &PipelineConfig, instance: &str) -> Result<(), PipelineError> {
+    let db = StateDb::open(&config.state.dir.join(instance))?;
+    fenced_slots(config, &db, instance).map(drop)
 }
 
 /// The transactional ids that earlier runs used and this configuration does not (another
