@@ -344,6 +344,18 @@ fn reserved_librdkafka_keys_are_refused() {
 }
 
 #[test]
+fn no_output_topic_is_a_source_topic() {
+    let text = MINIMAL.replace("topics = [\"flights\"]", "topics = [\"weather\", \"flights\"]");
+    let (key_path, message) = invalid(parse(&text.replace("topic = \"flight-delays\"", "topic = \"flights\"")));
+    assert_eq!(key_path, "sink.topic");
+    assert!(message.contains("source.topics[1]") && message.contains("read its own output back"), "{message}");
+    let (key_path, message) = invalid(parse(&format!("{text}\n[sink.outputs]\nlate = \"weather\"\n")));
+    assert_eq!(key_path, "sink.outputs.late");
+    assert!(message.contains("source.topics[0]"), "{message}");
+    parse(&format!("{text}\n[sink.outputs]\nlate = \"flights-late\"\n")).expect("an output of its own");
+}
+
+#[test]
 fn dead_letter_needs_a_topic() {
     let (key_path, message) = invalid(parse_with("transforms", "on_error = \"dead-letter\""));
     assert_eq!(key_path, "transforms[0].on_error");

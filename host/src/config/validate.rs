@@ -171,10 +171,26 @@ impl PipelineConfig {
         Ok(())
     }
 
+    /// Refuses an output topic that is also a source topic: the pipeline would read its own
+    /// output back and write it again, for ever.
+    fn check_not_source(&self, key_path: &str, topic: &str) -> Result<(), ConfigError> {
+        match self.source.topics.iter().position(|t| t == topic) {
+            Some(i) => Err(ConfigError::invalid(
+                key_path,
+                format!(
+                    "{topic:?} is also source.topics[{i}]: the pipeline would read its own output back and write it \
+                     again without end; write to another topic"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn validate_sink(&self) -> Result<(), ConfigError> {
         let sink = &self.sink;
         check_not_blank("sink.brokers", &sink.brokers, "or leave it out to use source.brokers")?;
         check_topic("sink.topic", &sink.topic)?;
+        self.check_not_source("sink.topic", &sink.topic)?;
         for (output, topic) in &sink.outputs {
             let mut key_path = String::from("sink.outputs");
             push_key(&mut key_path, output);
@@ -185,6 +201,7 @@ impl PipelineConfig {
                 ));
             }
             check_topic(&key_path, topic)?;
+            self.check_not_source(&key_path, topic)?;
         }
         check_name(
             "sink.transactional_id_prefix",
