@@ -28,10 +28,25 @@ fn main() -> ExitCode {
         // The reader of stdout went away (`weir ... | head`): what it wanted was written.
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", message(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its causes, joined by `: `; a cause that the text already holds is left out
+/// (many errors say their source in their own message, so `{:#}` printed it twice).
+fn message(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain().map(ToString::to_string) {
+        if text.is_empty() {
+            text = cause;
+        } else if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// Whether `error` comes from writing to a pipe whose reader has closed it (EPIPE; Rust ignores
@@ -40,4 +55,18 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error
         .chain()
         .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_is_printed_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        let said = anyhow::Error::new(io()).context(format!("cannot read x.wasm: {}", io()));
+        assert_eq!(message(&said), "cannot read x.wasm: No such file or directory (os error 2)");
+        let unsaid = anyhow::anyhow!("connection refused").context("reading the topic metadata");
+        assert_eq!(message(&unsaid), "reading the topic metadata: connection refused");
+    }
 }

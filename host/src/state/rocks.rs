@@ -109,8 +109,17 @@ impl StateDb {
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         let legacy = has_legacy_pending(&options, dir);
-        let mut db = DB::open_cf_descriptors(&options, dir, column_families(legacy))
-            .map_err(|e| StateError { message: format!("cannot open state database {}: {e}", dir.display()) })?;
+        let mut db = DB::open_cf_descriptors(&options, dir, column_families(legacy)).map_err(|e| {
+            // RocksDB's own words ("While lock file: …/LOCK: Resource temporarily unavailable",
+            // or "lock hold by current process") do not say what to do.
+            let hint = if e.to_string().contains("/LOCK") {
+                "; another process has it open: this pipeline already runs here as this instance \
+                 (stop it, or give each process its own `weir run --instance`)"
+            } else {
+                ""
+            };
+            StateError { message: format!("cannot open state database {}: {e}{hint}", dir.display()) }
+        })?;
         if legacy {
             drop_legacy_pending(&mut db, dir)?;
         }
@@ -810,6 +819,14 @@ mod tests {
         assert_eq!(keys(b"a|", 0), Vec::<Vec<u8>>::new());
         assert_eq!(keys(b"", 10).len(), 6);
         assert_eq!(db.scan_prefix(b"b", 10).unwrap(), vec![(b"b|1".to_vec(), b"b|1".to_vec())]);
+    }
+
+    #[test]
+    fn a_second_writer_is_told_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let _writer = StateDb::open(dir.path()).unwrap();
+        let error = StateDb::open(dir.path()).err().expect("the LOCK file is taken");
+        assert!(error.message.contains("weir run --instance"), "{error}");
     }
 
     #[test]
