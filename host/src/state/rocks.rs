@@ -825,7 +825,7 @@ mod tests {
     fn a_second_writer_is_told_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let _writer = StateDb::open(dir.path()).unwrap();
-        let error = StateDb::open(dir.path()).err().expect("the LOCK file is taken");
+        let Err(error) = StateDb::open(dir.path()) else { panic!("a second writer opened the database") };
         assert!(error.message.contains("weir run --instance"), "{error}");
     }
 
