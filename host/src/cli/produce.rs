@@ -17,8 +17,10 @@ use weir::kafka::{Admin, TopicCheck};
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
-    /// The input: .csv (header row), .jsonl, or a .zip holding one of those. CSV rows become
-    /// JSON objects (header names as fields, `NA` as null, numbers as numbers).
+    /// The input: .csv (header row), .jsonl, or a .zip holding one of those. JSON lines are
+    /// written as they are; CSV rows become JSON objects (header names as fields in their order,
+    /// `NA` and empty cells as null, cells written as JSON numbers as numbers, the rest, `02134`
+    /// too, as strings).
     file: PathBuf,
     /// Target topic; created when missing.
     #[arg(long)]

@@ -36,15 +36,16 @@ pub struct Row {
     pub key: Option<String>,
     /// The row as a JSON value (an object for CSV).
     pub value: Value,
+    /// The record value's bytes, see [`Row::value_bytes`].
+    bytes: Vec<u8>,
 }
 
 impl Row {
-    /// The record value: a JSON string as its text, anything else as JSON text.
+    /// The record value: a JSON string line as its text, any other JSON line as written (not
+    /// re-serialised: numbers and the order of fields stay as they are), a CSV row as
+    /// [`csv_row_text`] writes it.
     pub fn value_bytes(&self) -> Vec<u8> {
-        match &self.value {
-            Value::String(text) => text.clone().into_bytes(),
-            other => other.to_string().into_bytes(),
-        }
+        self.bytes.clone()
     }
 }
 
@@ -112,19 +113,24 @@ pub fn read_rows(
     let format = format.or(implied).ok_or_else(|| FileError::UnknownFormat { path: path.to_owned() })?;
     let parse = |line, reason: String| FileError::Parse { path: path.to_owned(), line, reason };
     let mut count = 0;
-    let mut emit = |value: Value, line: u64| -> Result<(), FileError> {
+    let mut emit = |value: Value, bytes: Vec<u8>, line: u64| -> Result<(), FileError> {
         let key = (!key_fields.is_empty()).then(|| key_of(&value, key_fields));
         count += 1;
-        each(Row { line, key, value }).map_err(|reason| parse(line, reason))
+        each(Row { line, key, value, bytes }).map_err(|reason| parse(line, reason))
     };
     match format {
         Format::Csv => {
             let mut csv = csv::Reader::from_reader(reader);
             let headers = csv.headers().map_err(|e| parse(0, format!("header: {e}")))?.clone();
+            if let Some(name) =
+                headers.iter().enumerate().find_map(|(i, h)| headers.iter().skip(i + 1).find(|o| *o == h))
+            {
+                return Err(parse(0, format!("the header names column {name:?} twice; rename one")));
+            }
             for (index, record) in csv.records().enumerate() {
                 let line = index as u64 + 1;
                 let record = record.map_err(|e| parse(line, e.to_string()))?;
-                emit(csv_row_to_json(&headers, &record), line)?;
+                emit(csv_row_to_json(&headers, &record), csv_row_text(&headers, &record).into_bytes(), line)?;
             }
         }
         Format::Jsonl => {
@@ -134,34 +140,81 @@ pub fn read_rows(
                 if text.trim().is_empty() {
                     continue;
                 }
-                let value = serde_json::from_str(&text).map_err(|e| parse(line, format!("not JSON: {e}")))?;
-                emit(value, line)?;
+                let value: Value = serde_json::from_str(&text).map_err(|e| parse(line, format!("not JSON: {e}")))?;
+                let bytes = match &value {
+                    Value::String(content) => content.clone().into_bytes(),
+                    _ => text.trim().as_bytes().to_vec(),
+                };
+                emit(value, bytes, line)?;
             }
         }
     }
     Ok(count)
 }
 
-/// Converts one CSV row: `NA` and empty cells become `null`, integers and decimals become
-/// JSON numbers, anything else a string.
+/// What a CSV cell becomes in JSON.
+enum Cell<'a> {
+    /// `NA` or empty.
+    Null,
+    /// A cell written as a JSON number (`-3`, `1400.50`, `1e5`; not `02134`, `.5`, `NaN`),
+    /// with its value.
+    Number(&'a str, serde_json::Number),
+    /// Anything else.
+    Text(&'a str),
+}
+
+impl<'a> Cell<'a> {
+    fn of(cell: &'a str) -> Self {
+        if cell.is_empty() || cell == "NA" {
+            return Cell::Null;
+        }
+        // serde_json reads exactly JSON's number grammar (no leading zero, sign or point), and
+        // refuses numbers out of f64's range; surrounding space would be JSON too, but not a
+        // number's text.
+        match serde_json::from_str::<serde_json::Number>(cell) {
+            Ok(number) if cell.trim() == cell => Cell::Number(cell, number),
+            _ => Cell::Text(cell),
+        }
+    }
+}
+
+/// Converts one CSV row: `NA` and empty cells become `null`, cells written as JSON numbers
+/// become numbers, anything else (`02134` too) a string.
 pub fn csv_row_to_json(headers: &csv::StringRecord, record: &csv::StringRecord) -> Value {
     let object: Map<String, Value> = headers
         .iter()
         .zip(record.iter())
         .map(|(name, cell)| {
-            let value = if cell.is_empty() || cell == "NA" {
-                Value::Null
-            } else if let Ok(integer) = cell.parse::<i64>() {
-                Value::from(integer)
-            } else if let Some(number) = cell.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
-                Value::Number(number)
-            } else {
-                Value::String(cell.to_owned())
+            let value = match Cell::of(cell) {
+                Cell::Null => Value::Null,
+                Cell::Number(_, number) => Value::Number(number),
+                Cell::Text(text) => Value::String(text.to_owned()),
             };
             (name.to_owned(), value)
         })
         .collect();
     Value::Object(object)
+}
+
+/// One CSV row as the text of the JSON object [`csv_row_to_json`] returns, with the fields in
+/// the header's order and each number as the file writes it (a value parsed and printed again
+/// can come out otherwise: `12345678901234567890` as `1.2345678901234567e19`).
+pub fn csv_row_text(headers: &csv::StringRecord, record: &csv::StringRecord) -> String {
+    let mut text = String::from("{");
+    for (index, (name, cell)) in headers.iter().zip(record.iter()).enumerate() {
+        if index > 0 {
+            text.push(',');
+        }
+        text.push_str(&Value::from(name).to_string());
+        text.push(':');
+        match Cell::of(cell) {
+            Cell::Null => text.push_str("null"),
+            Cell::Number(written, _) => text.push_str(written),
+            Cell::Text(cell) => text.push_str(&Value::from(cell).to_string()),
+        }
+    }
+    text.push('}');
+    text
 }
 
 fn key_of(value: &Value, fields: &[String]) -> String {
@@ -204,6 +257,40 @@ mod tests {
             csv_row_to_json(&headers, &record),
             serde_json::json!({"dep_delay": -3, "carrier": "UA", "arr_delay": null, "distance": 1400.5, "empty": null})
         );
+    }
+
+    #[test]
+    fn csv_rows_keep_their_text() {
+        let headers = csv::StringRecord::from(vec!["zip", "big", "delay", "point", "name", "nan", "pad"]);
+        let record =
+            csv::StringRecord::from(vec!["02134", "12345678901234567890", "1.50", ".5", "a \"b\"", "NaN", " 7"]);
+        let text = csv_row_text(&headers, &record);
+        assert_eq!(
+            text,
+            r#"{"zip":"02134","big":12345678901234567890,"delay":1.50,"point":".5","name":"a \"b\"","nan":"NaN","pad":" 7"}"#
+        );
+        // The text is the JSON of the value.
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), csv_row_to_json(&headers, &record));
+    }
+
+    #[test]
+    fn json_lines_keep_their_text_and_csv_headers_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = dir.path().join("rows.jsonl");
+        std::fs::write(&lines, "{\"z\":1,\"a\":12.087916294500447,\"d\":123456789012345678901234567890}\n\"plain\"\n")
+            .unwrap();
+        let mut bytes = Vec::new();
+        read_rows(&lines, None, &[], |row| {
+            bytes.push(String::from_utf8(row.value_bytes()).unwrap());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(bytes, ["{\"z\":1,\"a\":12.087916294500447,\"d\":123456789012345678901234567890}", "plain"]);
+
+        let table = dir.path().join("twice.csv");
+        std::fs::write(&table, "a,b,a\n1,2,3\n").unwrap();
+        let error = read_rows(&table, None, &[], |_| Ok(())).unwrap_err().to_string();
+        assert!(error.contains("\"a\" twice"), "{error}");
     }
 
     #[test]
