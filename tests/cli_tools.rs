@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_tests::pipeline::{Reader, Spec, TestPipeline};
+use weir_tests::admin::open_transaction_in;
+use weir_tests::pipeline::{Reader, Spec, TestPipeline, signal};
 use weir_tests::records::{RawRecord, produce_raw, weir_consume as consume};
 use weir_tests::{Isolation, bootstrap, flights_zip, plugin, unique_name, weir_binary};
 
@@ -132,4 +133,36 @@ async fn sigterm_with_records_in_the_open_epoch_commits_and_says_so() {
     assert!(status.success(), "{log}");
     assert!(log.contains("stopped after committing the open epoch"), "{log}");
     assert_eq!(committed.read_until(10, Duration::from_secs(30)), 10);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn txn_abort_refuses_a_running_instance_and_aborts_a_killed_ones_transaction() {
+    let pipeline = slow_pipeline("weir-txn-abort");
+    let input: Vec<_> = (0..10).map(|i| RawRecord::value(format!("v{i}"))).collect();
+    produce_raw(&pipeline.source, &input, None).await;
+    let mut child = pipeline.spawn(&[]);
+    let mut open = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
+    assert_eq!(open.read_until(10, Duration::from_secs(60)), 10, "log:\n{}", pipeline.log_text());
+    assert!(open_transaction_in(&pipeline.sink, 1), "the records are in the open epoch");
+    let brokers = bootstrap();
+    let abort = |force: bool| {
+        let mut args = vec!["txn", "abort", "--prefix", &pipeline.name, "--brokers", &brokers];
+        args.extend(force.then_some("--force"));
+        weir_tests::run_weir(&args.iter().map(OsStr::new).collect::<Vec<_>>())
+    };
+
+    let (ok, _, stderr) = abort(false);
+    assert!(!ok && stderr.contains("members of consumer group") && stderr.contains("--force"), "{stderr}");
+    assert!(child.try_wait().expect("try_wait").is_none(), "the running pipeline goes on");
+    assert!(open_transaction_in(&pipeline.sink, 1), "its transaction is untouched");
+
+    // Killed, the process leaves its transaction open and stays a member until its session
+    // times out: --force aborts the transaction.
+    signal(&child, "KILL");
+    child.wait().expect("wait");
+    let (ok, stdout, stderr) = abort(true);
+    assert!(ok && stdout.contains("fenced"), "{stdout}{stderr}");
+    assert!(!open_transaction_in(&pipeline.sink, 1), "the killed process's transaction was aborted");
+    let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    assert_eq!(committed.drain(Duration::from_secs(1)), 0, "none of it was committed");
 }

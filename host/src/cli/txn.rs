@@ -9,17 +9,20 @@
 //! what it left open. The transactional ids are `<prefix>-<instance>-<slot>` for each instance
 //! named with `--instance` (by default this host's default instance id) or found in the
 //! metadata of the `--group`'s committed offsets (each names the transactional id that committed
-//! it), and `<prefix>-<slot>` of Weir versions before instances.
+//! it), and `<prefix>-<slot>` of Weir versions before instances. `abort` refuses, unless
+//! `--force`, while one of those instances is a member of the consumer group: fencing a running
+//! process's ids would fail it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use weir::kafka::{Admin, CheckpointMetadata, ProducerSlot, Source, TopicCheck};
+use weir::kafka::{Admin, CheckpointMetadata, ProducerSlot, Source, TopicCheck, instance_of};
 use weir::pipeline::{default_instance, transactional_id};
 use weir::types::TaskId;
 
@@ -58,6 +61,11 @@ pub struct TxnArgs {
     /// The pipeline's source topics, whose committed offsets `--group` reads.
     #[arg(long = "source-topic")]
     source_topics: Vec<String>,
+    /// Abort even the transactional ids of instances that are members of the consumer group
+    /// (`--group`, by default `weir-<prefix>`) now (abort only): a live process would fail over
+    /// it. A process killed a moment ago stays a member until its `session.timeout.ms` passes.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn execute(command: TxnCommand) -> anyhow::Result<ExitCode> {
@@ -67,9 +75,9 @@ pub fn execute(command: TxnCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The pipeline's transactional ids: those of the instances named or found, and the ids of
-/// Weir versions before instances.
-fn ids(args: &TxnArgs) -> anyhow::Result<Vec<String>> {
+/// The pipeline's instances: those named (by default this host's), and those found in the
+/// group's offsets.
+fn instances(args: &TxnArgs) -> anyhow::Result<Vec<String>> {
     let mut instances = args.instances.clone();
     if instances.is_empty() {
         instances.push(default_instance());
@@ -79,12 +87,38 @@ fn ids(args: &TxnArgs) -> anyhow::Result<Vec<String>> {
     }
     instances.sort();
     instances.dedup();
+    Ok(instances)
+}
+
+/// The transactional ids of `instances`, and the ids of Weir versions before instances.
+fn ids(args: &TxnArgs, instances: &[String]) -> Vec<String> {
     let mut ids: Vec<String> = instances
         .iter()
         .flat_map(|instance| (0..args.slots).map(move |slot| transactional_id(&args.prefix, instance, slot)))
         .collect();
     ids.extend((0..args.slots).map(|slot| format!("{}-{slot}", args.prefix)));
-    Ok(ids)
+    ids
+}
+
+/// Which of `instances` are members of the pipeline's consumer group now (a static member's id
+/// names its `group.instance.id`, KIP-345).
+fn live_instances(args: &TxnArgs, instances: &[String]) -> anyhow::Result<Vec<String>> {
+    let group = args.group.clone().unwrap_or_else(|| format!("weir-{}", args.prefix));
+    let client: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &args.brokers).create()?;
+    let groups = client
+        .fetch_group_list(Some(&group), TIMEOUT)
+        .with_context(|| format!("describing consumer group {group} at {}", args.brokers))?;
+    let mut live: Vec<String> = groups
+        .groups()
+        .iter()
+        .filter(|g| g.name() == group)
+        .flat_map(|g| g.members())
+        .map(|member| instance_of(member.id()))
+        .filter(|instance| instances.contains(instance))
+        .collect();
+    live.sort();
+    live.dedup();
+    Ok(live)
 }
 
 /// The instances whose transactional ids committed `group`'s offsets of the source topics.
@@ -109,7 +143,7 @@ fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
 }
 
 fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
-    writeln!(std::io::stdout(), "transactional ids: {}", ids(args)?.join(", "))?;
+    writeln!(std::io::stdout(), "transactional ids: {}", ids(args, &instances(args)?).join(", "))?;
     let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer> {
         Ok(ClientConfig::new().set("bootstrap.servers", &args.brokers).set("isolation.level", isolation).create()?)
     };
@@ -139,7 +173,17 @@ fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
-    for id in ids(args)? {
+    let instances = instances(args)?;
+    let live = live_instances(args, &instances)?;
+    anyhow::ensure!(
+        args.force || live.is_empty(),
+        "instance(s) {} of the pipeline are members of consumer group {} now: fencing their transactional ids \
+         would fail a running process, and a running process aborts its own transactions; stop it first (a \
+         process killed a moment ago stays a member until its session.timeout.ms passes), or pass --force",
+        live.join(", "),
+        args.group.clone().unwrap_or_else(|| format!("weir-{}", args.prefix))
+    );
+    for id in ids(args, &instances) {
         let producer = ProducerSlot::transactional(&args.brokers, &BTreeMap::new(), 0, &id, TIMEOUT)?;
         producer.fence(TIMEOUT).map_err(|e| anyhow::anyhow!("fencing transactional id {id}: {e}"))?;
         writeln!(std::io::stdout(), "{id}: fenced; any transaction it left open is aborted")?;

@@ -18,6 +18,7 @@ mod source;
 pub use admin::{Admin, TopicCheck};
 pub use changelog::{Changelog, ChangelogProblem, ChangelogReader};
 pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
+pub use group::instance_of;
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use reader::{RecordBatch, TopicReader};
