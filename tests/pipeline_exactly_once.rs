@@ -203,6 +203,21 @@ fn a_transaction_timeout_above_the_broker_maximum_is_refused() {
 }
 
 #[test]
+fn a_sink_topic_the_broker_refuses_to_create_is_named_at_once() {
+    let mut spec = Spec::new("passthrough");
+    spec.sink = "partitions = 100000".into();
+    let pipeline = TestPipeline::new("weir-refuse-parts", &spec);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(weir_tests::create_topic(&pipeline.source, 1));
+    let mut child = pipeline.spawn(&[]);
+    // Before, the broker's PolicyViolation was retried for ever.
+    let status = wait_exit(&mut child, Duration::from_secs(60)).expect("refused promptly");
+    assert!(!status.success());
+    let log = pipeline.log_text();
+    assert!(log.contains(&pipeline.sink) && log.contains("sink.partitions"), "{log}");
+}
+
+#[test]
 fn interval_plus_timeout_above_the_transaction_timeout_is_refused() {
     let mut spec = Spec::new("passthrough");
     spec.sink = "transaction_timeout_ms = 5000".into();

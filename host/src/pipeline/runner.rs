@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 
 use super::task::{DeadLetter, Task};
@@ -1177,8 +1177,19 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
             )));
         }
         let partitions = config.sink.partitions.unwrap_or(source_partitions.max(1));
-        block_on(sink_admin.create_topic(topic, partitions))
-            .map_err(PipelineError::kafka(format!("creating sink topic {topic}")))?;
+        block_on(sink_admin.create_topic(topic, partitions)).map_err(|error| match error {
+            // The broker's own limits refuse the topic: no retry would change its answer.
+            KafkaError::AdminOp(
+                code @ (RDKafkaErrorCode::PolicyViolation
+                | RDKafkaErrorCode::InvalidPartitions
+                | RDKafkaErrorCode::InvalidReplicationFactor
+                | RDKafkaErrorCode::InvalidConfig),
+            ) => PipelineError::Refused(format!(
+                "the broker refused to create sink topic `{topic}` ({key}) with {partitions} partitions: {code}; \
+                 set sink.partitions within the broker's limits, or create the topic yourself"
+            )),
+            error => PipelineError::kafka(format!("creating sink topic {topic}"))(error),
+        })?;
         tracing::info!(topic, partitions, "created sink topic");
     }
     if config.sink.guarantee == Guarantee::ExactlyOnce {
