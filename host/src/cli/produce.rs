@@ -31,7 +31,8 @@ pub struct ProduceArgs {
     /// Input format; by default implied by the file name.
     #[arg(long, value_enum)]
     format: Option<Format>,
-    /// Fields whose values, joined by `|`, form each record's key (e.g. `origin,carrier`).
+    /// Fields whose values, joined by `|`, form each record's key (e.g. `origin,carrier`); each must
+    /// be a column of a CSV file's header.
     #[arg(long, value_delimiter = ',')]
     key: Vec<String>,
     /// Bootstrap servers.

@@ -127,6 +127,10 @@ pub fn read_rows(
             {
                 return Err(parse(0, format!("the header names column {name:?} twice; rename one")));
             }
+            if let Some(field) = key_fields.iter().find(|f| !headers.iter().any(|h| h == f.as_str())) {
+                let columns = headers.iter().collect::<Vec<_>>().join(", ");
+                return Err(parse(0, format!("key field {field:?} is not a column of the header ({columns})")));
+            }
             for (index, record) in csv.records().enumerate() {
                 let line = index as u64 + 1;
                 let record = record.map_err(|e| parse(line, e.to_string()))?;
@@ -291,6 +295,10 @@ mod tests {
         std::fs::write(&table, "a,b,a\n1,2,3\n").unwrap();
         let error = read_rows(&table, None, &[], |_| Ok(())).unwrap_err().to_string();
         assert!(error.contains("\"a\" twice"), "{error}");
+        let table = dir.path().join("flights.csv");
+        std::fs::write(&table, "origin,carrier\nEWR,UA\n").unwrap();
+        let error = read_rows(&table, None, &["orign".into()], |_| Ok(())).unwrap_err().to_string();
+        assert!(error.contains("\"orign\" is not a column") && error.contains("origin, carrier"), "{error}");
     }
 
     #[test]
