@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
+use weir::config::{MAX_DEADLINE, MAX_MEMORY_LIMIT_BYTES};
 use weir::file::{Format, read_rows};
 use weir::state::MemoryState;
 use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, WasmEngine};
@@ -60,11 +61,13 @@ pub struct RunArgs {
     /// Stop after this many input records.
     #[arg(long)]
     limit: Option<u64>,
-    /// Linear-memory limit of the instance, in MiB.
-    #[arg(long, default_value_t = 64)]
-    memory_limit_mb: usize,
-    /// Deadline of one `process` call, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Linear-memory limit of the instance, in MiB (1 to 4096, as `memory_limit_mb` of a
+    /// pipeline's transform).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=(MAX_MEMORY_LIMIT_BYTES >> 20) as u64))]
+    memory_limit_mb: u64,
+    /// Deadline of one `process` call, in milliseconds (1 to 600,000, as `deadline_ms` of a
+    /// pipeline's transform).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=MAX_DEADLINE.as_millis() as u64))]
     deadline_ms: u64,
     /// Named sink outputs the transform may address (besides the default); repeatable.
     #[arg(long = "output")]
@@ -192,7 +195,7 @@ const FINAL_TIMER_ROUNDS: usize = 10_000;
 
 fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
     let limits = OperatorLimits {
-        memory_bytes: args.memory_limit_mb << 20,
+        memory_bytes: (args.memory_limit_mb as usize) << 20,
         deadline: Duration::from_millis(args.deadline_ms),
         ..OperatorLimits::default()
     };
