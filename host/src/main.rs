@@ -34,17 +34,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// `error` and its causes, joined by `: `; a cause that the text already holds is left out
-/// (many errors say their source in their own message, so `{:#}` printed it twice).
+/// `error` and its causes, joined by `: `; a cause that the one before it already says is left
+/// out (many errors put their source in their own message, so `{:#}` printed it twice).
 fn message(error: &anyhow::Error) -> String {
     let mut text = String::new();
+    let mut previous = String::new();
     for cause in error.chain().map(ToString::to_string) {
         if text.is_empty() {
-            text = cause;
-        } else if !text.contains(&cause) {
+            text.clone_from(&cause);
+        } else if !previous.contains(&cause) {
             text.push_str(": ");
             text.push_str(&cause);
         }
+        previous = cause;
     }
     text
 }

@@ -54,16 +54,18 @@ pub struct TxnArgs {
     /// this host's default instance id (its host name).
     #[arg(long = "instance")]
     instances: Vec<String>,
-    /// The pipeline's consumer group (source.group_id; by default `weir-<name>`): every instance
-    /// whose transactional id committed one of its offsets of the `--source-topic`s is covered.
+    /// The pipeline's consumer group (source.group_id; by default `weir-<prefix>`, the group of
+    /// a pipeline that sets neither source.group_id nor sink.transactional_id_prefix): `abort`
+    /// checks its members; with `--source-topic`, every instance whose transactional id committed
+    /// one of its offsets of those topics is covered too.
     #[arg(long)]
     group: Option<String>,
     /// The pipeline's source topics, whose committed offsets `--group` reads.
     #[arg(long = "source-topic")]
     source_topics: Vec<String>,
     /// Abort even the transactional ids of instances that are members of the consumer group
-    /// (`--group`, by default `weir-<prefix>`) now (abort only): a live process would fail over
-    /// it. A process killed a moment ago stays a member until its `session.timeout.ms` passes.
+    /// (`--group`) now (abort only): a live process would fail over it. A process stopped or
+    /// killed a moment ago stays a member until its `session.timeout.ms` passes.
     #[arg(long)]
     force: bool,
 }
@@ -82,7 +84,7 @@ fn instances(args: &TxnArgs) -> anyhow::Result<Vec<String>> {
     if instances.is_empty() {
         instances.push(default_instance());
     }
-    if let Some(group) = &args.group {
+    if let Some(group) = args.group.as_ref().filter(|_| !args.source_topics.is_empty()) {
         instances.extend(group_instances(args, group)?);
     }
     instances.sort();
@@ -100,10 +102,15 @@ fn ids(args: &TxnArgs, instances: &[String]) -> Vec<String> {
     ids
 }
 
+/// The pipeline's consumer group: `--group`, else `weir-<prefix>`.
+fn group(args: &TxnArgs) -> String {
+    args.group.clone().unwrap_or_else(|| format!("weir-{}", args.prefix))
+}
+
 /// Which of `instances` are members of the pipeline's consumer group now (a static member's id
 /// names its `group.instance.id`, KIP-345).
 fn live_instances(args: &TxnArgs, instances: &[String]) -> anyhow::Result<Vec<String>> {
-    let group = args.group.clone().unwrap_or_else(|| format!("weir-{}", args.prefix));
+    let group = group(args);
     let client: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &args.brokers).create()?;
     let groups = client
         .fetch_group_list(Some(&group), TIMEOUT)
@@ -123,7 +130,6 @@ fn live_instances(args: &TxnArgs, instances: &[String]) -> anyhow::Result<Vec<St
 
 /// The instances whose transactional ids committed `group`'s offsets of the source topics.
 fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
-    anyhow::ensure!(!args.source_topics.is_empty(), "--group needs the pipeline's source topics (--source-topic)");
     let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
     let names: Vec<&str> = args.source_topics.iter().map(String::as_str).collect();
     let mut tasks = Vec::new();
@@ -174,15 +180,23 @@ fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
 
 fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
     let instances = instances(args)?;
-    let live = live_instances(args, &instances)?;
-    anyhow::ensure!(
-        args.force || live.is_empty(),
-        "instance(s) {} of the pipeline are members of consumer group {} now: fencing their transactional ids \
-         would fail a running process, and a running process aborts its own transactions; stop it first (a \
-         process killed a moment ago stays a member until its session.timeout.ms passes), or pass --force",
-        live.join(", "),
-        args.group.clone().unwrap_or_else(|| format!("weir-{}", args.prefix))
-    );
+    if !args.force {
+        let live = live_instances(args, &instances)?;
+        anyhow::ensure!(
+            live.is_empty(),
+            "instance(s) {} of the pipeline are members of consumer group {} now: fencing their transactional \
+             ids would fail a running process, and a running process aborts its own transactions; stop it first \
+             (a process stopped or killed a moment ago stays a member until its session.timeout.ms passes), or \
+             pass --force",
+            live.join(", "),
+            group(args)
+        );
+        eprintln!(
+            "no instance of {} is a member of consumer group {} (if the pipeline's group is another, pass --group)",
+            instances.join(", "),
+            group(args)
+        );
+    }
     for id in ids(args, &instances) {
         let producer = ProducerSlot::transactional(&args.brokers, &BTreeMap::new(), 0, &id, TIMEOUT)?;
         producer.fence(TIMEOUT).map_err(|e| anyhow::anyhow!("fencing transactional id {id}: {e}"))?;

@@ -353,6 +353,12 @@ fn no_output_topic_is_a_source_topic() {
     assert_eq!(key_path, "sink.outputs.late");
     assert!(message.contains("source.topics[0]"), "{message}");
     parse(&format!("{text}\n[sink.outputs]\nlate = \"flights-late\"\n")).expect("an output of its own");
+    // On another cluster, the same name is another topic (mirroring).
+    let mirror = text.replace(
+        "topic = \"flight-delays\"",
+        "topic = \"flights\"\nbrokers = \"mirror:9092\"\nguarantee = \"at-least-once\"",
+    );
+    parse(&mirror).expect("a topic of the same name on another cluster");
 }
 
 #[test]

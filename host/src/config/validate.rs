@@ -171,9 +171,12 @@ impl PipelineConfig {
         Ok(())
     }
 
-    /// Refuses an output topic that is also a source topic: the pipeline would read its own
-    /// output back and write it again, for ever.
+    /// Refuses an output topic that is also a source topic on the same brokers: the pipeline
+    /// would read its own output back and write it again, for ever.
     fn check_not_source(&self, key_path: &str, topic: &str) -> Result<(), ConfigError> {
+        if self.sink.brokers != self.source.brokers {
+            return Ok(()); // another cluster: mirroring a topic under its own name
+        }
         match self.source.topics.iter().position(|t| t == topic) {
             Some(i) => Err(ConfigError::invalid(
                 key_path,

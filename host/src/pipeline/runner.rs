@@ -165,10 +165,14 @@ pub fn run(
                 // fenced it) still ends cleanly once the failed epoch's transaction is aborted:
                 // now, rather than at the broker's `transaction.timeout.ms`, so that the
                 // partitions' next owner is not held up by it.
-                tracing::warn!(pipeline = %config.name, %error, "failed while stopping; aborting the open transaction");
-                return match abort_open_transactions(config, &instance) {
+                tracing::warn!(pipeline = %config.name, %error, "failed while stopping; the open epoch is not committed, and the next start processes it again");
+                let aborted = match config.sink.guarantee {
+                    Guarantee::ExactlyOnce => abort_open_transactions(config, &instance),
+                    Guarantee::AtLeastOnce | Guarantee::None => Ok(()),
+                };
+                return match aborted {
                     Ok(()) => {
-                        tracing::info!(pipeline = %config.name, "stopped after aborting the failed epoch's transaction (completing it if its commit had reached the broker); the next start processes what it did not commit");
+                        tracing::info!(pipeline = %config.name, "stopped after the failure (with exactly-once, after aborting the epoch's transaction, or completing it if its commit had reached the broker)");
                         metrics.set_state(PipelineState::Stopped);
                         Ok(())
                     }
@@ -1179,15 +1183,12 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
         let partitions = config.sink.partitions.unwrap_or(source_partitions.max(1));
         block_on(sink_admin.create_topic(topic, partitions)).map_err(|error| match error {
             // The broker's own limits refuse the topic: no retry would change its answer.
-            KafkaError::AdminOp(
-                code @ (RDKafkaErrorCode::PolicyViolation
-                | RDKafkaErrorCode::InvalidPartitions
-                | RDKafkaErrorCode::InvalidReplicationFactor
-                | RDKafkaErrorCode::InvalidConfig),
-            ) => PipelineError::Refused(format!(
-                "the broker refused to create sink topic `{topic}` ({key}) with {partitions} partitions: {code}; \
+            KafkaError::AdminOp(code @ (RDKafkaErrorCode::PolicyViolation | RDKafkaErrorCode::InvalidPartitions)) => {
+                PipelineError::Refused(format!(
+                    "the broker refused to create sink topic `{topic}` ({key}) with {partitions} partitions: {code}; \
                  set sink.partitions within the broker's limits, or create the topic yourself"
-            )),
+                ))
+            }
             error => PipelineError::kafka(format!("creating sink topic {topic}"))(error),
         })?;
         tracing::info!(topic, partitions, "created sink topic");

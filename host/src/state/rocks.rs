@@ -110,9 +110,11 @@ impl StateDb {
         options.create_missing_column_families(true);
         let legacy = has_legacy_pending(&options, dir);
         let mut db = DB::open_cf_descriptors(&options, dir, column_families(legacy)).map_err(|e| {
-            // RocksDB's own words ("While lock file: …/LOCK: Resource temporarily unavailable",
-            // or "lock hold by current process") do not say what to do.
-            let hint = if e.to_string().contains("/LOCK") {
+            // RocksDB's own words do not say what to do.
+            let text = e.to_string();
+            let hint = if text.contains("lock hold by current process") {
+                "; this process has it open already: two pipelines of `weir serve` with one state.dir?"
+            } else if text.contains("LOCK: Resource temporarily unavailable") {
                 "; another process has it open: this pipeline already runs here as this instance \
                  (stop it, or give each process its own `weir run --instance`)"
             } else {
@@ -826,7 +828,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let _writer = StateDb::open(dir.path()).unwrap();
         let Err(error) = StateDb::open(dir.path()) else { panic!("a second writer opened the database") };
-        assert!(error.message.contains("weir run --instance"), "{error}");
+        assert!(error.message.contains("has it open already"), "{error}");
     }
 
     #[test]
