@@ -91,7 +91,8 @@ pub enum FileError {
 ///
 /// `format` overrides the one implied by the name (for a `.zip`: by its first `.csv`/`.jsonl`
 /// entry). `key_fields` name top-level fields whose values, joined by `|`, form each row's key
-/// (`null` or a missing field counts as empty).
+/// (`null` or a missing field counts as empty; a CSV cell counts as written, and each must be a
+/// column of the header).
 ///
 /// # Errors
 /// A [`FileError`] naming the file and line; `each`'s own error is passed through as
@@ -113,8 +114,7 @@ pub fn read_rows(
     let format = format.or(implied).ok_or_else(|| FileError::UnknownFormat { path: path.to_owned() })?;
     let parse = |line, reason: String| FileError::Parse { path: path.to_owned(), line, reason };
     let mut count = 0;
-    let mut emit = |value: Value, bytes: Vec<u8>, line: u64| -> Result<(), FileError> {
-        let key = (!key_fields.is_empty()).then(|| key_of(&value, key_fields));
+    let mut emit = |value: Value, bytes: Vec<u8>, key: Option<String>, line: u64| -> Result<(), FileError> {
         count += 1;
         each(Row { line, key, value, bytes }).map_err(|reason| parse(line, reason))
     };
@@ -127,14 +127,26 @@ pub fn read_rows(
             {
                 return Err(parse(0, format!("the header names column {name:?} twice; rename one")));
             }
-            if let Some(field) = key_fields.iter().find(|f| !headers.iter().any(|h| h == f.as_str())) {
-                let columns = headers.iter().collect::<Vec<_>>().join(", ");
-                return Err(parse(0, format!("key field {field:?} is not a column of the header ({columns})")));
+            let mut key_columns = Vec::with_capacity(key_fields.len());
+            for field in key_fields {
+                let Some(column) = headers.iter().position(|h| h == field.as_str()) else {
+                    let columns = headers.iter().collect::<Vec<_>>().join(", ");
+                    return Err(parse(0, format!("key field {field:?} is not a column of the header ({columns})")));
+                };
+                key_columns.push(column);
             }
             for (index, record) in csv.records().enumerate() {
                 let line = index as u64 + 1;
                 let record = record.map_err(|e| parse(line, e.to_string()))?;
-                emit(csv_row_to_json(&headers, &record), csv_row_text(&headers, &record).into_bytes(), line)?;
+                // The key from the cells as written, like the value's numbers (`1.50`, not `1.5`).
+                let key = (!key_columns.is_empty()).then(|| {
+                    let part = |&column: &usize| match Cell::of(&record[column]) {
+                        Cell::Null => "",
+                        Cell::Number(text, _) | Cell::Text(text) => text,
+                    };
+                    key_columns.iter().map(part).collect::<Vec<_>>().join("|")
+                });
+                emit(csv_row_to_json(&headers, &record), csv_row_text(&headers, &record).into_bytes(), key, line)?;
             }
         }
         Format::Jsonl => {
@@ -149,7 +161,8 @@ pub fn read_rows(
                     Value::String(content) => content.clone().into_bytes(),
                     _ => text.trim().as_bytes().to_vec(),
                 };
-                emit(value, bytes, line)?;
+                let key = (!key_fields.is_empty()).then(|| key_of(&value, key_fields));
+                emit(value, bytes, key, line)?;
             }
         }
     }
@@ -296,7 +309,14 @@ mod tests {
         let error = read_rows(&table, None, &[], |_| Ok(())).unwrap_err().to_string();
         assert!(error.contains("\"a\" twice"), "{error}");
         let table = dir.path().join("flights.csv");
-        std::fs::write(&table, "origin,carrier\nEWR,UA\n").unwrap();
+        std::fs::write(&table, "origin,carrier,delay\nEWR,UA,1.50\nJFK,NA,12345678901234567890123\n").unwrap();
+        let mut keys = Vec::new();
+        read_rows(&table, None, &["origin".into(), "carrier".into(), "delay".into()], |row| {
+            keys.push(row.key.unwrap());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(keys, ["EWR|UA|1.50", "JFK||12345678901234567890123"], "keys as the cells write them");
         let error = read_rows(&table, None, &["orign".into()], |_| Ok(())).unwrap_err().to_string();
         assert!(error.contains("\"orign\" is not a column") && error.contains("origin, carrier"), "{error}");
     }
