@@ -138,15 +138,11 @@ pub fn read_rows(
             for (index, record) in csv.records().enumerate() {
                 let line = index as u64 + 1;
                 let record = record.map_err(|e| parse(line, e.to_string()))?;
+                let cells = cells(&record);
                 // The key from the cells as written, like the value's numbers (`1.50`, not `1.5`).
-                let key = (!key_columns.is_empty()).then(|| {
-                    let part = |&column: &usize| match Cell::of(&record[column]) {
-                        Cell::Null => "",
-                        Cell::Number(text, _) | Cell::Text(text) => text,
-                    };
-                    key_columns.iter().map(part).collect::<Vec<_>>().join("|")
-                });
-                emit(csv_row_to_json(&headers, &record), csv_row_text(&headers, &record).into_bytes(), key, line)?;
+                let key = (!key_columns.is_empty())
+                    .then(|| key_columns.iter().map(|&column| cells[column].written()).collect::<Vec<_>>().join("|"));
+                emit(json_of(&headers, &cells), text_of(&headers, &cells).into_bytes(), key, line)?;
             }
         }
         Format::Jsonl => {
@@ -193,19 +189,36 @@ impl<'a> Cell<'a> {
             _ => Cell::Text(cell),
         }
     }
+
+    /// The cell as the file writes it; empty for `NA`.
+    fn written(&self) -> &'a str {
+        match self {
+            Cell::Null => "",
+            Cell::Number(text, _) | Cell::Text(text) => text,
+        }
+    }
+}
+
+/// A CSV row's cells, each read once.
+fn cells(record: &csv::StringRecord) -> Vec<Cell<'_>> {
+    record.iter().map(Cell::of).collect()
 }
 
 /// Converts one CSV row: `NA` and empty cells become `null`, cells written as JSON numbers
 /// become numbers, anything else (`02134` too) a string.
 pub fn csv_row_to_json(headers: &csv::StringRecord, record: &csv::StringRecord) -> Value {
+    json_of(headers, &cells(record))
+}
+
+fn json_of(headers: &csv::StringRecord, cells: &[Cell<'_>]) -> Value {
     let object: Map<String, Value> = headers
         .iter()
-        .zip(record.iter())
+        .zip(cells)
         .map(|(name, cell)| {
-            let value = match Cell::of(cell) {
+            let value = match cell {
                 Cell::Null => Value::Null,
-                Cell::Number(_, number) => Value::Number(number),
-                Cell::Text(text) => Value::String(text.to_owned()),
+                Cell::Number(_, number) => Value::Number(number.clone()),
+                Cell::Text(text) => Value::String((*text).to_owned()),
             };
             (name.to_owned(), value)
         })
@@ -217,17 +230,21 @@ pub fn csv_row_to_json(headers: &csv::StringRecord, record: &csv::StringRecord) 
 /// the header's order and each number as the file writes it (a value parsed and printed again
 /// can come out otherwise: `12345678901234567890` as `1.2345678901234567e19`).
 pub fn csv_row_text(headers: &csv::StringRecord, record: &csv::StringRecord) -> String {
+    text_of(headers, &cells(record))
+}
+
+fn text_of(headers: &csv::StringRecord, cells: &[Cell<'_>]) -> String {
     let mut text = String::from("{");
-    for (index, (name, cell)) in headers.iter().zip(record.iter()).enumerate() {
+    for (index, (name, cell)) in headers.iter().zip(cells).enumerate() {
         if index > 0 {
             text.push(',');
         }
         text.push_str(&Value::from(name).to_string());
         text.push(':');
-        match Cell::of(cell) {
+        match cell {
             Cell::Null => text.push_str("null"),
             Cell::Number(written, _) => text.push_str(written),
-            Cell::Text(cell) => text.push_str(&Value::from(cell).to_string()),
+            Cell::Text(cell) => text.push_str(&Value::from(*cell).to_string()),
         }
     }
     text.push('}');
