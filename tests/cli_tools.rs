@@ -115,16 +115,22 @@ async fn sigterm_with_an_empty_epoch_does_not_claim_a_commit() {
     assert!(log.contains("nothing to commit"), "{log}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sigterm_with_records_in_the_open_epoch_commits_and_says_so() {
-    let pipeline = slow_pipeline("weir-term-full");
+/// Starts [`slow_pipeline`] on 10 records and waits until its sink holds them, uncommitted.
+async fn running_with_records_written(prefix: &str) -> (TestPipeline, std::process::Child) {
+    let pipeline = slow_pipeline(prefix);
     let input: Vec<_> = (0..10).map(|i| RawRecord::value(format!("v{i}"))).collect();
     produce_raw(&pipeline.source, &input, None).await;
-    let mut child = pipeline.spawn(&[]);
-    // The records are in the open epoch once a read_uncommitted reader sees them and a
-    // read_committed one does not.
+    let child = pipeline.spawn(&[]);
     let mut open = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
     assert_eq!(open.read_until(10, Duration::from_secs(60)), 10, "log:\n{}", pipeline.log_text());
+    (pipeline, child)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_records_in_the_open_epoch_commits_and_says_so() {
+    // The records are in the open epoch once a read_uncommitted reader sees them and a
+    // read_committed one does not.
+    let (pipeline, mut child) = running_with_records_written("weir-term-full").await;
     let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
     let log = pipeline.log_text();
     assert_eq!(committed.drain(Duration::from_secs(1)), 0, "the records must still be in the open epoch; log:\n{log}");
@@ -137,12 +143,7 @@ async fn sigterm_with_records_in_the_open_epoch_commits_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn txn_abort_refuses_a_running_instance_and_aborts_a_killed_ones_transaction() {
-    let pipeline = slow_pipeline("weir-txn-abort");
-    let input: Vec<_> = (0..10).map(|i| RawRecord::value(format!("v{i}"))).collect();
-    produce_raw(&pipeline.source, &input, None).await;
-    let mut child = pipeline.spawn(&[]);
-    let mut open = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
-    assert_eq!(open.read_until(10, Duration::from_secs(60)), 10, "log:\n{}", pipeline.log_text());
+    let (pipeline, mut child) = running_with_records_written("weir-txn-abort").await;
     assert!(open_transaction_in(&pipeline.sink, 1), "the records are in the open epoch");
     let brokers = bootstrap();
     let abort = |force: bool| {

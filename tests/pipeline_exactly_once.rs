@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use weir::file::Row;
 use weir_tests::admin::open_transaction_in;
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{
@@ -77,19 +78,28 @@ async fn crash_after_commit_before_apply_loses_and_duplicates_nothing() {
     crash_and_recover("after-commit@3").await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_transaction_the_broker_aborts_on_timeout_is_replayed() {
-    // transaction.timeout.ms = 3 s; the pipeline stalls 8 s between pre-commit and the
-    // commit of checkpoint 2 (checkpoint 1 fixes the start positions; 2 is the first with input), so the broker aborts that transaction (scripts/kafka.sh checks for timed-out
-    // transactions every second) and the commit fails.
+/// The fault that makes the broker abort a transaction: transaction.timeout.ms = 3 s, and the
+/// pipeline stalls 8 s between pre-commit and the commit of checkpoint 2 (checkpoint 1 fixes
+/// the start positions; 2 is the first with input), so the broker aborts that transaction
+/// (scripts/kafka.sh checks for timed-out transactions every second) and the commit fails.
+const STALL_PAST_TIMEOUT: (&str, &str) = ("WEIR_FAULT", "after-pre-commit@2:sleep=8000");
+
+/// A flight-delays pipeline with a 3 s transaction timeout, and the flights it is fed.
+async fn short_transaction_pipeline(prefix: &str) -> (TestPipeline, Vec<Row>) {
     let mut spec = Spec::new("flight-delays");
     spec.sink = "transaction_timeout_ms = 3000".into();
     spec.checkpoint = "interval_ms = 200\ntimeout_ms = 2000".into();
-    let pipeline = TestPipeline::new("weir-timeout", &spec);
+    let pipeline = TestPipeline::new(prefix, &spec);
     let rows = flight_rows(4_000);
     produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    (pipeline, rows)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_the_broker_aborts_on_timeout_is_replayed() {
+    let (pipeline, rows) = short_transaction_pipeline("weir-timeout").await;
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
-    run_to_completion(&pipeline, &mut reader, rows.len(), &[("WEIR_FAULT", "after-pre-commit@2:sleep=8000")]);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[STALL_PAST_TIMEOUT]);
     reader.drain(Duration::from_secs(2));
     let log = pipeline.log_text();
     assert!(log.contains("recovering after back-off"), "the failed commit sent the pipeline into recovery:\n{log}");
@@ -103,13 +113,8 @@ async fn a_stop_that_meets_a_checkpoint_the_broker_aborts_exits_cleanly_and_lose
     // for. The process aborts the epoch's transaction and exits 0; the restart replays it. (The
     // broker aborted it first here, on its timeout; after a rebalance's fencing the stop's own
     // abort is what frees the partitions' next owner, but a test cannot time that race.)
-    let mut spec = Spec::new("flight-delays");
-    spec.sink = "transaction_timeout_ms = 3000".into();
-    spec.checkpoint = "interval_ms = 200\ntimeout_ms = 2000".into();
-    let pipeline = TestPipeline::new("weir-stop-abort", &spec);
-    let rows = flight_rows(4_000);
-    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
-    let mut child = pipeline.spawn(&[("WEIR_FAULT", "after-pre-commit@2:sleep=8000")]);
+    let (pipeline, rows) = short_transaction_pipeline("weir-stop-abort").await;
+    let mut child = pipeline.spawn(&[STALL_PAST_TIMEOUT]);
     pipeline.wait_for_log("WEIR_FAULT: stalling", RUN_TIMEOUT);
     assert!(open_transaction_in(&pipeline.sink, PARTITIONS), "the stalled epoch's transaction is open");
     let status = pipeline.stop(&mut child, Duration::from_secs(60));
