@@ -188,6 +188,44 @@ async fn of_two_pipelines_with_one_transactional_id_prefix_the_fenced_one_stops_
     assert!(got.len() as u64 <= written && got.iter().all(|v| v.starts_with("first-")));
 }
 
+/// The same pipeline started twice with one instance id, as on two hosts: the second process
+/// takes over the instance's transactional ids (`init_transactions`, KIP-98), then its
+/// `group.instance.id` (KIP-345). The first learns of it from its consumer, fenced by the
+/// second's; it must stop, as on a fenced commit, not recover and fence the second back (the
+/// two would take the instance from each other for ever). The first is idle when the second
+/// starts, so its consumer, not a commit, is what tells it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_process_of_one_instance_takes_over_and_the_first_stops_rather_than_fence_it_back() {
+    const CONSUMER_FENCED: &str = "Static consumer fenced by other consumer with same group.instance.id";
+    let first = TestPipeline::new("weir-twin", &Spec::new("passthrough"));
+    let second = first.on_another_host();
+    let before: Vec<_> = (0..200).map(|i| (None, format!("before-{i}"))).collect();
+    produce(&first.source, 1, &before).await;
+    let mut older = Running::start(&first);
+    let mut output = Reader::new(&first.sink, 1, Isolation::ReadCommitted);
+    output.read_until(before.len(), RUN_TIMEOUT);
+    assert_eq!(output.records.len(), before.len(), "the first process commits its input; log:\n{}", first.log_text());
+
+    let mut newer = Running::start(&second);
+    let log = older.fails();
+    assert!(log.contains(CONSUMER_FENCED), "the first process's consumer was fenced; log:\n{log}");
+    for part in ["was taken over by another producer", "started twice", "--instance"] {
+        assert!(log.contains(part), "the first process's error says {part}; log:\n{log}");
+    }
+
+    // The second carries on, never fenced back: new input comes out, and all of it once.
+    let after: Vec<_> = (0..200).map(|i| (None, format!("after-{i}"))).collect();
+    produce(&first.source, 1, &after).await;
+    output.read_until(before.len() + after.len(), RUN_TIMEOUT);
+    assert!(newer.stop().success(), "the second process stops cleanly; log:\n{}", second.log_text());
+    let log = second.log_text();
+    assert!(!log.contains("recovering"), "the second process never had to recover; log:\n{log}");
+    output.drain(Duration::from_secs(2));
+    let mut want: Vec<String> = before.into_iter().chain(after).map(|(_, v)| v).collect();
+    want.sort();
+    assert_eq!(values(&output), want, "every input record once");
+}
+
 /// Deletes `topic` and waits until the broker's metadata no longer lists it.
 async fn delete_topic(topic: &str) {
     let admin = admin(&bootstrap());

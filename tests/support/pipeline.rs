@@ -145,6 +145,25 @@ impl TestPipeline {
         Self { name, source, sink, dead_letters, file, log, dir, spawned: Default::default() }
     }
 
+    /// The same pipeline file (name, topics, consumer group, transactional ids) in another
+    /// directory, with its own state and log: the pipeline as deployed on another host.
+    pub fn on_another_host(&self) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("pipeline.toml");
+        std::fs::copy(&self.file, &file).expect("copy the pipeline file");
+        let log = dir.path().join("weir.log");
+        Self {
+            name: self.name.clone(),
+            source: self.source.clone(),
+            sink: self.sink.clone(),
+            dead_letters: self.dead_letters.clone(),
+            file,
+            log,
+            dir,
+            spawned: Default::default(),
+        }
+    }
+
     /// The pipeline's directory (pipeline file, state, log).
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()

@@ -433,6 +433,13 @@ impl Source {
         Ok(metadata)
     }
 
+    /// The group metadata as the consumer holds it, member of the group or not (unlike
+    /// [`Source::group_metadata`]): for a probe of the transaction coordinator in a transaction
+    /// that is never committed (the runner's check for a takeover of its transactional ids).
+    pub fn held_group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        self.consumer.group_metadata()
+    }
+
     /// The consumer's current group generation; -1 when it is not a member.
     pub fn generation(&self) -> i32 {
         // SAFETY: the client pointer is valid while the consumer lives; the metadata returned is

@@ -17,8 +17,8 @@ use crate::checkpoint::savepoint::{self, Savepoint};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, SinkConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
 use crate::kafka::{
-    Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, Membership, ProducerSlot,
-    Rebalance, Source, TopicCheck, changelog_record_limit, classify, record_headers, sink_record_limit,
+    Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, Membership, ProducerError,
+    ProducerSlot, Rebalance, Source, TopicCheck, changelog_record_limit, classify, record_headers, sink_record_limit,
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
@@ -467,7 +467,7 @@ impl<'a> Runner<'a> {
                 if error.is_stop() {
                     self.abort_epoch()?;
                 }
-                return Err(error);
+                return Err(self.unless_taken_over(error));
             }
             while let Some(event) = self.source.take_rebalance() {
                 self.rebalance(event)?;
@@ -486,6 +486,37 @@ impl<'a> Runner<'a> {
             }
         }
         self.finish()
+    }
+
+    /// `error`, or [`PipelineError::Fenced`] when `error` is the source consumer's fatal error
+    /// and another process took over this instance's transactional ids.
+    ///
+    /// A static member is fenced by another consumer with its `group.instance.id` (KIP-345) in
+    /// two cases. This instance was started twice: the other process fenced the transactional
+    /// ids first (`init_transactions` at its start-up), then joined the group; this one must
+    /// stop, as it would on a fenced commit, or the two fence each other back and forth for
+    /// ever. Or a member of this process lingered in the group (a broker stalled past
+    /// `session.timeout.ms`): recovery heals that. The open epoch's producer tells them apart:
+    /// `send_offsets_to_transaction` goes to the transaction coordinator, which refuses a
+    /// producer whose epoch another one bumped. The probe's transaction is never committed
+    /// (recovery, or a stop, aborts it), and its offsets are the last committed checkpoint's,
+    /// so it changes nothing. An instance that never committed a checkpoint has no offsets to
+    /// probe with, and recovers.
+    fn unless_taken_over(&self, error: PipelineError) -> PipelineError {
+        let PipelineError::Kafka { source: KafkaError::MessageConsumptionFatal(code), .. } = &error else {
+            return error;
+        };
+        if self.config.sink.guarantee != Guarantee::ExactlyOnce || self.recorded.is_empty() {
+            return error;
+        }
+        let Some(group) = self.source.held_group_metadata() else { return error };
+        let Ok(offsets) = Source::offset_list(&self.recorded, "") else { return error };
+        match self.slot().send_offsets(&offsets, &group, self.config.checkpoint.timeout) {
+            Err(ProducerError::Fenced(fenced)) => {
+                PipelineError::Fenced { operation: format!("reading the source ({code})"), fenced }
+            }
+            _ => error,
+        }
     }
 
     /// Applies a change of the group's assignment (see [`crate::kafka::Rebalance`]).
