@@ -32,7 +32,8 @@ pub struct ProduceArgs {
     #[arg(long, value_enum)]
     format: Option<Format>,
     /// Fields whose values, joined by `|`, form each record's key (e.g. `origin,carrier`); each must
-    /// be a column of a CSV file's header.
+    /// be a column of a CSV file's header, or a field of a JSON lines file's first record (a later
+    /// record without one keys it as empty).
     #[arg(long, value_delimiter = ',')]
     key: Vec<String>,
     /// Bootstrap servers.

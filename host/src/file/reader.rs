@@ -91,8 +91,9 @@ pub enum FileError {
 ///
 /// `format` overrides the one implied by the name (for a `.zip`: by its first `.csv`/`.jsonl`
 /// entry). `key_fields` name top-level fields whose values, joined by `|`, form each row's key
-/// (`null` or a missing field counts as empty; a CSV cell counts as written, and each must be a
-/// column of the header).
+/// (`null` or a missing field counts as empty; a CSV cell counts as written). Each must be a
+/// column of a CSV header, or a field of a JSON lines file's first record. A UTF-8 byte order
+/// mark at the start of the file is skipped.
 ///
 /// # Errors
 /// A [`FileError`] naming the file and line; `each`'s own error is passed through as
@@ -146,13 +147,20 @@ pub fn read_rows(
             }
         }
         Format::Jsonl => {
+            let mut first = true;
             for (index, text) in BufReader::new(reader).lines().enumerate() {
                 let line = index as u64 + 1;
-                let text = text.map_err(io)?;
+                let mut text = text.map_err(io)?;
+                if index == 0 && text.starts_with('\u{feff}') {
+                    text.drain(..'\u{feff}'.len_utf8()); // a byte order mark some editors write
+                }
                 if text.trim().is_empty() {
                     continue;
                 }
                 let value: Value = serde_json::from_str(&text).map_err(|e| parse(line, format!("not JSON: {e}")))?;
+                if std::mem::take(&mut first) {
+                    check_key_fields(&value, key_fields).map_err(|reason| parse(line, reason))?;
+                }
                 let bytes = match &value {
                     Value::String(content) => content.clone().into_bytes(),
                     _ => text.trim().as_bytes().to_vec(),
@@ -251,6 +259,20 @@ fn text_of(headers: &csv::StringRecord, cells: &[Cell<'_>]) -> String {
     text
 }
 
+/// Checks the key fields against a JSON lines file's first record, before anything is read
+/// further: a key field it lacks is most likely misspelt (later records may lack one; it then
+/// counts as empty).
+fn check_key_fields(first: &Value, fields: &[String]) -> Result<(), String> {
+    let Some(missing) = fields.iter().find(|field| first.get(field.as_str()).is_none()) else { return Ok(()) };
+    Err(match first.as_object() {
+        Some(object) => {
+            let names = object.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
+            format!("key field {missing:?} is not a field of the first record ({names})")
+        }
+        None => format!("key field {missing:?} needs records that are JSON objects; the first one is not"),
+    })
+}
+
 fn key_of(value: &Value, fields: &[String]) -> String {
     let part = |field: &String| match value.get(field) {
         None | Some(Value::Null) => String::new(),
@@ -336,6 +358,52 @@ mod tests {
         assert_eq!(keys, ["EWR|UA|1.50", "JFK||12345678901234567890123"], "keys as the cells write them");
         let error = read_rows(&table, None, &["orign".into()], |_| Ok(())).unwrap_err().to_string();
         assert!(error.contains("\"orign\" is not a column") && error.contains("origin, carrier"), "{error}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_first_record() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in [("rows.jsonl", "\u{feff}{\"origin\":\"EWR\"}\n"), ("rows.csv", "\u{feff}origin\nEWR\n")] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let mut rows = Vec::new();
+            read_rows(&path, None, &["origin".into()], |row| {
+                let value = String::from_utf8(row.value_bytes()).unwrap();
+                rows.push((row.key.unwrap(), value));
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(rows, [("EWR".to_owned(), "{\"origin\":\"EWR\"}".to_owned())], "{name}");
+        }
+    }
+
+    #[test]
+    fn a_json_lines_key_field_the_first_record_lacks_is_refused_before_any_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.jsonl");
+        std::fs::write(&path, "\n{\"origin\":\"EWR\",\"carrier\":\"UA\"}\n{\"origin\":\"JFK\"}\n").unwrap();
+        let mut rows = 0;
+        let error = read_rows(&path, None, &["orgin".into()], |_| {
+            rows += 1;
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(rows, 0, "nothing is read past the check");
+        for part in ["line 2", "\"orgin\"", "(carrier, origin)"] {
+            assert!(error.contains(part), "{part} in {error}");
+        }
+        // A later record without a key field is keyed with it empty.
+        let mut keys = Vec::new();
+        read_rows(&path, None, &["origin".into(), "carrier".into()], |row| {
+            keys.push(row.key.unwrap());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(keys, ["EWR|UA", "JFK|"]);
+        std::fs::write(&path, "\"plain\"\n").unwrap();
+        let error = read_rows(&path, None, &["origin".into()], |_| Ok(())).unwrap_err().to_string();
+        assert!(error.contains("JSON objects"), "{error}");
     }
 
     #[test]
