@@ -108,6 +108,29 @@ fn run_reports_a_trapping_guest_with_its_offsets() {
     ]);
     assert!(!ok);
     assert!(stderr.contains("guest panicked") && stderr.contains("offsets 0..=2"), "{stderr}");
+    assert!(stderr.contains("words.jsonl: lines 1 to 3: "), "the batch's input lines: {stderr}");
+}
+
+/// A record the guest refuses, past the first batch of 256: the error names its line, not the
+/// line that completed its batch.
+#[test]
+fn run_names_the_line_of_the_record_a_guest_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("flights.jsonl");
+    let flight = r#"{"origin":"EWR","carrier":"UA","dep_delay":2}"#;
+    let mut lines = vec![flight; 600];
+    lines[300] = r#"{"origin":"EWR","carrier":"UA","dep_delay":"late"}"#;
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let (ok, _, stderr) = run_weir(&[
+        OsStr::new("transform"),
+        OsStr::new("run"),
+        plugin("flight-delays").as_os_str(),
+        OsStr::new("--input"),
+        input.as_os_str(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("flights.jsonl: line 301: ") && stderr.contains("\"late\""), "{stderr}");
+    assert!(!stderr.contains("line 512"), "not the line that completed the batch: {stderr}");
 }
 
 /// A guest sleeping 30 s (a wait in the host) fails at `--deadline-ms`, not after its sleep.

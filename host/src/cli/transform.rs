@@ -16,7 +16,9 @@ use serde_json::{Map, Value};
 use weir::config::{MAX_DEADLINE, MAX_MEMORY_LIMIT_BYTES};
 use weir::file::{Format, read_rows};
 use weir::state::MemoryState;
-use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, WasmEngine};
+use weir::wasm::{
+    EngineConfig, ErrorKind, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, WasmEngine,
+};
 
 use super::bytes::{insert_bytes, insert_value};
 
@@ -49,7 +51,8 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     format: Option<Format>,
     /// Fields whose values, joined by `|`, form each record's key (e.g. `origin,carrier`); each must
-    /// be a column of a CSV file's header.
+    /// be a column of a CSV file's header, or a field of a JSON lines file's first record (a later
+    /// record without one keys it as empty).
     #[arg(long, value_delimiter = ',')]
     key: Vec<String>,
     /// Transform configuration, `key=value`; repeatable.
@@ -146,47 +149,50 @@ impl BatchRunner {
     }
 
     /// Adds `record` to the batch; a full batch is processed and its outputs go to `sink`.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] when the operator fails; `sink`'s error as a message.
     fn push(
         &mut self,
         record: InputRecord,
         sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>,
-    ) -> Result<(), String> {
+    ) -> anyhow::Result<()> {
         self.batch.push(record);
         if self.batch.len() == self.batch_size { self.flush(sink) } else { Ok(()) }
     }
 
     /// Processes the records pushed since the last batch, handing the outputs to `sink`.
-    fn flush(&mut self, sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>) -> Result<(), String> {
+    fn flush(&mut self, sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>) -> anyhow::Result<()> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let outputs = self.operator.process(&self.batch).map_err(|e| e.to_string())?;
+        let outputs = self.operator.process(&self.batch)?;
         self.batch.clear();
         self.batches += 1;
         // As a pipeline's checkpoints do: a snapshot lets the operator recycle an instance whose
         // memory grew past half its limit (some guest runtimes never free memory).
         if self.batches.is_multiple_of(SNAPSHOT_EVERY_BATCHES) {
-            self.operator.snapshot().map_err(|e| e.to_string())?;
+            self.operator.snapshot()?;
         }
-        outputs.iter().try_for_each(sink)
+        outputs.iter().try_for_each(sink).map_err(anyhow::Error::msg)
     }
 
     /// Ends the input: processes the last batch, then moves the watermark to the end of time so
     /// that every event-time timer fires (windows close), as a bounded input does in Flink.
     /// Processing-time timers do not fire.
-    fn finish(&mut self, sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>) -> Result<(), String> {
+    fn finish(&mut self, sink: &mut dyn FnMut(&OutputRecord) -> Result<(), String>) -> anyhow::Result<()> {
         self.flush(sink)?;
         self.operator.set_watermark(Some(i64::MAX));
         // Timers may register timers; a transform that keeps registering due ones stops here.
         for _ in 0..FINAL_TIMER_ROUNDS {
-            let due = self.operator.due_timers(i64::MIN).map_err(|e| e.to_string())?;
+            let due = self.operator.due_timers(i64::MIN)?;
             if due.is_empty() {
                 return Ok(());
             }
-            let outputs = self.operator.on_timer(&due).map_err(|e| e.to_string())?;
-            outputs.iter().try_for_each(&mut *sink)?;
+            let outputs = self.operator.on_timer(&due)?;
+            outputs.iter().try_for_each(&mut *sink).map_err(anyhow::Error::msg)?;
         }
-        Err(format!("timers still due after {FINAL_TIMER_ROUNDS} rounds of on-timer at the end of the input"))
+        anyhow::bail!("timers still due after {FINAL_TIMER_ROUNDS} rounds of on-timer at the end of the input")
     }
 }
 
@@ -215,6 +221,9 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
         })
     };
     let limit = args.limit.unwrap_or(u64::MAX);
+    // The operator's own error, rather than `read_rows`' wrapping of it in the line that
+    // completed the batch: the failing record's line is found from its offset below.
+    let mut failure = None;
     let read = read_rows(&args.input, args.format, &args.key, |row| {
         if row.line > limit {
             return Ok(());
@@ -230,17 +239,38 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
             event_time: timestamp,
             watermark: None,
         };
-        runner.push(record, &mut sink)
+        runner.push(record, &mut sink).map_err(|error| {
+            let message = error.to_string();
+            failure = Some(error);
+            message
+        })
     });
-    let result = read
-        .with_context(|| format!("running {} over {}", args.file.display(), args.input.display()))
-        .and_then(|_| runner.finish(&mut sink).map_err(anyhow::Error::msg));
+    let result = match failure {
+        Some(error) => Err(error),
+        None => read.map(drop).map_err(anyhow::Error::from),
+    };
+    let result = result
+        .and_then(|()| runner.finish(&mut sink))
+        .map_err(with_input_lines)
+        .with_context(|| format!("running {} over {}", args.file.display(), args.input.display()));
     if let Some(error) = write_error {
         return Err(error).context("writing the output records to stdout");
     }
     result?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `error` with the input lines of the records it names, when an operator failed on a batch:
+/// `weir transform run` gives each record the offset of its line, counting from 0.
+fn with_input_lines(error: anyhow::Error) -> anyhow::Error {
+    let Some(failed) = error.downcast_ref::<OperatorError>() else { return error };
+    let lines = match (&failed.kind, &failed.offsets) {
+        (ErrorKind::Guest { offset: Some(offset), .. }, _) => format!("line {}", offset + 1),
+        (_, Some(batch)) => format!("lines {} to {}", batch.first + 1, batch.last + 1),
+        _ => return error,
+    };
+    error.context(lines)
 }
 
 /// An output record as one JSON object, faithfully: `key` (or `key_base64`), `value` (the JSON

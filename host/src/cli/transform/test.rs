@@ -256,7 +256,7 @@ fn run_records(project: &Project, component: &Path, records: Vec<InputRecord>) -
         Ok(())
     };
     let processed = records.into_iter().try_for_each(|record| runner.push(record, &mut sink));
-    processed.and_then(|()| runner.finish(&mut sink)).map_err(anyhow::Error::msg)?;
+    processed.and_then(|()| runner.finish(&mut sink))?;
     Ok(lines)
 }
 
