@@ -33,15 +33,25 @@ pub struct ConsumeArgs {
     /// Stop after this many records.
     #[arg(long)]
     max: Option<u64>,
-    /// Stop when no record arrived for this many seconds.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
+    /// Stop when no record arrived for this many seconds (above 0, at most a day; fractions
+    /// allowed).
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_timeout)]
+    timeout: Duration,
     /// Also show records of open and aborted transactions (isolation.level=read_uncommitted).
     #[arg(long)]
     read_uncommitted: bool,
     /// Bootstrap servers.
     #[arg(long, default_value = "127.0.0.1:9092", env = "WEIR_KAFKA_BOOTSTRAP")]
     brokers: String,
+}
+
+/// Longest `--timeout`: a day.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let refused = || format!("{text:?} is not a number of seconds above 0 and at most {}", MAX_TIMEOUT.as_secs());
+    let seconds: f64 = text.trim().parse().map_err(|_| refused())?;
+    Duration::try_from_secs_f64(seconds).ok().filter(|d| !d.is_zero() && *d <= MAX_TIMEOUT).ok_or_else(refused)
 }
 
 pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
@@ -68,7 +78,7 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     }
     consumer.assign(&list)?;
 
-    let idle = Duration::from_secs_f64(args.timeout);
+    let idle = args.timeout;
     let max = args.max.unwrap_or(u64::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -110,4 +120,20 @@ fn record_json(message: &BorrowedMessage<'_>) -> Value {
         .collect();
     object.insert("headers".into(), Value::Array(headers));
     Value::Object(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_is_a_positive_number_of_seconds_up_to_a_day() {
+        assert_eq!(parse_timeout("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_timeout("86400"), Ok(MAX_TIMEOUT));
+        for refused in ["0", "-1", "NaN", "inf", "86401", "1e300", "ten", ""] {
+            let error = parse_timeout(refused).unwrap_err();
+            assert!(error.contains("seconds above 0"), "{refused}: {error}");
+        }
+    }
 }
