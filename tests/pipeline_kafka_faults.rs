@@ -193,11 +193,16 @@ async fn of_two_pipelines_with_one_transactional_id_prefix_the_fenced_one_stops_
 /// `group.instance.id` (KIP-345). The first learns of it from its consumer, fenced by the
 /// second's; it must stop, as on a fenced commit, not recover and fence the second back (the
 /// two would take the instance from each other for ever). The first is idle when the second
-/// starts, so its consumer, not a commit, is what tells it.
+/// starts, so its consumer, not a commit, is what tells it; and idle for longer than its
+/// `transaction_timeout_ms`, which an idle transaction (begun, nothing sent) never reaches, so
+/// the takeover must not pass for the broker's timeout abort.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_process_of_one_instance_takes_over_and_the_first_stops_rather_than_fence_it_back() {
     const CONSUMER_FENCED: &str = "Static consumer fenced by other consumer with same group.instance.id";
-    let first = TestPipeline::new("weir-twin", &Spec::new("passthrough"));
+    let mut spec = Spec::new("passthrough");
+    spec.sink = "transaction_timeout_ms = 3000".into();
+    spec.checkpoint = "interval_ms = 200\ntimeout_ms = 2000".into();
+    let first = TestPipeline::new("weir-twin", &spec);
     let second = first.on_another_host();
     let before: Vec<_> = (0..200).map(|i| (None, format!("before-{i}"))).collect();
     produce(&first.source, 1, &before).await;
@@ -205,6 +210,7 @@ async fn a_second_process_of_one_instance_takes_over_and_the_first_stops_rather_
     let mut output = Reader::new(&first.sink, 1, Isolation::ReadCommitted);
     output.read_until(before.len(), RUN_TIMEOUT);
     assert_eq!(output.records.len(), before.len(), "the first process commits its input; log:\n{}", first.log_text());
+    std::thread::sleep(Duration::from_secs(4)); // idle past transaction_timeout_ms
 
     let mut newer = Running::start(&second);
     let log = older.fails();

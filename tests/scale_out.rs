@@ -159,6 +159,10 @@ async fn an_idle_instance_fenced_by_its_own_group_instance_id_rejoins_and_takes_
     // b joins again by itself (with a new consumer, so under a new member id), while a still owns
     // every partition: nothing else would make b notice that its consumer is finished.
     wait_for_member("b", &[first, intruding]);
+    // Its transactional ids were never taken over, so b checked them and recovered, rather than
+    // stop as an instance started twice does.
+    let log = pipeline.instance_log("b");
+    assert!(log.contains("the transactional ids are still this process's"), "b checked its producer; log:\n{log}");
 
     // a leaves: its partition must go to b, whose new consumer took its instance id back.
     let status = pipeline.stop(&mut a, Duration::from_secs(60));

@@ -8,6 +8,7 @@
 //! timeout abort — which fences the same way — cannot be the cause).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,43 @@ impl ProducerContext for SinkContext {
     }
 }
 
+/// When a slot's open transaction first reached the transaction coordinator: its first record
+/// (AddPartitionsToTxn) or its offsets (AddOffsetsToTxn). The coordinator's
+/// `transaction.timeout.ms` runs from there, so this local time is no later than its; a
+/// `begin_transaction` alone stays in the client, and never times out however long it idles.
+struct TransactionStart {
+    origin: Instant,
+    /// Nanoseconds since `origin`; 0 while the transaction has not reached the coordinator. An
+    /// atomic: records are sent from every worker thread, and each send reads it.
+    nanos: AtomicU64,
+}
+
+impl TransactionStart {
+    fn new() -> Self {
+        Self { origin: Instant::now(), nanos: AtomicU64::new(0) }
+    }
+
+    /// Notes now as the start, unless the transaction already reached the coordinator.
+    fn mark(&self) {
+        if self.nanos.load(Ordering::Relaxed) == 0 {
+            let now = self.origin.elapsed().as_nanos().clamp(1, u64::MAX as u128) as u64;
+            self.nanos.store(now, Ordering::Relaxed);
+        }
+    }
+
+    fn clear(&self) {
+        self.nanos.store(0, Ordering::Relaxed);
+    }
+
+    /// How long the transaction has been open on the coordinator's side, at most.
+    fn age(&self) -> Option<Duration> {
+        match self.nanos.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(self.origin.elapsed().saturating_sub(Duration::from_nanos(nanos))),
+        }
+    }
+}
+
 /// One producer of the sink.
 pub struct ProducerSlot {
     /// The slot number (epoch N uses slot N mod k).
@@ -90,8 +128,8 @@ pub struct ProducerSlot {
     changelog: Arc<Mutex<BTreeMap<i32, i64>>>,
     /// `transaction.timeout.ms`, when transactional.
     transaction_timeout: Duration,
-    /// When the open transaction began (no earlier than the coordinator saw it begin).
-    transaction_began: Mutex<Option<Instant>>,
+    /// When the open transaction first reached the coordinator.
+    transaction_began: TransactionStart,
     /// `sink.transactional_id_prefix`, for the message of [`Fenced`]; by default the
     /// transactional id without its `-<slot>`.
     prefix: Option<String>,
@@ -149,7 +187,7 @@ impl ProducerSlot {
             errors,
             changelog,
             transaction_timeout: Duration::ZERO,
-            transaction_began: Mutex::new(None),
+            transaction_began: TransactionStart::new(),
             prefix: None,
         })
     }
@@ -176,7 +214,7 @@ impl ProducerSlot {
     /// When a transaction is already open or the producer is fenced.
     pub fn begin(&self) -> Result<(), ProducerError> {
         self.check(self.producer.begin_transaction())?;
-        *self.transaction_began.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        self.transaction_began.clear();
         Ok(())
     }
 
@@ -232,7 +270,10 @@ impl ProducerSlot {
     fn send_waiting(&self, mut base: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), ProducerError> {
         loop {
             match self.producer.send(base) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.transaction_began.mark();
+                    return Ok(());
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                     base = returned;
                     // The producer's own thread drains the queue; give it a moment.
@@ -279,6 +320,7 @@ impl ProducerSlot {
         group: &ConsumerGroupMetadata,
         timeout: Duration,
     ) -> Result<(), ProducerError> {
+        self.transaction_began.mark();
         self.check(self.producer.send_offsets_to_transaction(offsets, group, timeout))
     }
 
@@ -306,7 +348,7 @@ impl ProducerSlot {
     }
 
     fn transaction_ended(&self) {
-        *self.transaction_began.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.transaction_began.clear();
     }
 
     /// `result`, with its error turned into [`ProducerError::Fenced`] when another producer
@@ -322,8 +364,7 @@ impl ProducerSlot {
         if classify_code(code) != ErrorClass::Fenced {
             return None;
         }
-        let open_for = self.transaction_began.lock().unwrap_or_else(|e| e.into_inner()).map(|began| began.elapsed());
-        if let Some(open_for) = open_for
+        if let Some(open_for) = self.transaction_began.age()
             && open_for >= self.transaction_timeout
         {
             // The coordinator aborts a transaction open longer than transaction.timeout.ms and

@@ -488,8 +488,9 @@ impl<'a> Runner<'a> {
         self.finish()
     }
 
-    /// `error`, or [`PipelineError::Fenced`] when `error` is the source consumer's fatal error
-    /// and another process took over this instance's transactional ids.
+    /// `error`, or [`PipelineError::Fenced`] when `error` says another consumer joined the group
+    /// with this instance's `group.instance.id` and another process took over its transactional
+    /// ids too.
     ///
     /// A static member is fenced by another consumer with its `group.instance.id` (KIP-345) in
     /// two cases. This instance was started twice: the other process fenced the transactional
@@ -498,24 +499,40 @@ impl<'a> Runner<'a> {
     /// ever. Or a member of this process lingered in the group (a broker stalled past
     /// `session.timeout.ms`): recovery heals that. The open epoch's producer tells them apart:
     /// `send_offsets_to_transaction` goes to the transaction coordinator, which refuses a
-    /// producer whose epoch another one bumped. The probe's transaction is never committed
-    /// (recovery, or a stop, aborts it), and its offsets are the last committed checkpoint's,
-    /// so it changes nothing. An instance that never committed a checkpoint has no offsets to
-    /// probe with, and recovers.
+    /// producer whose epoch another one bumped (AddOffsetsToTxn), before any offset is staged.
+    /// One that was not taken over passes that step, and the group coordinator then refuses
+    /// the fenced member's offsets (TxnOffsetCommit: FENCED_INSTANCE_ID). So the offsets never
+    /// count, and any will do: the last checkpoint's, or, for an instance that owns no
+    /// partition, offset 0 of the first source topic's partition 0. The transaction is never
+    /// committed; recovery's `init_transactions` (or a stop's) aborts it.
     fn unless_taken_over(&self, error: PipelineError) -> PipelineError {
-        let PipelineError::Kafka { source: KafkaError::MessageConsumptionFatal(code), .. } = &error else {
+        let PipelineError::Kafka {
+            source: KafkaError::MessageConsumptionFatal(code @ RDKafkaErrorCode::FencedInstanceId),
+            ..
+        } = &error
+        else {
             return error;
         };
-        if self.config.sink.guarantee != Guarantee::ExactlyOnce || self.recorded.is_empty() {
+        if self.config.sink.guarantee != Guarantee::ExactlyOnce {
             return error;
         }
         let Some(group) = self.source.held_group_metadata() else { return error };
-        let Ok(offsets) = Source::offset_list(&self.recorded, "") else { return error };
+        let mut offsets = self.recorded.clone();
+        if let (true, Some(topic)) = (offsets.is_empty(), self.config.source.topics.first()) {
+            offsets.insert(TaskId { topic: topic.clone(), partition: 0 }, 0);
+        }
+        let Ok(offsets) = Source::offset_list(&offsets, "") else { return error };
         match self.slot().send_offsets(&offsets, &group, self.config.checkpoint.timeout) {
-            Err(ProducerError::Fenced(fenced)) => {
-                PipelineError::Fenced { operation: format!("reading the source ({code})"), fenced }
+            Err(ProducerError::Fenced(fenced)) => PipelineError::Fenced {
+                operation: format!("checking the transactional ids after the source consumer was fenced ({code})"),
+                fenced,
+            },
+            _ => {
+                tracing::info!(
+                    "the source consumer was fenced by another with this instance's group.instance.id, but the transactional ids are still this process's (a member of its own lingered in the group): recovering"
+                );
+                error
             }
-            _ => error,
         }
     }
 
