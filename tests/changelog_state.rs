@@ -177,6 +177,10 @@ async fn a_pipeline_started_from_a_savepoint_under_a_new_name_goes_on_like_the_o
     assert!(ok, "weir savepoint failed: {stderr}");
     assert!(stdout.contains(&format!("{PARTITIONS} tasks")), "{stdout}");
     assert!(dir.join("manifest.json").is_file());
+    // A second savepoint into the same directory is refused, and the first one is left whole.
+    let (ok, _, stderr) = weir_tests::run_weir(&["savepoint".as_ref(), original.file.as_ref(), dir.as_ref()]);
+    assert!(!ok && stderr.starts_with("error: savepoint directory ") && stderr.contains("is not empty"), "{stderr}");
+    assert!(!stderr.contains("refusing to start"), "weir savepoint starts no pipeline: {stderr}");
 
     // The original goes on over the rest of the input.
     produce(&original.source, PARTITIONS, &keyed(second)).await;

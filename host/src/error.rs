@@ -46,6 +46,10 @@ pub enum PipelineError {
     /// A start-up check refused the configuration against the cluster.
     #[error("refusing to start: {0}")]
     Refused(String),
+    /// A savepoint could not be taken, written or read (`weir savepoint`, `weir run
+    /// --from-savepoint`); the message names the file or topic.
+    #[error("{0}")]
+    Savepoint(String),
     /// The consumer group's offsets disagree with the state directory.
     #[error("refusing to start: {0}")]
     Inconsistent(String),

@@ -87,12 +87,16 @@ fn refused(what: String) -> PipelineError {
     PipelineError::Refused(what)
 }
 
+fn unusable(what: String) -> PipelineError {
+    PipelineError::Savepoint(what)
+}
+
 /// Reads each task's changelog partition up to its last stable offset, reduced to the last
 /// record per key; tasks that never committed a checkpoint are left out.
 ///
 /// # Errors
-/// [`PipelineError::Kafka`] when the changelog cannot be read; [`PipelineError::Inconsistent`]
-/// for a record Weir did not write.
+/// [`PipelineError::Kafka`] when the changelog cannot be read; [`PipelineError::Savepoint`] for
+/// a record Weir did not write.
 pub fn take(
     reader: &ChangelogReader,
     tasks: &[TaskId],
@@ -144,8 +148,9 @@ pub fn take(
                 Some(ChangelogEntry::Position(p)) if p.task == *task => position = Some(p),
                 Some(_) => {}
                 None => {
-                    return Err(PipelineError::Inconsistent(format!(
-                        "changelog topic {topic}[{partition}] holds a record Weir did not write"
+                    return Err(unusable(format!(
+                        "cannot take a savepoint: changelog topic {topic}[{partition}] holds a record Weir did not \
+                         write (is state.changelog_topic another application's topic?)"
                     )));
                 }
             }
@@ -168,14 +173,14 @@ pub fn take(
 /// Writes `savepoint` into `dir`, which must not exist or be empty.
 ///
 /// # Errors
-/// [`PipelineError::Refused`] when `dir` is not empty or cannot be written.
+/// [`PipelineError::Savepoint`] when `dir` is not empty or cannot be written.
 pub fn write(savepoint: &Savepoint, dir: &Path) -> Result<(), PipelineError> {
     let io = |what: &str| {
         let what = format!("{what} in {}", dir.display());
-        move |e: std::io::Error| refused(format!("cannot write the savepoint: {what}: {e}"))
+        move |e: std::io::Error| unusable(format!("cannot write the savepoint: {what}: {e}"))
     };
     if dir.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
-        return Err(refused(format!("savepoint directory {} is not empty; name a new directory", dir.display())));
+        return Err(unusable(format!("savepoint directory {} is not empty; name a new directory", dir.display())));
     }
     std::fs::create_dir_all(dir.join("tasks")).map_err(io("creating tasks/"))?;
     for task in &savepoint.manifest.tasks {
@@ -196,15 +201,15 @@ pub fn write(savepoint: &Savepoint, dir: &Path) -> Result<(), PipelineError> {
 /// Reads the savepoint in `dir`.
 ///
 /// # Errors
-/// [`PipelineError::Refused`] naming the file when it is missing, of another format, or damaged.
+/// [`PipelineError::Savepoint`] naming the file when it is missing, of another format, or damaged.
 pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
     let path = dir.join(MANIFEST);
-    let text =
-        std::fs::read(&path).map_err(|e| refused(format!("cannot read savepoint manifest {}: {e}", path.display())))?;
+    let text = std::fs::read(&path)
+        .map_err(|e| unusable(format!("cannot read savepoint manifest {}: {e}", path.display())))?;
     let manifest: Manifest = serde_json::from_slice(&text)
-        .map_err(|e| refused(format!("savepoint manifest {} is not valid: {e}", path.display())))?;
+        .map_err(|e| unusable(format!("savepoint manifest {} is not valid: {e}", path.display())))?;
     if manifest.format != FORMAT {
-        return Err(refused(format!(
+        return Err(unusable(format!(
             "savepoint {} has format {:?}; this Weir reads {FORMAT:?}",
             dir.display(),
             manifest.format
@@ -213,11 +218,11 @@ pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
     let mut tasks = BTreeMap::new();
     for task in &manifest.tasks {
         let path = dir.join(&task.file);
-        let data =
-            std::fs::read(&path).map_err(|e| refused(format!("cannot read savepoint file {}: {e}", path.display())))?;
+        let data = std::fs::read(&path)
+            .map_err(|e| unusable(format!("cannot read savepoint file {}: {e}", path.display())))?;
         let records = decode_records(&data)
             .filter(|records| records.len() as u64 == task.entries)
-            .ok_or_else(|| refused(format!("savepoint file {} is damaged (truncated or edited)", path.display())))?;
+            .ok_or_else(|| unusable(format!("savepoint file {} is damaged (truncated or edited)", path.display())))?;
         tasks.insert(TaskId { topic: task.topic.clone(), partition: task.partition }, records);
     }
     Ok(Savepoint { manifest, tasks })
