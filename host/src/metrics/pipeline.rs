@@ -212,18 +212,22 @@ impl PipelineMetrics {
 
     /// The pipeline failed with `error`; `retrying` when recovery runs again after a back-off.
     pub fn failed(&self, error: &PipelineError, retrying: bool) {
-        if let PipelineError::Operator(error) = error {
-            self.guest_error(error);
-        }
+        self.error_seen(error);
         if retrying {
             self.recoveries.inc();
         }
         let state = if retrying { PipelineState::Recovering } else { PipelineState::Failed };
-        let mut live = lock(&self.live);
-        live.state = state;
-        live.last_error = Some(ErrorView { message: error.to_string(), at_ms: now_ms() });
-        drop(live);
+        lock(&self.live).state = state;
         self.publish_state(state);
+    }
+
+    /// Records `error` as the last error, leaving the state as it is: for a failure met while
+    /// stopping, after which the pipeline still stops cleanly.
+    pub fn error_seen(&self, error: &PipelineError) {
+        if let PipelineError::Operator(error) = error {
+            self.guest_error(error);
+        }
+        lock(&self.live).last_error = Some(ErrorView { message: error.to_string(), at_ms: now_ms() });
     }
 
     /// Forgets the last error: the pipeline was deployed again (`weir serve`), and an error of

@@ -166,6 +166,7 @@ pub fn run(
                 // now, rather than at the broker's `transaction.timeout.ms`, so that the
                 // partitions' next owner is not held up by it.
                 tracing::warn!(pipeline = %config.name, %error, "failed while stopping; the open epoch is not committed, and the next start processes it again");
+                metrics.error_seen(&error);
                 let aborted = match config.sink.guarantee {
                     Guarantee::ExactlyOnce => abort_open_transactions(config, &instance),
                     Guarantee::AtLeastOnce | Guarantee::None => Ok(()),

@@ -57,6 +57,20 @@ fn one_state_at_a_time_and_failures_keep_their_message() {
 }
 
 #[test]
+fn a_failure_met_while_stopping_is_shown_and_the_pipeline_still_stops() {
+    let metrics = Metrics::default();
+    let pipeline = metrics.pipeline(&config("p"));
+    pipeline.set_state(PipelineState::Running);
+    pipeline.error_seen(&PipelineError::AssignmentLost(2));
+    pipeline.set_state(PipelineState::Stopped);
+    let view = pipeline.view();
+    assert_eq!(view.state, PipelineState::Stopped);
+    assert!(view.last_error.expect("last error").message.contains("2 partition(s)"));
+    let text = metrics.encode();
+    assert!(text.contains("weir_recoveries_total{pipeline=\"p\"} 0"), "no recovery: {text}");
+}
+
+#[test]
 fn a_pipeline_that_starts_again_keeps_its_counters() {
     let metrics = Metrics::default();
     let first = metrics.pipeline(&config("p"));
