@@ -11,7 +11,7 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 
 use weir_tests::pipeline::{
-    Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, wait_exit,
+    Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, signal, wait_exit,
 };
 use weir_tests::{Isolation, bootstrap, create_topic, flight_rows, repo_root, unique_name};
 
@@ -228,6 +228,53 @@ async fn a_second_process_of_one_instance_takes_over_and_the_first_stops_rather_
     assert!(!log.contains("recovering"), "the second process never had to recover; log:\n{log}");
     output.drain(Duration::from_secs(2));
     let mut want: Vec<String> = before.into_iter().chain(after).map(|(_, v)| v).collect();
+    want.sort();
+    assert_eq!(values(&output), want, "every input record once");
+}
+
+/// As above, but the first process is frozen (SIGSTOP) past its `session.timeout.ms` when the
+/// second starts, and woken once the second runs: it finds its partitions lost (or its consumer
+/// fenced) at the same moment, and must stop all the same, not recover and take the instance
+/// back from the process that replaced it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_frozen_and_replaced_stops_when_it_wakes_rather_than_take_its_instance_back() {
+    let mut spec = Spec::new("passthrough");
+    spec.source.push_str("\n[source.consumer]\n\"session.timeout.ms\" = \"6000\"");
+    let first = TestPipeline::new("weir-frozen-twin", &spec);
+    let second = first.on_another_host();
+    let batch =
+        |name: &str| -> Vec<(Option<String>, String)> { (0..200).map(|i| (None, format!("{name}-{i}"))).collect() };
+    let (before, during, after) = (batch("before"), batch("during"), batch("after"));
+    produce(&first.source, 1, &before).await;
+    let mut older = Running::start(&first);
+    let mut output = Reader::new(&first.sink, 1, Isolation::ReadCommitted);
+    output.read_until(before.len(), RUN_TIMEOUT);
+    assert_eq!(output.records.len(), before.len(), "the first process commits its input; log:\n{}", first.log_text());
+
+    signal(&older.child, "STOP");
+    std::thread::sleep(Duration::from_secs(8)); // past session.timeout.ms
+    let mut newer = Running::start(&second);
+    produce(&first.source, 1, &during).await;
+    output.read_until(before.len() + during.len(), RUN_TIMEOUT);
+    assert_eq!(
+        output.records.len(),
+        before.len() + during.len(),
+        "the second process took over; log:\n{}",
+        second.log_text()
+    );
+    signal(&older.child, "CONT");
+    let log = older.fails();
+    for part in ["was taken over by another producer", "started twice"] {
+        assert!(log.contains(part), "the first process's error says {part}; log:\n{log}");
+    }
+
+    produce(&first.source, 1, &after).await;
+    output.read_until(before.len() + during.len() + after.len(), RUN_TIMEOUT);
+    assert!(newer.stop().success(), "the second process stops cleanly; log:\n{}", second.log_text());
+    let log = second.log_text();
+    assert!(!log.contains("recovering"), "the second process never had to recover; log:\n{log}");
+    output.drain(Duration::from_secs(2));
+    let mut want: Vec<String> = before.into_iter().chain(during).chain(after).map(|(_, v)| v).collect();
     want.sort();
     assert_eq!(values(&output), want, "every input record once");
 }

@@ -471,7 +471,9 @@ impl<'a> Runner<'a> {
                 return Err(self.unless_taken_over(error));
             }
             while let Some(event) = self.source.take_rebalance() {
-                self.rebalance(event)?;
+                if let Err(error) = self.rebalance(event) {
+                    return Err(self.unless_taken_over(error));
+                }
             }
             if self.last_ownership_check.elapsed() >= self.config.source.partition_discovery_interval {
                 self.check_ownership()?;
@@ -489,30 +491,33 @@ impl<'a> Runner<'a> {
         self.finish()
     }
 
-    /// `error`, or [`PipelineError::Fenced`] when `error` says another consumer joined the group
-    /// with this instance's `group.instance.id` and another process took over its transactional
-    /// ids too.
+    /// `error`, or [`PipelineError::Fenced`] when `error` says this process lost its place in
+    /// the group and another process took over its transactional ids too.
     ///
-    /// A static member is fenced by another consumer with its `group.instance.id` (KIP-345) in
-    /// two cases. This instance was started twice: the other process fenced the transactional
-    /// ids first (`init_transactions` at its start-up), then joined the group; this one must
-    /// stop, as it would on a fenced commit, or the two fence each other back and forth for
-    /// ever. Or a member of this process lingered in the group (a broker stalled past
-    /// `session.timeout.ms`): recovery heals that. The open epoch's producer tells them apart:
+    /// A static member is fenced by another consumer with its `group.instance.id` (KIP-345), or
+    /// finds its partitions lost (it was frozen past `session.timeout.ms`), in two cases. This
+    /// instance was started twice: the other process fenced the transactional ids first
+    /// (`init_transactions` at its start-up), then joined the group; this one must stop, as it
+    /// would on a fenced commit, or the two fence each other back and forth for ever. Or the
+    /// group moved on without this process (a member of its own lingered after a broker stall,
+    /// or another instance took its partitions): recovery heals that. The open epoch's producer
+    /// tells them apart:
     /// `send_offsets_to_transaction` goes to the transaction coordinator, which refuses a
     /// producer whose epoch another one bumped (AddOffsetsToTxn), before any offset is staged.
     /// One that was not taken over passes that step, and the group coordinator then refuses
-    /// the fenced member's offsets (TxnOffsetCommit: FENCED_INSTANCE_ID). So the offsets never
+    /// the offsets of a member it fenced or expired (TxnOffsetCommit: FENCED_INSTANCE_ID,
+    /// UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION, KIP-447). So the offsets never
     /// count, and any will do: the last checkpoint's, or, for an instance that owns no
     /// partition, offset 0 of the first source topic's partition 0. The transaction is never
     /// committed; recovery's `init_transactions` (or a stop's) aborts it.
     fn unless_taken_over(&self, error: PipelineError) -> PipelineError {
-        let PipelineError::Kafka {
-            source: KafkaError::MessageConsumptionFatal(code @ RDKafkaErrorCode::FencedInstanceId),
-            ..
-        } = &error
-        else {
-            return error;
+        let evicted = match &error {
+            PipelineError::Kafka {
+                source: KafkaError::MessageConsumptionFatal(code @ RDKafkaErrorCode::FencedInstanceId),
+                ..
+            } => format!("the source consumer was fenced ({code})"),
+            PipelineError::AssignmentLost(_) => "the consumer group took this process's partitions".to_owned(),
+            _ => return error,
         };
         if self.config.sink.guarantee != Guarantee::ExactlyOnce {
             return error;
@@ -524,14 +529,11 @@ impl<'a> Runner<'a> {
         }
         let Ok(offsets) = Source::offset_list(&offsets, "") else { return error };
         match self.slot().send_offsets(&offsets, &group, self.config.checkpoint.timeout) {
-            Err(ProducerError::Fenced(fenced)) => PipelineError::Fenced {
-                operation: format!("checking the transactional ids after the source consumer was fenced ({code})"),
-                fenced,
-            },
+            Err(ProducerError::Fenced(fenced)) => {
+                PipelineError::Fenced { operation: format!("checking the transactional ids after {evicted}"), fenced }
+            }
             _ => {
-                tracing::info!(
-                    "the source consumer was fenced by another with this instance's group.instance.id, but the transactional ids are still this process's (a member of its own lingered in the group): recovering"
-                );
+                tracing::info!("{evicted}, but the transactional ids are still this process's: recovering");
                 error
             }
         }
