@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::is_topic_name;
 use crate::error::PipelineError;
 use crate::kafka::{ChangelogReader, RecordBatch};
 use crate::state::{ChangelogEntry, Entries, StateDb, Writes};
@@ -161,7 +162,7 @@ pub fn take(
             partition: task.partition,
             checkpoint: position.checkpoint.0,
             offset: position.offset,
-            file: format!("tasks/{}.{}.bin", task.topic, task.partition),
+            file: task_file(task),
             entries: records.len() as u64,
             bytes: records.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
         });
@@ -217,6 +218,16 @@ pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
     }
     let mut tasks = BTreeMap::new();
     for task in &manifest.tasks {
+        let id = TaskId { topic: task.topic.clone(), partition: task.partition };
+        // Only the file `write` names: an edited manifest must not send the read elsewhere.
+        if !is_topic_name(&task.topic) || task.file != task_file(&id) {
+            return Err(unusable(format!(
+                "savepoint manifest {} is damaged: task {id} names file {:?}, not {:?}",
+                path.display(),
+                task.file,
+                task_file(&id)
+            )));
+        }
         let path = dir.join(&task.file);
         let data = std::fs::read(&path)
             .map_err(|e| unusable(format!("cannot read savepoint file {}: {e}", path.display())))?;
@@ -226,6 +237,11 @@ pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
         tasks.insert(TaskId { topic: task.topic.clone(), partition: task.partition }, records);
     }
     Ok(Savepoint { manifest, tasks })
+}
+
+/// The file of `task`'s records, relative to the savepoint's directory.
+fn task_file(task: &TaskId) -> String {
+    format!("tasks/{}.{}.bin", task.topic, task.partition)
 }
 
 fn decode_records(mut data: &[u8]) -> Option<Entries> {
@@ -301,4 +317,58 @@ pub fn load(
 /// The checkpoint a loaded savepoint's tasks are as of, the highest of them.
 pub fn checkpoint(savepoint: &Savepoint) -> CheckpointId {
     CheckpointId(savepoint.manifest.tasks.iter().map(|t| t.checkpoint).max().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn savepoint_of(topic: &str) -> Savepoint {
+        let task = TaskManifest {
+            topic: topic.into(),
+            partition: 0,
+            checkpoint: 3,
+            offset: 10,
+            file: task_file(&TaskId { topic: topic.into(), partition: 0 }),
+            entries: 1,
+            bytes: 2,
+        };
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            id: "lineage".into(),
+            pipeline: "p".into(),
+            changelog_topic: "p-changelog".into(),
+            source_topics: vec![topic.into()],
+            created_unix_ms: 0,
+            components: BTreeMap::new(),
+            tasks: vec![task],
+        };
+        let tasks =
+            BTreeMap::from([(TaskId { topic: topic.into(), partition: 0 }, vec![(b"k".to_vec(), b"v".to_vec())])]);
+        Savepoint { manifest, tasks }
+    }
+
+    #[test]
+    fn a_savepoint_reads_back_and_an_edited_manifest_cannot_point_outside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = savepoint_of("flights");
+        write(&written, dir.path()).unwrap();
+        let read_back = read(dir.path()).unwrap();
+        assert_eq!((read_back.manifest, read_back.tasks), (written.manifest.clone(), written.tasks));
+
+        // A file outside `tasks/`, or a topic that is no Kafka name (which would make one).
+        let outside = std::fs::canonicalize(dir.path().join("tasks/flights.0.bin")).unwrap();
+        for (topic, file) in [
+            ("flights", "../flights.0.bin".to_owned()),
+            ("flights", outside.display().to_string()),
+            ("../../x", "tasks/../../x.0.bin".to_owned()),
+        ] {
+            let mut manifest = written.manifest.clone();
+            manifest.tasks[0].topic = topic.into();
+            manifest.tasks[0].file = file.clone();
+            std::fs::write(dir.path().join(MANIFEST), serde_json::to_vec(&manifest).unwrap()).unwrap();
+            let error = read(dir.path()).unwrap_err().to_string();
+            assert!(error.contains("is damaged") && error.contains(&format!("{file:?}")), "{file}: {error}");
+        }
+    }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
 use weir::checkpoint::savepoint;
 use weir::config::PipelineConfig;
@@ -18,8 +19,8 @@ pub struct SavepointArgs {
     pipeline: PathBuf,
     /// A new (or empty) directory to write the savepoint into.
     dir: PathBuf,
-    /// Bound of each Kafka call, and of a read without progress, in seconds.
-    #[arg(long, default_value_t = 30)]
+    /// Bound of each Kafka call, and of a read without progress, in seconds (1 to 3600).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout_s: u64,
 }
 
@@ -29,7 +30,10 @@ pub fn execute(args: SavepointArgs) -> anyhow::Result<ExitCode> {
     let admin = Admin::new(&config.source.brokers, &config.source.consumer)?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
     let mut tasks = Vec::new();
-    for (topic, check) in admin.topics(&names)? {
+    let checks = admin.topics(&names).with_context(|| {
+        format!("reading the metadata of source.topics from {} (is the broker up?)", config.source.brokers)
+    })?;
+    for (topic, check) in checks {
         if let TopicCheck::Exists(partitions) = check {
             tasks.extend((0..partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
         }

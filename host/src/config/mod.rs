@@ -65,3 +65,4 @@ pub use pipeline::{
     OffsetReset, OnError, PipelineConfig, RESERVED_RDKAFKA_KEYS, RuntimeConfig, SinkConfig, SourceConfig,
     StartPosition, StateConfig, TableConfig, TimeFormat, TransformConfig, WatermarkConfig,
 };
+pub use validate::is_topic_name;

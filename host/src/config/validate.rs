@@ -337,9 +337,14 @@ fn check_name(key_path: &str, value: &str, max_len: Option<usize>, why: &str) ->
     Ok(())
 }
 
-/// A Kafka topic name: 1 to 249 of `[A-Za-z0-9._-]`, not `.` or `..` (Kafka's `Topic.validate`).
+/// Whether `topic` is a valid Kafka topic name: 1 to 249 of `[A-Za-z0-9._-]`, not `.` or `..`
+/// (Kafka's `Topic.validate`).
+pub fn is_topic_name(topic: &str) -> bool {
+    is_name(topic) && topic.len() <= MAX_TOPIC_LEN && topic != "." && topic != ".."
+}
+
 fn check_topic(key_path: &str, topic: &str) -> Result<(), ConfigError> {
-    if !is_name(topic) || topic.len() > MAX_TOPIC_LEN || topic == "." || topic == ".." {
+    if !is_topic_name(topic) {
         return Err(ConfigError::invalid(
             key_path,
             format!(
