@@ -7,10 +7,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use weir_tests::admin::open_transaction_in;
+use weir_tests::admin::{listed_partitions, open_transaction_in};
 use weir_tests::pipeline::{Reader, Spec, TestPipeline, signal};
 use weir_tests::records::{RawRecord, produce_raw, weir_consume as consume};
-use weir_tests::{Isolation, bootstrap, flights_zip, plugin, unique_name, weir_binary};
+use weir_tests::{Isolation, bootstrap, flights_zip, plugin, run_weir, unique_name, weir_binary};
 
 /// A topic holding one record of every kind `weir consume` must show faithfully.
 async fn awkward_topic() -> String {
@@ -166,4 +166,53 @@ async fn txn_abort_refuses_a_running_instance_and_aborts_a_killed_ones_transacti
     assert!(!open_transaction_in(&pipeline.sink, 1), "the killed process's transaction was aborted");
     let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
     assert_eq!(committed.drain(Duration::from_secs(1)), 0, "none of it was committed");
+}
+
+/// A JSON lines file whose first record lacks a `--key` field (a typo) is refused before
+/// anything reaches the broker: no record, and no topic either.
+#[test]
+fn produce_refuses_a_misspelt_key_field_before_creating_the_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flights.jsonl");
+    std::fs::write(&file, "\u{feff}{\"origin\":\"EWR\",\"carrier\":\"UA\"}\n{\"origin\":\"JFK\"}\n").unwrap();
+    let topic = unique_name("weir-produce-key");
+    let produce = |key: &str| {
+        run_weir(&[
+            OsStr::new("produce"),
+            OsStr::new("--topic"),
+            OsStr::new(&topic),
+            OsStr::new("--key"),
+            OsStr::new(key),
+            OsStr::new("--brokers"),
+            OsStr::new(&bootstrap()),
+            file.as_os_str(),
+        ])
+    };
+    let (ok, _, stderr) = produce("origin,carier");
+    assert!(!ok && stderr.contains("key field \"carier\" is not a field of the first record"), "{stderr}");
+    assert_eq!(listed_partitions(&topic), None, "no topic was created");
+
+    let (ok, stdout, stderr) = produce("origin,carrier");
+    assert!(ok && stdout.contains("wrote 2 records"), "{stdout}{stderr}");
+    assert!(listed_partitions(&topic).is_some());
+    let mut keys: Vec<String> =
+        consume(&topic, 2).iter().map(|r| r["key"].as_str().unwrap_or_default().to_owned()).collect();
+    keys.sort();
+    assert_eq!(keys, ["EWR|UA", "JFK|"], "the byte order mark is not part of the first key");
+}
+
+/// A `--timeout` shorter than the consumer takes to find its positions still reads what the
+/// topic holds: the idle clock starts once every partition was read to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn consume_with_a_short_timeout_reads_what_the_topic_holds() {
+    let topic = unique_name("weir-consume-short");
+    let records: Vec<RawRecord> = (0..3).map(|i| RawRecord::value(format!("r{i}"))).collect();
+    produce_raw(&topic, &records, None).await;
+    let output = Command::new(weir_binary())
+        .args(["consume", "--topic", &topic, "--from-beginning", "--timeout", "0.05", "--brokers", &bootstrap()])
+        .output()
+        .expect("run weir consume");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 3, "{stderr}");
 }

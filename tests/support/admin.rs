@@ -115,6 +115,13 @@ pub async fn delete_topic(topic: &str) {
     wait_for_listing(topic, TIMEOUT, "still listed after its deletion", |listed| listed.is_none());
 }
 
+/// How many partitions the broker's metadata lists for `topic` right now; `None` when it does
+/// not list it.
+pub fn listed_partitions(topic: &str) -> Option<usize> {
+    let metadata = admin().inner().fetch_metadata(None, TIMEOUT).expect("metadata");
+    metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len())
+}
+
 /// Waits until `done` holds of how the broker's metadata lists `topic` (its partition count;
 /// `None` while it does not list it), for at most `timeout`; then panics saying `what`.
 pub(crate) fn wait_for_listing(topic: &str, timeout: Duration, what: &str, done: impl Fn(Option<usize>) -> bool) {

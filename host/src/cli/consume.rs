@@ -7,16 +7,17 @@
 //! holds a JSON string when its bytes are UTF-8, and is named `<field>_base64` (standard base64
 //! with padding) when they are not; a Kafka null is JSON `null`, distinct from an empty string.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message, Timestamp};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use serde_json::{Map, Value};
 use weir::kafka::{Admin, TopicCheck, record_headers};
 
@@ -33,8 +34,8 @@ pub struct ConsumeArgs {
     /// Stop after this many records.
     #[arg(long)]
     max: Option<u64>,
-    /// Stop when no record arrived for this many seconds (above 0, at most a day; fractions
-    /// allowed).
+    /// Stop when no record arrived for this many seconds, counted from when every partition was
+    /// first read up to its end (above 0, at most a day; fractions allowed).
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_timeout)]
     timeout: Duration,
     /// Also show records of open and aborted transactions (isolation.level=read_uncommitted).
@@ -44,6 +45,23 @@ pub struct ConsumeArgs {
     #[arg(long, default_value = "127.0.0.1:9092", env = "WEIR_KAFKA_BOOTSTRAP")]
     brokers: String,
 }
+
+/// rust-rdkafka hands every error event to the client context, which logs it, before `poll`
+/// returns it: a partition's end is no error.
+struct ConsumeContext;
+
+impl ClientContext for ConsumeContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for ConsumeContext {}
+
+/// How long past `--timeout` a consumer that has not reached every partition keeps trying.
+const STARTUP_GRACE: Duration = Duration::from_secs(10);
 
 /// Longest `--timeout`: a day.
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -65,12 +83,14 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
         _ => anyhow::bail!("topic {} does not exist on {}", args.topic, args.brokers),
     };
     let isolation = if args.read_uncommitted { "read_uncommitted" } else { "read_committed" };
-    let consumer: BaseConsumer = ClientConfig::new()
+    let consumer: BaseConsumer<ConsumeContext> = ClientConfig::new()
         .set("bootstrap.servers", &args.brokers)
         .set("group.id", "weir-consume")
         .set("enable.auto.commit", "false")
         .set("isolation.level", isolation)
-        .create()?;
+        // Tells when a partition has been read to its end, so the idle clock starts only then.
+        .set("enable.partition.eof", "true")
+        .create_with_context(ConsumeContext)?;
     let start = if args.from_beginning { Offset::Beginning } else { Offset::End };
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions {
@@ -82,13 +102,31 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     let max = args.max.unwrap_or(u64::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let (mut count, mut last) = (0, Instant::now());
-    while count < max && last.elapsed() < idle {
-        let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
-        let message = message.with_context(|| format!("consuming {}", args.topic))?;
-        writeln!(out, "{}", record_json(&message))?;
-        count += 1;
-        last = Instant::now();
+    // The idle clock runs once every partition delivered a record or reported its end: fetch
+    // positions take a moment to resolve, and a short --timeout must not end the read before
+    // it started. A consumer that never gets there stops STARTUP_GRACE after the timeout.
+    let started = Instant::now();
+    let (mut count, mut last) = (0, started);
+    let mut reached = HashSet::new();
+    while count < max {
+        let caught_up = reached.len() == partitions as usize;
+        if last.elapsed() >= idle && (caught_up || started.elapsed() >= idle + STARTUP_GRACE) {
+            break;
+        }
+        let partition = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            Some(Err(KafkaError::PartitionEOF(partition))) => partition,
+            Some(message) => {
+                let message = message.with_context(|| format!("consuming {}", args.topic))?;
+                writeln!(out, "{}", record_json(&message))?;
+                count += 1;
+                last = Instant::now();
+                message.partition()
+            }
+        };
+        if reached.insert(partition) && reached.len() == partitions as usize {
+            last = last.max(Instant::now());
+        }
     }
     out.flush()?;
     eprintln!("{count} records");

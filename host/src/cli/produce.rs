@@ -44,14 +44,19 @@ pub struct ProduceArgs {
 pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
     let found = admin.topics(&[&args.topic]).with_context(|| format!("cannot reach the broker at {}", args.brokers))?;
-    if found.get(&args.topic) == Some(&TopicCheck::Missing) {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(admin.create_topic(&args.topic, args.partitions))
-            .with_context(|| format!("creating topic {}", args.topic))?;
-        eprintln!("created topic {} with {} partitions", args.topic, args.partitions);
-    }
+    // Created with the first record, so that a file refused at its first line leaves nothing.
+    let mut missing = found.get(&args.topic) == Some(&TopicCheck::Missing);
+    let mut create_if_missing = || -> anyhow::Result<()> {
+        if std::mem::take(&mut missing) {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(admin.create_topic(&args.topic, args.partitions))
+                .with_context(|| format!("creating topic {}", args.topic))?;
+            eprintln!("created topic {} with {} partitions", args.topic, args.partitions);
+        }
+        Ok(())
+    };
     // Idempotent, acks=all: a retried batch is never written twice.
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &args.brokers)
@@ -64,6 +69,7 @@ pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     progress.set_style(ProgressStyle::with_template("{spinner} {human_pos} records  {per_sec}  {elapsed}")?);
     let started = Instant::now();
     let count = read_rows(&args.file, args.format, &args.key, |row| {
+        create_if_missing().map_err(|error| format!("{error:#}"))?;
         let value = row.value_bytes();
         let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).payload(&value);
         if let Some(key) = &row.key {
@@ -82,6 +88,7 @@ pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
         progress.inc(1);
         Ok(())
     })?;
+    create_if_missing()?; // an empty file still makes the topic
     producer.flush(Duration::from_secs(60)).context("waiting for the broker to acknowledge every record")?;
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
