@@ -22,11 +22,11 @@ pub struct ProduceArgs {
     /// `NA` and empty cells as null, cells written as JSON numbers as numbers, the rest, `02134`
     /// too, as strings).
     file: PathBuf,
-    /// Target topic; created when missing.
+    /// Target topic; created when missing (with the first record).
     #[arg(long)]
     topic: String,
-    /// Partitions of the topic when it is created.
-    #[arg(long, default_value_t = 1)]
+    /// Partitions of the topic when it is created (1 to 10,000).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=10_000))]
     partitions: i32,
     /// Input format; by default implied by the file name.
     #[arg(long, value_enum)]
