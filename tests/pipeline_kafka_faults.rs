@@ -270,9 +270,9 @@ async fn a_process_frozen_and_replaced_stops_when_it_wakes_rather_than_take_its_
 
     produce(&first.source, 1, &after).await;
     output.read_until(before.len() + during.len() + after.len(), RUN_TIMEOUT);
+    // (The first one's consumer may rejoin once as it closes and fence the second's; that one
+    // then checks its producer, finds it its own, and recovers: so no "never recovered" here.)
     assert!(newer.stop().success(), "the second process stops cleanly; log:\n{}", second.log_text());
-    let log = second.log_text();
-    assert!(!log.contains("recovering"), "the second process never had to recover; log:\n{log}");
     output.drain(Duration::from_secs(2));
     let mut want: Vec<String> = before.into_iter().chain(during).chain(after).map(|(_, v)| v).collect();
     want.sort();

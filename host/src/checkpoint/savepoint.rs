@@ -216,6 +216,15 @@ pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
             manifest.format
         )));
     }
+    // The id becomes the pipeline's lineage, which checkpoint metadata carries between `;`s.
+    let id_ok = (1..=64).contains(&manifest.id.len()) && manifest.id.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !id_ok {
+        return Err(unusable(format!(
+            "savepoint manifest {} is damaged: id {:?} is not 1 to 64 letters and digits",
+            path.display(),
+            manifest.id
+        )));
+    }
     let mut tasks = BTreeMap::new();
     for task in &manifest.tasks {
         let id = TaskId { topic: task.topic.clone(), partition: task.partition };
@@ -370,5 +379,11 @@ mod tests {
             let error = read(dir.path()).unwrap_err().to_string();
             assert!(error.contains("is damaged") && error.contains(&format!("{file:?}")), "{file}: {error}");
         }
+        // An id that would not fit checkpoint metadata.
+        let mut manifest = written.manifest.clone();
+        manifest.id = "x;txn=y".into();
+        std::fs::write(dir.path().join(MANIFEST), serde_json::to_vec(&manifest).unwrap()).unwrap();
+        let error = read(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("is damaged: id \"x;txn=y\""), "{error}");
     }
 }

@@ -102,9 +102,9 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     let max = args.max.unwrap_or(u64::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    // The idle clock runs once every partition delivered a record or reported its end: fetch
-    // positions take a moment to resolve, and a short --timeout must not end the read before
-    // it started. A consumer that never gets there stops STARTUP_GRACE after the timeout.
+    // The idle clock runs once every partition reported its end: fetch positions take a moment
+    // to resolve and a backlog to read, and a short --timeout must not end the read before
+    // then. A consumer that never gets there stops STARTUP_GRACE after the timeout.
     let started = Instant::now();
     let (mut count, mut last) = (0, started);
     let mut reached = HashSet::new();
@@ -121,7 +121,7 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
                 writeln!(out, "{}", record_json(&message))?;
                 count += 1;
                 last = Instant::now();
-                message.partition()
+                continue;
             }
         };
         if reached.insert(partition) && reached.len() == partitions as usize {

@@ -106,7 +106,7 @@ impl fmt::Display for Fenced {
             "transactional id `{id}` was taken over by another producer ({reason}): another process uses \
              sink.transactional_id_prefix = \"{prefix}\" with the same instance id — this pipeline started twice \
              with one --instance (two processes on one host need an --instance each), or another pipeline with \
-             the same prefix. Two such processes would fence each other forever, so this one stops: stop the \
+             the same prefix (or `weir txn abort` fenced this process while it was frozen). Two such processes would fence each other forever, so this one stops: stop the \
              other process, give each process its own --instance, or give each pipeline its own \
              sink.transactional_id_prefix (it must be unique on the cluster), then restart; the pipeline resumes \
              from its last committed checkpoint",
