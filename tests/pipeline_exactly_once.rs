@@ -193,32 +193,31 @@ async fn a_poison_record_goes_to_the_dead_letter_topic_once_and_the_rest_flows()
     assert_eq!(dead.records[0].value.as_deref(), Some("panic"));
 }
 
-#[test]
-fn a_transaction_timeout_above_the_broker_maximum_is_refused() {
+/// Runs a passthrough pipeline with `sink_line` in its `[sink]` table, which the broker refuses:
+/// the process must exit non-zero within a minute. Returns the pipeline and its log.
+fn refused_start(prefix: &str, sink_line: &str) -> (TestPipeline, String) {
     let mut spec = Spec::new("passthrough");
-    spec.sink = "transaction_timeout_ms = 1000000".into();
-    let pipeline = TestPipeline::new("weir-refuse", &spec);
+    spec.sink = sink_line.into();
+    let pipeline = TestPipeline::new(prefix, &spec);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(weir_tests::create_topic(&pipeline.source, 1));
     let mut child = pipeline.spawn(&[]);
     let status = wait_exit(&mut child, Duration::from_secs(60)).expect("refused promptly");
     assert!(!status.success());
     let log = pipeline.log_text();
+    (pipeline, log)
+}
+
+#[test]
+fn a_transaction_timeout_above_the_broker_maximum_is_refused() {
+    let (_pipeline, log) = refused_start("weir-refuse", "transaction_timeout_ms = 1000000");
     assert!(log.contains("transaction.max.timeout.ms = 900000") && log.contains("1000000"), "{log}");
 }
 
 #[test]
 fn a_sink_topic_the_broker_refuses_to_create_is_named_at_once() {
-    let mut spec = Spec::new("passthrough");
-    spec.sink = "partitions = 100000".into();
-    let pipeline = TestPipeline::new("weir-refuse-parts", &spec);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(weir_tests::create_topic(&pipeline.source, 1));
-    let mut child = pipeline.spawn(&[]);
     // Before, the broker's PolicyViolation was retried for ever.
-    let status = wait_exit(&mut child, Duration::from_secs(60)).expect("refused promptly");
-    assert!(!status.success());
-    let log = pipeline.log_text();
+    let (pipeline, log) = refused_start("weir-refuse-parts", "partitions = 100000");
     assert!(log.contains(&pipeline.sink) && log.contains("sink.partitions"), "{log}");
 }
 

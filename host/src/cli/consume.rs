@@ -98,7 +98,6 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     }
     consumer.assign(&list)?;
 
-    let idle = args.timeout;
     let max = args.max.unwrap_or(u64::MAX);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -110,7 +109,7 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
     let mut reached = HashSet::new();
     while count < max {
         let caught_up = reached.len() == partitions as usize;
-        if last.elapsed() >= idle && (caught_up || started.elapsed() >= idle + STARTUP_GRACE) {
+        if last.elapsed() >= args.timeout && (caught_up || started.elapsed() >= args.timeout + STARTUP_GRACE) {
             break;
         }
         let partition = match consumer.poll(Duration::from_millis(100)) {
@@ -125,7 +124,7 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
             }
         };
         if reached.insert(partition) && reached.len() == partitions as usize {
-            last = last.max(Instant::now());
+            last = Instant::now();
         }
     }
     out.flush()?;

@@ -501,13 +501,12 @@ impl<'a> Runner<'a> {
     /// would on a fenced commit, or the two fence each other back and forth for ever. Or the
     /// group moved on without this process (a member of its own lingered after a broker stall,
     /// or another instance took its partitions): recovery heals that. The open epoch's producer
-    /// tells them apart:
-    /// `send_offsets_to_transaction` goes to the transaction coordinator, which refuses a
-    /// producer whose epoch another one bumped (AddOffsetsToTxn), before any offset is staged.
-    /// One that was not taken over passes that step, and the group coordinator then refuses
-    /// the offsets of a member it fenced or expired (TxnOffsetCommit: FENCED_INSTANCE_ID,
-    /// UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION, KIP-447). So the offsets never
-    /// count, and any will do: the last checkpoint's, or, for an instance that owns no
+    /// tells them apart: `send_offsets_to_transaction` goes to the transaction coordinator,
+    /// which refuses a producer whose epoch another one bumped (AddOffsetsToTxn), before any
+    /// offset is staged. One that was not taken over passes that step, and the group
+    /// coordinator then refuses the offsets of a member it fenced or expired (TxnOffsetCommit:
+    /// FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION, KIP-447). So the offsets
+    /// never count, and any will do: the last checkpoint's, or, for an instance that owns no
     /// partition, offset 0 of the first source topic's partition 0. The transaction is never
     /// committed; recovery's `init_transactions` (or a stop's) aborts it.
     fn unless_taken_over(&self, error: PipelineError) -> PipelineError {
