@@ -97,10 +97,12 @@
 
 extern crate self as weir_guest;
 
+mod bytes;
 mod config;
 mod error;
 pub mod log;
 mod output;
+mod packed;
 mod record;
 pub mod state;
 #[cfg(not(target_arch = "wasm32"))]
@@ -123,7 +125,7 @@ pub use serde_json;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "transform",
+        world: "packed-transform",
         pub_export_macro: true,
         export_macro_name: "__weir_export_world",
         default_bindings_module: "::weir_guest::bindings",
@@ -187,14 +189,12 @@ pub(crate) fn run_batch<T: Transform>(
         for record in batch {
             let first = out.len();
             __private::CURRENT_OFFSET.set(Some(record.offset()));
-            out.begin_record(&record);
             let result = transform.process(&record, &mut out);
             __private::CURRENT_OFFSET.set(None);
             result.map_err(|e| e.or_offset(record.offset()))?;
             // The contract leaves a `none` timestamp to the host, which would use the batch's
             // last record: give each output the timestamp of the record that produced it.
             out.default_timestamps(first, record.timestamp_ms());
-            out.end_record(record);
         }
         Ok(out.into_outputs())
     })
@@ -273,7 +273,16 @@ macro_rules! export {
                 }
             }
 
-    $crate::bindings::__weir_export_world!(__WeirGuest with_types_in $crate::bindings);
+            impl $crate::__private::PackedGuest for __WeirGuest {
+                fn process_packed(
+                    batch: $crate::__private::InputBatch,
+                ) -> ::core::result::Result<$crate::__private::OutputBatch, $crate::__private::RawTransformError>
+                {
+                    $crate::__private::process_packed::<$transform>(&__WEIR_INSTANCE, batch)
+                }
+            }
+
+            $crate::bindings::__weir_export_world!(__WeirGuest with_types_in $crate::bindings);
         };
     };
 }
@@ -285,6 +294,7 @@ pub mod __private {
     use std::thread::LocalKey;
 
     pub use crate::bindings::Guest;
+    pub use crate::bindings::exports::weir::transform::packed::{Guest as PackedGuest, InputBatch, OutputBatch};
     pub use crate::bindings::weir::transform::types::{InputRecord, OutputRecord, TransformError as RawTransformError};
     pub use wit_bindgen;
 
@@ -348,6 +358,20 @@ pub mod __private {
             crate::run_batch(transform, batch.into_iter().map(Record::from_raw))
                 .map(|outputs| outputs.into_iter().map(|o| o.into_raw()).collect())
                 .map_err(Into::into)
+        })
+    }
+
+    pub fn process_packed<T: Transform>(
+        slot: &'static Instance<T>,
+        batch: InputBatch,
+    ) -> Result<OutputBatch, RawTransformError> {
+        slot.with(|s| {
+            let mut guard = s.0.borrow_mut();
+            let Some(transform) = guard.as_mut() else {
+                return Err(TransformError::new("process called before a successful init").into());
+            };
+            let records = crate::packed::records(batch)?;
+            crate::run_batch(transform, records).map(crate::packed::pack).map_err(Into::into)
         })
     }
 

@@ -1,7 +1,10 @@
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 use crate::TransformError;
 use crate::bindings::weir::transform::types::InputRecord;
+use crate::bytes::Bytes;
 
 /// One Kafka record header: a UTF-8 name and raw bytes, `None` for a Kafka null header value
 /// (distinct from an empty one). Kafka allows repeated names; the order the producer wrote them
@@ -12,86 +15,104 @@ pub use crate::bindings::weir::transform::types::Header;
 ///
 /// The SDK hands each record of a batch to [`Transform::process`](crate::Transform::process).
 /// Records can also be built by hand with [`Record::new`] and the `with_*` methods, for tests.
+///
+/// The key and value of a record the host handed over point into the buffer of its whole batch
+/// (cloning a record does not copy them): a record kept past its batch keeps that buffer.
 #[derive(Debug, Clone)]
-pub struct Record(InputRecord);
+pub struct Record {
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    pub(crate) headers: Vec<Header>,
+    pub(crate) timestamp: i64,
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) event_time: i64,
+    pub(crate) watermark: Option<i64>,
+}
 
 impl Record {
     pub(crate) fn from_raw(raw: InputRecord) -> Self {
-        Record(raw)
-    }
-
-    /// Key, value and headers, moved out.
-    pub(crate) fn into_parts(self) -> (Option<Vec<u8>>, Option<Vec<u8>>, Vec<Header>) {
-        (self.0.key, self.0.value, self.0.headers)
+        Record {
+            key: raw.key.map(Bytes::Owned),
+            value: raw.value.map(Bytes::Owned),
+            headers: raw.headers,
+            timestamp: raw.timestamp,
+            topic: raw.topic.into(),
+            partition: raw.partition,
+            offset: raw.offset,
+            event_time: raw.event_time,
+            watermark: raw.watermark,
+        }
     }
 
     /// Builds a record (mainly for tests): no headers, timestamp 0, topic `""`, partition 0,
     /// offset 0, event time 0, no watermark. Pass `None::<&str>` for a null key or value.
     pub fn new(key: Option<impl Into<Vec<u8>>>, value: Option<impl Into<Vec<u8>>>) -> Self {
-        Record(InputRecord {
-            key: key.map(Into::into),
-            value: value.map(Into::into),
+        Record {
+            key: key.map(|key| Bytes::Owned(key.into())),
+            value: value.map(|value| Bytes::Owned(value.into())),
             headers: Vec::new(),
             timestamp: 0,
-            topic: String::new(),
+            topic: "".into(),
             partition: 0,
             offset: 0,
             event_time: 0,
             watermark: None,
-        })
+        }
     }
 
     /// Appends a header (builder style, for tests).
     pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.0.headers.push(Header { key: key.into(), value: Some(value.into()) });
+        self.headers.push(Header { key: key.into(), value: Some(value.into()) });
         self
     }
 
     /// Appends a header with a null value (builder style, for tests).
     pub fn with_null_header(mut self, key: impl Into<String>) -> Self {
-        self.0.headers.push(Header { key: key.into(), value: None });
+        self.headers.push(Header { key: key.into(), value: None });
         self
     }
 
     /// Sets the timestamp (builder style, for tests).
     pub fn with_timestamp_ms(mut self, timestamp_ms: i64) -> Self {
-        self.0.timestamp = timestamp_ms;
+        self.timestamp = timestamp_ms;
         self
     }
 
     /// Sets the event time (builder style, for tests).
     pub fn with_event_time_ms(mut self, event_time_ms: i64) -> Self {
-        self.0.event_time = event_time_ms;
+        self.event_time = event_time_ms;
         self
     }
 
     /// Sets the watermark the record saw (builder style, for tests).
     pub fn with_watermark_ms(mut self, watermark_ms: i64) -> Self {
-        self.0.watermark = Some(watermark_ms);
+        self.watermark = Some(watermark_ms);
         self
     }
 
     /// Sets the source topic (builder style, for tests).
     pub fn with_topic(mut self, topic: impl Into<String>) -> Self {
-        self.0.topic = topic.into();
+        self.topic = topic.into().into();
         self
     }
 
     /// Sets the source partition (builder style, for tests).
     pub fn with_partition(mut self, partition: i32) -> Self {
-        self.0.partition = partition;
+        self.partition = partition;
         self
     }
 
     /// Sets the source offset (builder style, for tests).
     pub fn with_offset(mut self, offset: i64) -> Self {
-        self.0.offset = offset;
+        self.offset = offset;
         self
     }
 
     /// The record key; `None` for a Kafka null key.
     pub fn key(&self) -> Option<&[u8]> {
-        self.0.key.as_deref()
+        self.key.as_ref().map(Bytes::as_slice)
     }
 
     /// The record key as UTF-8; `None` for a null key or one that is not valid UTF-8.
@@ -101,7 +122,7 @@ impl Record {
 
     /// The record value; `None` for a Kafka null value (a tombstone).
     pub fn value(&self) -> Option<&[u8]> {
-        self.0.value.as_deref()
+        self.value.as_ref().map(Bytes::as_slice)
     }
 
     /// The record value as UTF-8; `None` for a null value or one that is not valid UTF-8.
@@ -162,47 +183,47 @@ impl Record {
 
     /// The headers, in the order the producer wrote them.
     pub fn headers(&self) -> &[Header] {
-        &self.0.headers
+        &self.headers
     }
 
     /// The value of the first header named `name`; `None` when there is none or its value is
     /// null (tell those apart through [`Record::headers`]).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.0.headers.iter().find(|h| h.key == name).and_then(|h| h.value.as_deref())
+        self.headers.iter().find(|h| h.key == name).and_then(|h| h.value.as_deref())
     }
 
     /// Record timestamp in milliseconds since the Unix epoch (CreateTime or LogAppendTime, as
     /// the source topic is configured).
     pub fn timestamp_ms(&self) -> i64 {
-        self.0.timestamp
+        self.timestamp
     }
 
     /// Event time in milliseconds since the Unix epoch: what the pipeline's watermark strategy
     /// reads (`[source.watermark]`: the timestamp, or a field of the JSON value); the timestamp
     /// when it has none.
     pub fn event_time_ms(&self) -> i64 {
-        self.0.event_time
+        self.event_time
     }
 
     /// The task's watermark just before this record (milliseconds since the Unix epoch): a
     /// record with an event time at or below it is late. `None` while the task has none.
     pub fn watermark_ms(&self) -> Option<i64> {
-        self.0.watermark
+        self.watermark
     }
 
     /// The source topic the record was read from.
     pub fn topic(&self) -> &str {
-        &self.0.topic
+        &self.topic
     }
 
     /// The source partition the record was read from.
     pub fn partition(&self) -> i32 {
-        self.0.partition
+        self.partition
     }
 
     /// The record's offset in its source partition.
     pub fn offset(&self) -> i64 {
-        self.0.offset
+        self.offset
     }
 }
 

@@ -8,11 +8,16 @@
 //! values; 0.1 has no event time, so a 0.1 guest sees neither the event time nor the watermark
 //! of a record, and has no timers. Nothing past this module knows which version a component
 //! targets, except that the operator looks for due timers of 0.2 components only.
+//!
+//! A 0.2 component of the `packed-transform` world (the Rust SDK's) also exports
+//! the `packed` interface, whose `process-packed` [`Guest::call_process`] calls instead of
+//! `process`, packing the records ([`super::packed_batch`]).
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::host::HostState;
+use super::packed_batch;
 
 /// The current contract, `weir:transform@0.2.x`.
 pub(crate) mod current {
@@ -21,6 +26,23 @@ pub(crate) mod current {
         world: "transform",
         // Host functions may trap: a state backend failure or an exceeded deadline ends the call.
         imports: { default: trappable },
+    });
+}
+
+/// The `packed-transform` world of the current contract: the `transform` world's exports and
+/// the `packed` interface. Its imports are the current contract's.
+pub(crate) mod packed {
+    wasmtime::component::bindgen!({
+        path: "../guest-sdk/wit",
+        world: "packed-transform",
+        // For the buffers a guest's batches are packed into, reused between calls.
+        additional_derives: [Default],
+        with: {
+            "weir:transform/types": crate::wasm::bindings::current::weir::transform::types,
+            "weir:transform/state": crate::wasm::bindings::current::weir::transform::state,
+            "weir:transform/log": crate::wasm::bindings::current::weir::transform::log,
+            "weir:transform/timers": crate::wasm::bindings::current::weir::transform::timers,
+        },
     });
 }
 
@@ -34,6 +56,7 @@ pub(crate) mod v0_1 {
 }
 
 use current::weir::transform::types::{Header, InputRecord, OutputRecord, Timer, TransformError};
+use packed::exports::weir::transform::packed::InputBatch;
 use v0_1::weir::transform::types as old;
 
 /// A contract version the host accepts.
@@ -52,17 +75,27 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     v0_1::Transform::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
 }
 
+/// The export that makes a 0.2 component one of the `packed-transform` world, less its version.
+const PACKED_INTERFACE: &str = "weir:transform/packed@";
+
 /// A pre-instantiated component of one contract version.
 pub(crate) enum GuestPre {
     V0_1(v0_1::TransformPre<HostState>),
     V0_2(current::TransformPre<HostState>),
+    Packed(packed::PackedTransformPre<HostState>),
 }
 
 impl GuestPre {
-    /// Checks `pre`'s exports against the world of `version`.
+    /// Checks `pre`'s exports against the world of `version`: `packed-transform` for a 0.2
+    /// component that exports the `packed` interface (whose types must then match), else
+    /// `transform`.
     pub(crate) fn new(version: Version, pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        let engine = pre.engine();
+        let packed =
+            pre.component().component_type().exports(engine).any(|(name, _)| name.starts_with(PACKED_INTERFACE));
         Ok(match version {
             Version::V0_1 => Self::V0_1(v0_1::TransformPre::new(pre)?),
+            Version::V0_2 if packed => Self::Packed(packed::PackedTransformPre::new(pre)?),
             Version::V0_2 => Self::V0_2(current::TransformPre::new(pre)?),
         })
     }
@@ -71,6 +104,7 @@ impl GuestPre {
         match self {
             Self::V0_1(pre) => pre.engine(),
             Self::V0_2(pre) => pre.engine(),
+            Self::Packed(pre) => pre.engine(),
         }
     }
 
@@ -78,6 +112,7 @@ impl GuestPre {
         Ok(match self {
             Self::V0_1(pre) => Guest::V0_1(pre.instantiate(store)?),
             Self::V0_2(pre) => Guest::V0_2(pre.instantiate(store)?),
+            Self::Packed(pre) => Guest::Packed(pre.instantiate(store)?, Box::default()),
         })
     }
 }
@@ -86,6 +121,8 @@ impl GuestPre {
 pub(crate) enum Guest {
     V0_1(v0_1::Transform),
     V0_2(current::Transform),
+    /// With the buffers batches are packed into, kept between calls.
+    Packed(packed::PackedTransform, Box<InputBatch>),
 }
 
 impl Guest {
@@ -97,15 +134,34 @@ impl Guest {
         match self {
             Self::V0_1(guest) => guest.call_init(store, config),
             Self::V0_2(guest) => guest.call_init(store, config),
+            Self::Packed(guest, _) => guest.call_init(store, config),
         }
     }
 
+    /// Calls `process`, or `process-packed` once per run of records of one source partition
+    /// (one run, from a task).
+    ///
+    /// # Errors
+    /// A trap, or a [`packed_batch::MalformedBatch`] when a packed guest's output batch does not frame.
     pub(crate) fn call_process(
-        &self,
+        &mut self,
         store: &mut Store<HostState>,
         batch: &[InputRecord],
     ) -> wasmtime::Result<Result<Vec<OutputRecord>, TransformError>> {
         match self {
+            Self::Packed(guest, buffers) => {
+                let mut outputs = Vec::new();
+                let same_partition =
+                    |a: &InputRecord, b: &InputRecord| a.partition == b.partition && a.topic == b.topic;
+                for run in batch.chunk_by(same_partition) {
+                    packed_batch::pack(run, buffers);
+                    match guest.weir_transform_packed().call_process_packed(&mut *store, buffers)? {
+                        Ok(packed_outputs) => packed_batch::unpack(&packed_outputs, &mut outputs)?,
+                        Err(error) => return Ok(Err(error)),
+                    }
+                }
+                Ok(Ok(outputs))
+            }
             Self::V0_1(guest) => {
                 let batch: Vec<old::InputRecord> = batch.iter().map(to_v0_1).collect();
                 let result = guest.call_process(store, &batch)?;
@@ -121,6 +177,7 @@ impl Guest {
         match self {
             Self::V0_1(guest) => guest.call_snapshot(store),
             Self::V0_2(guest) => guest.call_snapshot(store),
+            Self::Packed(guest, _) => guest.call_snapshot(store),
         }
     }
 
@@ -132,6 +189,7 @@ impl Guest {
         match self {
             Self::V0_1(guest) => guest.call_restore(store, snapshot),
             Self::V0_2(guest) => guest.call_restore(store, snapshot),
+            Self::Packed(guest, _) => guest.call_restore(store, snapshot),
         }
     }
 
@@ -144,6 +202,7 @@ impl Guest {
         match self {
             Self::V0_1(_) => Ok(Ok(Vec::new())),
             Self::V0_2(guest) => guest.call_on_timer(store, timers),
+            Self::Packed(guest, _) => guest.call_on_timer(store, timers),
         }
     }
 }

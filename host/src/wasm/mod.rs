@@ -28,6 +28,7 @@ mod guest_log;
 mod host;
 mod limits;
 mod operator;
+mod packed_batch;
 mod pool;
 
 pub use bindings::current::weir::transform::log::Level;

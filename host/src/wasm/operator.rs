@@ -13,6 +13,7 @@ use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
 use super::limits::{MemoryLimiter, OperatorLimits, Refusal, changelog_record_size, record_size};
+use super::packed_batch::MalformedBatch;
 use super::{InputRecord, OutputRecord, TimeDomain, Timer};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
@@ -319,7 +320,7 @@ impl Operator {
         &mut self,
         call: Call,
         offsets: Option<BatchOffsets>,
-        f: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&mut Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, OperatorError> {
         self.ensure_live()?;
         let Instance::Live { store, bindings } = &mut self.instance else {
@@ -444,6 +445,9 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
             HostTrap::DeadlineExceeded => deadline,
             HostTrap::State(e) => ErrorKind::State(crate::state::StateError { message: e.message.clone() }),
         };
+    }
+    if let Some(malformed) = error.downcast_ref::<MalformedBatch>() {
+        return ErrorKind::InvalidOutput { reason: malformed.to_string() };
     }
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return ErrorKind::Exit { status: exit.0 };
