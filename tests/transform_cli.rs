@@ -19,6 +19,9 @@ fn check_describes_a_valid_component_of_either_contract_version() {
         for name in ["process (func)", "init (func)", "snapshot (func)", "restore (func)", state.as_str()] {
             assert!(stdout.contains(name), "missing {name} in:\n{stdout}");
         }
+        // The Rust SDK builds the packed-transform world, which the host calls through it.
+        let packed = stdout.contains("weir:transform/packed@0.2.0 (instance)");
+        assert_eq!(packed, plugin_name == "flight-delays", "{stdout}");
     }
 }
 
