@@ -30,20 +30,25 @@ fn values(outputs: &[OutputRecord]) -> Vec<String> {
     outputs.iter().map(|o| String::from_utf8_lossy(o.value.as_deref().unwrap_or_default()).into_owned()).collect()
 }
 
-/// Runs a batch whose middle record misbehaves; returns the error kind, after checking that the
-/// error names the operator and the batch's offsets and that the next batch works.
-fn misbehaves(word: &str) -> ErrorKind {
-    let mut operator = operator_with("misbehave", &[], limits());
+/// Runs a batch of `plugin` whose middle record is `word`; returns the error kind, after checking
+/// that the error names the operator and the batch's offsets and that the next batch works.
+fn fails(plugin: &str, word: &str) -> ErrorKind {
+    let mut operator = operator_with(plugin, &[], limits());
     assert_eq!(values(&operator.process(&[record(0, "fine")]).unwrap()), ["fine"]);
     let error = operator
         .process(&[record(10, "before"), record(11, word), record(12, "after")])
         .expect_err("the misbehaving batch fails");
     let message = error.to_string();
-    assert!(message.contains("misbehave") && message.contains("sandbox[3] offsets 10..=12"), "{message}");
+    assert!(message.contains(plugin) && message.contains("sandbox[3] offsets 10..=12"), "{message}");
     // The host is still up and the operator carries on with a fresh instance.
     let next = operator.process(&[record(13, "next")]).expect("a fresh instance serves the next call");
     assert_eq!(values(&next), ["next"]);
     error.kind
+}
+
+/// [`fails`] with tests/guests/misbehave.
+fn misbehaves(word: &str) -> ErrorKind {
+    fails("misbehave", word)
 }
 
 #[test]
@@ -106,6 +111,25 @@ fn output_to_an_undefined_sink_output_is_invalid() {
     match kind {
         ErrorKind::InvalidOutput { reason } => assert!(reason.contains("no-such-output"), "{reason}"),
         other => panic!("expected invalid output, got {other:?}"),
+    }
+}
+
+/// A packed output batch whose lengths do not frame its data, or whose names are not UTF-8, is
+/// invalid output (tests/guests/packed-malformed builds each such batch; the SDK cannot).
+#[test]
+fn a_packed_output_batch_that_does_not_frame_is_invalid() {
+    for (word, problem) in [
+        ("short", "output record 2: its lengths end early"),
+        ("overrun", "output record 0: a length runs past its data"),
+        ("leftover", "0 lengths and 1 bytes of data left after its records"),
+        ("extra-length", "1 lengths and 0 bytes of data left after its records"),
+        ("not-utf8", "output record 0: a name that is not UTF-8"),
+        ("null-header-name", "output record 0: a null header name"),
+    ] {
+        match fails("packed-malformed", word) {
+            ErrorKind::InvalidOutput { reason } => assert!(reason.contains(problem), "{word}: {reason}"),
+            other => panic!("{word}: expected invalid output, got {other:?}"),
+        }
     }
 }
 

@@ -62,7 +62,9 @@ fn push(data: &mut Vec<u8>, lengths: &mut Vec<u32>, bytes: Option<&[u8]>) {
 /// not UTF-8.
 pub(crate) fn unpack(batch: &OutputBatch, outputs: &mut Vec<OutputRecord>) -> Result<(), MalformedBatch> {
     let mut frames = Frames { data: &batch.data, lengths: batch.lengths.iter() };
-    outputs.reserve(batch.timestamps.len());
+    // Each record takes at least four lengths: reserve no more than the lengths can frame, so
+    // that a guest's long list of timestamps alone cannot make the host allocate.
+    outputs.reserve(batch.timestamps.len().min(batch.lengths.len() / 4));
     for (index, &timestamp) in batch.timestamps.iter().enumerate() {
         let malformed = |problem: &str| MalformedBatch(format!("output record {index}: {problem}"));
         let key = frames.bytes().map_err(malformed)?.map(<[u8]>::to_vec);
