@@ -9,12 +9,6 @@ use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// The runner thread allocates each record's buffers and an operator's worker thread frees
-/// them: glibc's malloc takes a lock of the other thread's arena for each such free, mimalloc
-/// does not.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     tracing_subscriber::registry()
