@@ -76,10 +76,9 @@ impl Frames<'_> {
         if length == NULL {
             return Ok(None);
         }
-        let (start, end) = (self.at, self.at + length as usize);
-        if end > self.buffer.len() {
-            return Err(malformed("a length runs past its data"));
-        }
+        let start = self.at;
+        let end = start.checked_add(length as usize).filter(|&end| end <= self.buffer.len());
+        let Some(end) = end else { return Err(malformed("a length runs past its data")) };
         self.at = end;
         Ok(Some(Bytes::Shared { buffer: self.buffer.clone(), start, end }))
     }
@@ -95,7 +94,10 @@ pub(crate) fn pack(outputs: Vec<Output>) -> OutputBatch {
         lengths: Vec::with_capacity(outputs.len() * 4),
     };
     for output in outputs {
-        batch.timestamps.push(output.timestamp.unwrap_or(NONE));
+        // NONE stands for no timestamp on the wire; the host refuses every negative timestamp,
+        // so a transform's own NONE goes as the next value to be refused as `process` would.
+        let timestamp = output.timestamp.map_or(NONE, |t| t.max(NONE + 1));
+        batch.timestamps.push(timestamp);
         push(&mut batch, output.key.as_ref().map(Bytes::as_slice));
         push(&mut batch, output.value.as_ref().map(Bytes::as_slice));
         push(&mut batch, output.output.as_deref().map(str::as_bytes));
@@ -176,10 +178,13 @@ mod tests {
         let outputs = vec![
             Output::new(Some("k"), Some("v")).to_output("dlq"),
             Output::new(None::<&str>, None::<&str>).header("h", "1").null_header("").timestamp_ms(5),
+            Output::new(None::<&str>, Some("")).timestamp_ms(i64::MIN),
         ];
         let batch = pack(outputs);
-        assert_eq!(batch.timestamps, [NONE, 5]);
+        // The least s64 means none on the wire: a transform's own goes as a negative timestamp,
+        // which the host refuses as it would from `process`.
+        assert_eq!(batch.timestamps, [NONE, 5, NONE + 1]);
         assert_eq!(batch.data, b"kvdlqh1");
-        assert_eq!(batch.lengths, [1, 1, 3, 0, NULL, NULL, NULL, 2, 1, 1, 0, NULL]);
+        assert_eq!(batch.lengths, [1, 1, 3, 0, NULL, NULL, NULL, 2, 1, 1, 0, NULL, NULL, 0, NULL, 0]);
     }
 }

@@ -58,15 +58,16 @@ fn push(data: &mut Vec<u8>, lengths: &mut Vec<u32>, bytes: Option<&[u8]>) {
 /// Unpacks `batch` onto the end of `outputs`.
 ///
 /// # Errors
-/// [`MalformedBatch`] when its lengths and data do not frame exactly its records, or a name is
-/// not UTF-8.
+/// [`MalformedBatch`] when its lengths and data do not frame exactly its records, a name is not
+/// UTF-8 or a header name is null; it names the record by its index in `outputs`.
 pub(crate) fn unpack(batch: &OutputBatch, outputs: &mut Vec<OutputRecord>) -> Result<(), MalformedBatch> {
     let mut frames = Frames { data: &batch.data, lengths: batch.lengths.iter() };
+    let first = outputs.len();
     // Each record takes at least four lengths: reserve no more than the lengths can frame, so
     // that a guest's long list of timestamps alone cannot make the host allocate.
     outputs.reserve(batch.timestamps.len().min(batch.lengths.len() / 4));
     for (index, &timestamp) in batch.timestamps.iter().enumerate() {
-        let malformed = |problem: &str| MalformedBatch(format!("output record {index}: {problem}"));
+        let malformed = |problem: &str| MalformedBatch(format!("output record {}: {problem}", first + index));
         let key = frames.bytes().map_err(malformed)?.map(<[u8]>::to_vec);
         let value = frames.bytes().map_err(malformed)?.map(<[u8]>::to_vec);
         let output = frames.text().map_err(malformed)?;
@@ -191,5 +192,10 @@ mod tests {
             let error = unpack(&batch, &mut Vec::new()).unwrap_err().to_string();
             assert!(error.contains(problem), "{error}");
         }
+        // A second run of a call's batch (another partition) names its records after the first's.
+        let mut outputs = Vec::new();
+        unpack(&output(vec![0], b"", vec![NULL, NULL, NULL, 0]), &mut outputs).unwrap();
+        let error = unpack(&output(vec![0], b"", vec![NULL]), &mut outputs).unwrap_err().to_string();
+        assert!(error.contains("output record 1: its lengths end early"), "{error}");
     }
 }
