@@ -282,7 +282,7 @@ macro_rules! export {
                 }
             }
 
-            $crate::bindings::__weir_export_world!(__WeirGuest with_types_in $crate::bindings);
+    $crate::bindings::__weir_export_world!(__WeirGuest with_types_in $crate::bindings);
         };
     };
 }
