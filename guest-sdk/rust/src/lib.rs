@@ -298,7 +298,7 @@ pub mod __private {
     pub use crate::bindings::weir::transform::types::{InputRecord, OutputRecord, TransformError as RawTransformError};
     pub use wit_bindgen;
 
-    use crate::{Config, Record, Transform, TransformError};
+    use crate::{Config, Output, Record, Transform, TransformError};
 
     /// Where the expansion of `export!` keeps the instance.
     pub struct Slot<T>(RefCell<Option<T>>);
@@ -350,14 +350,9 @@ pub mod __private {
         slot: &'static Instance<T>,
         batch: Vec<InputRecord>,
     ) -> Result<Vec<OutputRecord>, RawTransformError> {
-        slot.with(|s| {
-            let mut guard = s.0.borrow_mut();
-            let Some(transform) = guard.as_mut() else {
-                return Err(TransformError::new("process called before a successful init").into());
-            };
+        with_transform(slot, "process", |transform| {
             crate::run_batch(transform, batch.into_iter().map(Record::from_raw))
-                .map(|outputs| outputs.into_iter().map(|o| o.into_raw()).collect())
-                .map_err(Into::into)
+                .map(|outputs| outputs.into_iter().map(Output::into_raw).collect())
         })
     }
 
@@ -365,13 +360,8 @@ pub mod __private {
         slot: &'static Instance<T>,
         batch: InputBatch,
     ) -> Result<OutputBatch, RawTransformError> {
-        slot.with(|s| {
-            let mut guard = s.0.borrow_mut();
-            let Some(transform) = guard.as_mut() else {
-                return Err(TransformError::new("process called before a successful init").into());
-            };
-            let records = crate::packed::records(batch)?;
-            crate::run_batch(transform, records).map(crate::packed::pack).map_err(Into::into)
+        with_transform(slot, "process", |transform| {
+            crate::run_batch(transform, crate::packed::records(batch)?).map(crate::packed::pack)
         })
     }
 
@@ -379,14 +369,20 @@ pub mod __private {
         slot: &'static Instance<T>,
         timers: Vec<crate::timers::Timer>,
     ) -> Result<Vec<OutputRecord>, RawTransformError> {
-        slot.with(|s| {
-            let mut guard = s.0.borrow_mut();
-            let Some(transform) = guard.as_mut() else {
-                return Err(TransformError::new("on-timer called before a successful init").into());
-            };
-            crate::run_timers(transform, timers)
-                .map(|outputs| outputs.into_iter().map(|o| o.into_raw()).collect())
-                .map_err(Into::into)
+        with_transform(slot, "on-timer", |transform| {
+            crate::run_timers(transform, timers).map(|outputs| outputs.into_iter().map(Output::into_raw).collect())
+        })
+    }
+
+    /// Runs `f` on the transform in `slot`; fails naming `call` when `init` has not succeeded.
+    fn with_transform<T: Transform, R>(
+        slot: &'static Instance<T>,
+        call: &str,
+        f: impl FnOnce(&mut T) -> Result<R, TransformError>,
+    ) -> Result<R, RawTransformError> {
+        slot.with(|s| match s.0.borrow_mut().as_mut() {
+            Some(transform) => f(transform).map_err(Into::into),
+            None => Err(TransformError::new(format!("{call} called before a successful init")).into()),
         })
     }
 
