@@ -57,15 +57,19 @@ export class FlightDelays extends Transform {
     const { origin, carrier, depDelay } = flight;
 
     const key = `${origin}|${carrier}`;
-    const stats = state.getJson(key) ?? { flights: 0, departed: 0, delayed: 0, total_dep_delay: 0, max_dep_delay: null };
-    stats.flights += 1;
-    if (depDelay !== null) {
-      stats.departed += 1;
-      stats.delayed += depDelay > this.thresholdMinutes ? 1 : 0;
-      stats.total_dep_delay += depDelay;
-      stats.max_dep_delay = stats.max_dep_delay === null ? depDelay : Math.max(stats.max_dep_delay, depDelay);
-    }
-    state.putJson(key, stats);
+    const threshold = this.thresholdMinutes;
+    // Parsed once per batch and key, serialised once when the batch's writes go to the host.
+    const stats = state.updateJson(key, (s) => {
+      const next = s ?? { flights: 0, departed: 0, delayed: 0, total_dep_delay: 0, max_dep_delay: null };
+      next.flights += 1;
+      if (depDelay !== null) {
+        next.departed += 1;
+        next.delayed += depDelay > threshold ? 1 : 0;
+        next.total_dep_delay += depDelay;
+        next.max_dep_delay = next.max_dep_delay === null ? depDelay : Math.max(next.max_dep_delay, depDelay);
+      }
+      return next;
+    });
 
     const counters = JSON.stringify({ origin, carrier, ...stats });
     const mean = stats.departed > 0 ? jsonFloat(stats.total_dep_delay / stats.departed) : 'null';

@@ -65,17 +65,23 @@ class FlightDelays(Transform):
             raise fail(str(e)) from None
 
         key = f"{origin}|{carrier}"
-        stats = state.get_json(key) or {
-            "flights": 0, "departed": 0, "delayed": 0, "total_dep_delay": 0, "max_dep_delay": None,
-        }
-        stats["flights"] += 1
-        if dep_delay is not None:
-            stats["departed"] += 1
-            stats["delayed"] += int(dep_delay > self.threshold_minutes)
-            stats["total_dep_delay"] += dep_delay
-            m = stats["max_dep_delay"]
-            stats["max_dep_delay"] = dep_delay if m is None else max(m, dep_delay)
-        state.put_json(key, stats)
+        threshold = self.threshold_minutes
+
+        def add(stats):
+            stats = stats or {
+                "flights": 0, "departed": 0, "delayed": 0, "total_dep_delay": 0, "max_dep_delay": None,
+            }
+            stats["flights"] += 1
+            if dep_delay is not None:
+                stats["departed"] += 1
+                stats["delayed"] += int(dep_delay > threshold)
+                stats["total_dep_delay"] += dep_delay
+                m = stats["max_dep_delay"]
+                stats["max_dep_delay"] = dep_delay if m is None else max(m, dep_delay)
+            return stats
+
+        # Parsed once per batch and key, serialised once when the batch's writes go to the host.
+        stats = state.update_json(key, add)
 
         departed = stats["departed"]
         emit(Output.json(key, {

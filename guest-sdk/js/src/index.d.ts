@@ -256,6 +256,11 @@ export const state: {
   getJson<T = unknown>(key: Bytes, defaultValue: T): T;
   /** Stores `JSON.stringify(value)` under `key`. */
   putJson(key: Bytes, value: unknown): void;
+  /** Calls `update` with the JSON value under `key`, parsed (`null` when absent), and stores
+   * what it returns (`null` deletes the key; `undefined` is a TransformError); returns that.
+   * Within a `process` or `onTimer` call the parsed value is kept and serialised once when the
+   * call's writes go to the host: one parse and one serialisation per key and batch. */
+  updateJson<T = unknown>(key: Bytes, update: (value: T | null) => T | null): T | null;
 };
 
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error';

@@ -342,8 +342,9 @@ export const timers = {
 
 /** The state reads and writes of the current `process` or `onTimer` call (see `inCall`):
  * `entries` maps each key, by its bytes as a latin1 string (which sorts as the bytes do), to
- * `{ key, value, dirty }` (`value` `null` for absent or deleted, `dirty` for a write not yet
- * passed to the host); `dirty` names those written since the last flush; `bytes` counts the
+ * `{ key, value, dirty, parsed }` (`value` `null` for absent or deleted, `dirty` for a write not
+ * yet passed to the host; `parsed`, when set, is `{ value }` kept by `state.updateJson`, which
+ * stands for the bytes and is serialised when they are needed); `dirty` names those written since the last flush; `bytes` counts the
  * bytes of keys and values that entered `entries` since it was last emptied. `null` between
  * calls. */
 let call = null;
@@ -373,8 +374,9 @@ function flush() {
   if (call === null) return;
   for (const name of call.dirty.sort()) {
     const entry = call.entries.get(name);
-    if (entry.value === null) host.del(entry.key);
-    else host.put(entry.key, entry.value);
+    const value = entry.parsed === undefined ? entry.value : parsedBytes(entry.key, entry.parsed);
+    if (value === null) host.del(entry.key);
+    else host.put(entry.key, value);
     entry.dirty = false;
   }
   call.dirty = [];
@@ -387,13 +389,15 @@ function cacheName(key) {
 }
 
 /** Records `value` (bytes or `null`) as the value of `key` (bytes the cache may keep) in the
- * current call. */
-function keep(key, value, dirty) {
-  const name = cacheName(key);
+ * current call; `parsed`, when given, stands for it (see `call`) and counts no bytes: its stored
+ * bytes were counted when it was read, and a key updated at every record must not bring the
+ * bound nearer. */
+function keep(key, value, dirty, parsed = undefined, name = cacheName(key)) {
   const old = call.entries.get(name);
   const wasDirty = old !== undefined && old.dirty;
   if (dirty && !wasDirty) call.dirty.push(name);
-  call.entries.set(name, { key, value, dirty: dirty || wasDirty });
+  call.entries.set(name, { key, value, dirty: dirty || wasDirty, parsed });
+  if (parsed !== undefined) return;
   call.bytes += key.length + (value === null ? 0 : value.length);
   if (call.bytes > CALL_BYTES) {
     flush();
@@ -421,6 +425,7 @@ export const state = {
     const bytes = toBytes(key);
     if (call === null) return host.get(bytes) ?? null;
     const entry = call.entries.get(cacheName(bytes));
+    if (entry !== undefined && entry.parsed !== undefined) return parsedBytes(bytes, entry.parsed);
     if (entry !== undefined) return entry.value === null ? null : new Uint8Array(entry.value);
     const value = host.get(bytes) ?? null;
     keep(new Uint8Array(bytes), value, false);
@@ -443,27 +448,85 @@ export const state = {
   /** The JSON value under `key`, parsed, or `defaultValue` when absent. */
   getJson(key, defaultValue = null) {
     const bytes = state.get(key);
-    if (bytes === null) return defaultValue;
-    try {
-      const text = utf8(bytes);
-      if (text === null) throw new SyntaxError('invalid UTF-8');
-      return JSON.parse(text);
-    } catch (e) {
-      throw new TransformError(`state key ${JSON.stringify(keyText(key))}: stored value is not the expected JSON: ${e.message}`);
-    }
+    return bytes === null ? defaultValue : decodeJson(key, bytes);
   },
   /** Stores `JSON.stringify(value)` under `key`. */
   putJson(key, value) {
-    let text;
-    try {
-      text = toJson(value);
-    } catch (e) {
-      throw new TransformError(`state key ${JSON.stringify(keyText(key))}: cannot serialise value as JSON: ${e.message}`);
+    state.put(key, encodeJson(key, value));
+  },
+  /** Calls `update` with the JSON value under `key`, parsed (`null` when absent), and stores what
+   * it returns as JSON (`null` deletes the key); returns that. The fast way to keep a running
+   * aggregate per key, as the Rust SDK's `state::update_json`: within a `process` or `onTimer`
+   * call the SDK keeps the parsed value and serialises it once, when the call's writes go to the
+   * host, so a key updated at every record of a batch is parsed and serialised once per batch,
+   * not once per record as a `getJson`/`putJson` pair is. Outside a call it is that pair.
+   *
+   * `update` may change the value in place and return it; the returned value is the one kept,
+   * so treat it as read-only afterwards. Returning `undefined` (a forgotten `return`) is a
+   * TransformError, not a deletion. When `update` throws, the error propagates and the changes
+   * it made in place stay (the call usually fails then, and all its writes with it). Keep only
+   * what comes back from JSON as it went in: the next batch reads the JSON. */
+  updateJson(key, update) {
+    if (call === null) {
+      const value = checkUpdated(key, update(state.getJson(key)));
+      if (value === null) state.delete(key);
+      else state.putJson(key, value);
+      return value;
     }
-    if (text === undefined) throw new TransformError(`state key ${JSON.stringify(keyText(key))}: value is not JSON`);
-    state.put(key, text);
+    const bytes = new Uint8Array(toBytes(key));
+    const name = cacheName(bytes);
+    let parsed = call.entries.get(name)?.parsed;
+    if (parsed === undefined) {
+      // Read as by `get`, which counts the stored bytes towards the bound.
+      const stored = state.get(bytes);
+      parsed = { value: stored === null ? null : decodeJson(key, stored) };
+    }
+    keep(bytes, null, true, parsed, name);
+    parsed.value = checkUpdated(key, update(parsed.value));
+    // Again: a flush for the bound may have forgotten it while `update` ran.
+    keep(bytes, null, true, parsed, name);
+    return parsed.value;
   },
 };
+
+/** `bytes` (the stored value of `key`) parsed as JSON, or a TransformError naming the key. */
+function decodeJson(key, bytes) {
+  try {
+    const text = utf8(bytes);
+    if (text === null) throw new SyntaxError('invalid UTF-8');
+    return JSON.parse(text);
+  } catch (e) {
+    throw new TransformError(`state key ${JSON.stringify(keyText(key))}: stored value is not the expected JSON: ${e.message}`);
+  }
+}
+
+/** What a value kept by `updateJson` stands for: its JSON bytes, `null` for none. */
+function parsedBytes(key, parsed) {
+  return parsed.value === null ? null : encodeJson(key, parsed.value);
+}
+
+/** `value` as JSON bytes to store under `key`, or a TransformError naming the key. */
+function encodeJson(key, value) {
+  let text;
+  try {
+    text = toJson(value);
+  } catch (e) {
+    throw new TransformError(`state key ${JSON.stringify(keyText(key))}: cannot serialise value as JSON: ${e.message}`);
+  }
+  if (text === undefined) throw new TransformError(`state key ${JSON.stringify(keyText(key))}: value is not JSON`);
+  return encoder.encode(text);
+}
+
+/** What an `updateJson` update returned; `undefined` (a forgotten `return`) is refused rather
+ * than taken as a deletion. */
+function checkUpdated(key, value) {
+  if (value === undefined) {
+    throw new TransformError(
+      `state key ${JSON.stringify(keyText(key))}: the updateJson function returned undefined; return the value to store, or null to delete the key`,
+    );
+  }
+  return value;
+}
 
 function keyText(key) {
   return typeof key === 'string' ? key : new TextDecoder().decode(toBytes(key));

@@ -230,3 +230,75 @@ test('a batch over large values hands them on early; a Buffer written is copied'
   assert.equal(new TextDecoder().decode(entries.get('a')), 'small');
   assert.deepEqual([...entries.keys()].sort(), ['a', 'b', 'c', 'd']);
 });
+
+test('updateJson keeps a key parsed within a call and writes it once', () => {
+  const text = (v) => (v === null || v === undefined ? null : new TextDecoder().decode(v));
+  /** `{ n, last }` per key; records what the host held and what `get` read at each record. */
+  class Tally extends Transform {
+    process(r, emit) {
+      const stats = state.updateJson(r.key, (s) => {
+        const next = s ?? { n: 0 };
+        next.n += 1;
+        next.last = r.valueString;
+        if (r.valueString === 'boom') throw new TransformError('boom');
+        return next;
+      });
+      Tally.hostSaw.push(text(stateEntries().get(r.keyString)));
+      Tally.read.push(text(state.get(r.key)));
+      if (r.valueString === 'scan') emit(new Output(null, state.scanPrefix('', 10).map(([, v]) => text(v)).join(';')));
+      emit(new Output(r.key, String(stats.n)));
+    }
+  }
+  Tally.hostSaw = [];
+  Tally.read = [];
+  state.putJson('a', { n: 5 });
+  const h = new Harness(Tally);
+  const r = (key, value) => new Record({ key, value });
+  const out = h.process([r('a', 'x'), r('b', 'y'), r('a', 'z')]);
+  assert.deepEqual(out.map((o) => text(o.value)), ['6', '1', '7']);
+  assert.deepEqual(Tally.hostSaw, ['{"n":5}', null, '{"n":5}'], 'the host gets the value when the call ends');
+  assert.deepEqual(Tally.read, ['{"n":6,"last":"x"}', '{"n":1,"last":"y"}', '{"n":7,"last":"z"}']);
+  const entries = () => Object.fromEntries([...stateEntries()].map(([k, v]) => [k, text(v)]));
+  assert.deepEqual(entries(), { a: '{"n":7,"last":"z"}', b: '{"n":1,"last":"y"}' });
+
+  assert.equal(text(h.process([r('b', 'scan')])[0].value), '{"n":7,"last":"z"};{"n":2,"last":"scan"}', 'a scan sees the kept value');
+  assert.throws(() => h.process([r('a', 'q'), r('a', 'boom')]), /boom/);
+  assert.equal(entries().a, '{"n":7,"last":"z"}', 'a failed call passes none of its updates on');
+});
+
+test('updateJson outside a call, and its errors', () => {
+  assert.equal(state.updateJson('k', (v) => (v ?? 0) + 1), 1);
+  assert.equal(state.updateJson('k', (v) => v + 1), 2);
+  assert.equal(new TextDecoder().decode(state.get('k')), '2');
+  assert.equal(state.updateJson('k', () => null), null);
+  assert.equal(state.get('k'), null, 'null deletes');
+  assert.throws(() => state.updateJson('k', () => {}), /state key "k": the updateJson function returned undefined/);
+
+  class Bad extends Transform {
+    process(r) {
+      state.updateJson(r.key, () => ({ x: Number(r.valueString) }));
+    }
+  }
+  const h = new Harness(Bad);
+  state.put('stored', '{');
+  assert.throws(() => h.process([new Record({ key: 'stored', value: '1' })]), /state key "stored": stored value is not the expected JSON/);
+  assert.throws(
+    () => h.process([new Record({ key: 'nan', value: 'NaN', offset: 3 })]),
+    (e) => e instanceof TransformError && /state key "nan": cannot serialise value as JSON/.test(e.message) && e.offset === undefined,
+  );
+  assert.deepEqual([...stateEntries().keys()], ['stored']);
+});
+
+test('updateJson survives a flush for the bound inside its update', () => {
+  class Growing extends Transform {
+    process() {
+      state.updateJson('a', (v) => {
+        state.put('big', 'v'.repeat((1 << 20) + 1));
+        return (v ?? 0) + 1;
+      });
+      state.updateJson('a', (v) => v * 10);
+    }
+  }
+  new Harness(Growing).process([rec('x', 1)]);
+  assert.equal(new TextDecoder().decode(stateEntries().get('a')), '10');
+});

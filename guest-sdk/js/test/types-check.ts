@@ -15,6 +15,8 @@ class Counter extends Transform {
     }
     const count: number = state.getJson<number>(record.key, 0) + 1;
     state.putJson(record.key, count);
+    const total: number | null = state.updateJson<number>(record.key, (n) => (n ?? 0) + count);
+    if (total === null) return;
     if (count < 0) throw new TransformError('negative', record.offset);
     emit(Output.json(record.key, count).header('counted-by', 'weir'));
     emit.forward(record);

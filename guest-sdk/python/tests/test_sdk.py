@@ -240,3 +240,84 @@ def test_a_batch_over_large_values_hands_them_on_early():
     h.process([rec(b"x", 1)])
     assert Large.host_saw == 2, "past the bound the writes so far are with the host"
     assert dict(state_entries())[b"a"] == b"small"
+
+
+class Tally(Transform):
+    """Keeps {"n": count, "last": value} per key with update_json; records what the host held
+    and what get() read at each record; "boom" fails in the update, "scan" scans."""
+
+    host_saw = []
+    read = []
+
+    def process(self, r, emit):
+        key = r.key
+
+        def add(stats):
+            stats = stats or {"n": 0}
+            stats["n"] += 1
+            stats["last"] = r.value.decode()
+            if r.value == b"boom":
+                raise TransformError("boom")
+            return stats
+
+        stats = state.update_json(key, add)
+        self.host_saw.append(dict(state_entries()).get(key))
+        self.read.append(state.get(key))
+        if r.value == b"scan":
+            emit(Output(value=b";".join(v for _, v in state.scan_prefix("", 10))))
+        emit(Output(key=key, value=str(stats["n"])))
+
+
+def test_update_json_keeps_a_key_parsed_within_a_call_and_writes_it_once():
+    Tally.host_saw, Tally.read = [], []
+    state.put_json("a", {"n": 5})
+    h = Harness(Tally)
+    out = h.process([Record(key="a", value="x"), Record(key="b", value="y"), Record(key="a", value="z")])
+    assert [o.value for o in out] == [b"6", b"1", b"7"]
+    assert Tally.host_saw == [b'{"n":5}', None, b'{"n":5}'], "the host gets the value when the call ends"
+    assert Tally.read == [b'{"n":6,"last":"x"}', b'{"n":1,"last":"y"}', b'{"n":7,"last":"z"}']
+    assert state_entries() == [(b"a", b'{"n":7,"last":"z"}'), (b"b", b'{"n":1,"last":"y"}')]
+
+    out = h.process([Record(key="b", value="scan")])
+    assert out[0].value == b'{"n":7,"last":"z"};{"n":2,"last":"scan"}', "a scan sees the kept value"
+
+    with pytest.raises(TransformError, match="boom"):
+        h.process([Record(key="a", value="q"), Record(key="a", value="boom")])
+    assert dict(state_entries())[b"a"] == b'{"n":7,"last":"z"}', "a failed call passes none of its updates on"
+
+
+def test_update_json_outside_a_call_and_its_errors():
+    assert state.update_json("k", lambda v: (v or 0) + 1) == 1
+    assert state.update_json("k", lambda v: v + 1) == 2 and state.get("k") == b"2"
+    assert state.update_json("k", lambda v: None) is None and state.get("k") is None, "None deletes"
+
+    class Bad(Transform):
+        def process(self, r, emit):
+            state.update_json(r.key, lambda v: {"x": float(r.value)})
+
+    h = Harness(Bad)
+    state.put("stored", "{")
+    with pytest.raises(TransformError, match='state key "stored": stored value is not the expected JSON'):
+        h.process([Record(key="stored", value="1")])
+    with pytest.raises(TransformError, match='state key "nan": cannot serialise value as JSON') as e:
+        h.process([Record(key="nan", value="nan", offset=3)])
+    assert e.value.offset is None, "it fails the call, not a record"
+    assert state_entries() == [(b"stored", b"{")]
+
+
+class Growing(Transform):
+    """Updates "a" with update_json and, inside the update, writes past the byte bound."""
+
+    def process(self, r, emit):
+        def add(v):
+            state.put("big", b"v" * (state.CALL_BYTES_LIMIT + 1))
+            return (v or 0) + 1
+
+        state.update_json("a", add)
+        state.update_json("a", lambda v: v * 10)
+
+
+def test_update_json_survives_a_flush_for_the_bound_inside_its_update():
+    h = Harness(Growing)
+    h.process([Record(value="x")])
+    assert dict(state_entries())[b"a"] == b"10"

@@ -7,7 +7,9 @@ input is replayed. Keep every fact the transform must remember here (or in
 ``Transform.snapshot``), never only in memory.
 
 Keys and values are bytes (``str`` is encoded as UTF-8); :func:`get_json` / :func:`put_json`
-store values as compact JSON, the same bytes the Rust SDK's ``state::put_json`` writes.
+store values as compact JSON, the same bytes the Rust SDK's ``state::put_json`` writes, and
+:func:`update_json` keeps a running aggregate per key at one parse and one serialisation per
+batch.
 
 Within one ``process`` or ``on-timer`` call the SDK keeps the keys read and written in guest
 memory and passes the call's writes to the host when the call succeeds (:func:`in_call`): a key
@@ -19,7 +21,7 @@ Outside WebAssembly the state is an in-memory map (see :mod:`weir_guest.testing`
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar, Union
 
 from ._types import Bytes, TransformError, dumps_json, loads_json, to_bytes
 
@@ -45,9 +47,20 @@ else:
         return [(k, _MEMORY[k]) for k in keys]
 
 
+class _Decoded:
+    """A value :func:`update_json` keeps parsed in the current call; serialised when it goes to
+    the host or is read as bytes."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
 #: The keys the current ``process`` or ``on-timer`` call read or wrote, with their values as it
-#: last saw them (``None``: absent or deleted); ``None`` between calls (see :func:`in_call`).
-_CALL: Optional[Dict[bytes, Optional[bytes]]] = None
+#: last saw them (``None``: absent or deleted; a ``_Decoded`` kept by :func:`update_json`);
+#: ``None`` between calls (see :func:`in_call`).
+_CALL: Optional[Dict[bytes, Union[None, bytes, _Decoded]]] = None
 #: The keys of ``_CALL`` written by the call and not yet passed to the host.
 _DIRTY: Set[bytes] = set()
 #: Bytes of keys and values that entered ``_CALL`` since it was last emptied.
@@ -83,6 +96,8 @@ def _flush() -> None:
         return
     for key in sorted(_DIRTY):
         value = _CALL[key]
+        if isinstance(value, _Decoded):
+            value = None if value.value is None else _encode(key, value.value)
         if value is None:
             _delete(key)
         else:
@@ -120,7 +135,10 @@ def get(key: Bytes) -> Optional[bytes]:
     if call is None:
         return _get(key)
     if key in call:
-        return call[key]
+        value = call[key]
+        if isinstance(value, _Decoded):
+            return None if value.value is None else _encode(key, value.value)
+        return value
     value = _get(key)
     _keep(key, value)
     return value
@@ -150,21 +168,77 @@ def get_json(key: Bytes, default: Any = None) -> Any:
     """The JSON value stored under ``key``, parsed; ``default`` when the key is absent. A
     :class:`TransformError` when the stored bytes are not JSON."""
     data = get(key)
-    if data is None:
-        return default
+    return default if data is None else _decode(key, data)
+
+
+def put_json(key: Bytes, value: Any) -> None:
+    """Stores ``value`` as compact JSON under ``key`` (dict field order is kept)."""
+    put(key, _encode(key, value))
+
+
+def update_json(key: Bytes, update: Callable[[Any], T]) -> T:
+    """Calls ``update`` with the JSON value stored under ``key``, parsed (``None`` when the key
+    is absent), and stores what it returns as JSON (``None`` deletes the key); returns that.
+
+    The fast way to keep a running aggregate per key, as the Rust SDK's
+    ``state::update_json``: within a ``process`` or ``on-timer`` call the SDK keeps the parsed
+    value and serialises it once, when the call's writes go to the host, so a key updated at
+    every record of a batch is parsed and serialised once per batch, not once per record as a
+    :func:`get_json` / :func:`put_json` pair is. Outside a call it is exactly that pair::
+
+        def add(stats):
+            stats = stats or {"flights": 0}
+            stats["flights"] += 1
+            return stats
+
+        stats = state.update_json("EWR", add)
+
+    ``update`` may change the value in place and return it; the returned value is the one kept,
+    so treat it as read-only once ``update_json`` returns. When ``update`` raises, the
+    exception propagates and the changes it made in place stay (the call usually fails then,
+    and all its writes with it). What ``update`` returns is stored even if it wrote ``key``
+    itself. Keep only what comes back from JSON as it went in (dicts with
+    ``str`` keys, lists, strings, numbers, booleans, ``None``): the next batch reads the JSON.
+
+    Raises :class:`TransformError` when the stored bytes are not JSON (``update`` does not run)
+    or, when the call's writes go to the host, when the value cannot be serialised as JSON.
+    """
+    key = to_bytes(key)
+    call = _CALL
+    if call is None:
+        value = update(get_json(key))
+        if value is None:
+            delete(key)
+        else:
+            put_json(key, value)
+        return value
+    kept = call.get(key)
+    if not isinstance(kept, _Decoded):
+        # Read as by get(), which counts the stored bytes towards the bound; the parsed value
+        # then takes the entry's place.
+        data = kept if key in call else get(key)
+        kept = _Decoded(None if data is None else _decode(key, data))
+    call[key] = kept
+    _DIRTY.add(key)
+    kept.value = update(kept.value)
+    # Again: a flush for the bound may have forgotten it while ``update`` ran.
+    call[key] = kept
+    _DIRTY.add(key)
+    return kept.value
+
+
+def _decode(key: bytes, data: bytes) -> Any:
     try:
         return loads_json(data)
     except ValueError as e:
         raise TransformError(f"state key {_show(key)}: stored value is not the expected JSON: {e}") from None
 
 
-def put_json(key: Bytes, value: Any) -> None:
-    """Stores ``value`` as compact JSON under ``key`` (dict field order is kept)."""
+def _encode(key: Bytes, value: Any) -> bytes:
     try:
-        data = dumps_json(value)
+        return dumps_json(value)
     except (TypeError, ValueError) as e:
         raise TransformError(f"state key {_show(key)}: cannot serialise value as JSON: {e}") from None
-    put(key, data)
 
 
 def _show(key: Bytes) -> str:

@@ -26,9 +26,13 @@ class Totals extends Transform {
     if (value === null || typeof value !== 'object' || !Number.isInteger(value.amount)) {
       throw new TransformError('value has no integer field `amount`');
     }
-    const [count, total] = state.getJson(record.key, [0, 0]);
-    state.putJson(record.key, [count + 1, total + value.amount]);
-    emit(Output.json(record.key, { count: count + 1, total: total + value.amount }));
+    // updateJson keeps the key's value parsed for the rest of the batch and stores its JSON
+    // once, when the batch ends.
+    const [count, total] = state.updateJson(record.key, (totals) => {
+      const [n, sum] = totals ?? [0, 0];
+      return [n + 1, sum + value.amount];
+    });
+    emit(Output.json(record.key, { count, total }));
   }
 }
 

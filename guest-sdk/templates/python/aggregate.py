@@ -26,9 +26,14 @@ class Totals(Transform):
         amount = value.get("amount") if isinstance(value, dict) else None
         if isinstance(amount, bool) or not isinstance(amount, int):
             raise TransformError("value has no integer field `amount`")
-        count, total = state.get_json(record.key, [0, 0])
-        count, total = count + 1, total + amount
-        state.put_json(record.key, [count, total])
+
+        def add(totals):
+            count, total = totals or [0, 0]
+            return [count + 1, total + amount]
+
+        # update_json keeps the key's value parsed for the rest of the batch and stores its
+        # JSON once, when the batch ends.
+        count, total = state.update_json(record.key, add)
         emit(Output.json(record.key, {"count": count, "total": total}))
 
 
