@@ -257,9 +257,10 @@ export const state: {
   /** Stores `JSON.stringify(value)` under `key`. */
   putJson(key: Bytes, value: unknown): void;
   /** Calls `update` with the JSON value under `key`, parsed (`null` when absent), and stores
-   * what it returns (`null` deletes the key; `undefined` is a TransformError); returns that.
-   * Within a `process` or `onTimer` call the parsed value is kept and serialised once when the
-   * call's writes go to the host: one parse and one serialisation per key and batch. */
+   * what it returns; returns that. Returning `null` or `undefined` for a stored value is a
+   * TransformError (delete a key with `delete`). Within a `process` or `onTimer` call the parsed
+   * value is kept and serialised when the call's writes go to the host, once per key and batch;
+   * `update` must not use `key` itself through `state`, and when it throws the call fails. */
   updateJson<T = unknown>(key: Bytes, update: (value: T | null) => T | null): T | null;
 };
 

@@ -344,9 +344,12 @@ export const timers = {
  * `entries` maps each key, by its bytes as a latin1 string (which sorts as the bytes do), to
  * `{ key, value, dirty, parsed }` (`value` `null` for absent or deleted, `dirty` for a write not
  * yet passed to the host; `parsed`, when set, is `{ value }` kept by `state.updateJson`, which
- * stands for the bytes and is serialised when they are needed); `dirty` names those written since the last flush; `bytes` counts the
- * bytes of keys and values that entered `entries` since it was last emptied. `null` between
- * calls. */
+ * stands for the bytes and is serialised when they are needed); `dirty` names those written
+ * since the last flush; `bytes` counts the bytes of keys and values that entered `entries` since
+ * it was last emptied; `lent` names the keys whose `updateJson` is running (their value is
+ * half-changed: nothing reads, writes or flushes them until it returns); `failed` is the first
+ * error the call must end with although no record caused it (a kept value that cannot be
+ * serialised, an update that did not finish). `null` between calls. */
 let call = null;
 
 /** How many bytes of keys and values a call keeps before it hands its writes to the host and
@@ -359,27 +362,59 @@ const CALL_BYTES = 1 << 20;
  * before a prefix scan, or past `CALL_BYTES`); when it throws, those not passed on yet are
  * dropped, and the host rolls back the rest. */
 function inCall(run) {
-  call = { entries: new Map(), dirty: [], bytes: 0 };
+  call = { entries: new Map(), dirty: [], bytes: 0, lent: new Set(), failed: null };
   try {
     const result = run();
     flush();
+    if (call.failed !== null) throw call.failed;
     return result;
   } finally {
     call = null;
   }
 }
 
-/** Passes the current call's unwritten writes to the host. */
+/** Passes the current call's unwritten writes to the host, but for lent keys (they stay
+ * unwritten) and values that cannot be serialised (the call fails). */
 function flush() {
   if (call === null) return;
+  const lent = [];
   for (const name of call.dirty.sort()) {
+    if (call.lent.has(name)) {
+      lent.push(name);
+      continue;
+    }
     const entry = call.entries.get(name);
-    const value = entry.parsed === undefined ? entry.value : parsedBytes(entry.key, entry.parsed);
+    const value = entryBytes(entry);
     if (value === null) host.del(entry.key);
-    else host.put(entry.key, value);
+    else if (value !== UNSERIALISABLE) host.put(entry.key, value);
     entry.dirty = false;
   }
-  call.dirty = [];
+  call.dirty = lent;
+}
+
+/** What `entryBytes` gives for a kept value that cannot be serialised. */
+const UNSERIALISABLE = Symbol('unserialisable');
+
+/** What a kept entry stands for as bytes (`null` for none); `UNSERIALISABLE`, failing the call
+ * when it ends, for a parsed value that is not JSON. */
+function entryBytes(entry) {
+  if (entry.parsed === undefined) return entry.value;
+  if (entry.parsed.value === null) return null;
+  try {
+    return encodeJson(entry.key, entry.parsed.value);
+  } catch (e) {
+    call.failed ??= e;
+    return UNSERIALISABLE;
+  }
+}
+
+/** Refuses to use a key inside its own `updateJson`. */
+function notLent(name, key) {
+  if (call.lent.has(name)) {
+    throw new TransformError(
+      `state key ${JSON.stringify(keyText(key))}: used inside its own updateJson; read or write it before or after the update`,
+    );
+  }
 }
 
 function cacheName(key) {
@@ -401,7 +436,7 @@ function keep(key, value, dirty, parsed = undefined, name = cacheName(key)) {
   call.bytes += key.length + (value === null ? 0 : value.length);
   if (call.bytes > CALL_BYTES) {
     flush();
-    call.entries = new Map();
+    call.entries = new Map([...call.lent].map((lent) => [lent, call.entries.get(lent)]));
     call.bytes = 0;
   }
 }
@@ -411,7 +446,9 @@ function write(key, value) {
     if (value === null) host.del(key);
     else host.put(key, value);
   } else {
-    keep(key, value, true);
+    const name = cacheName(key);
+    notLent(name, key);
+    keep(key, value, true, undefined, name);
   }
 }
 
@@ -424,9 +461,14 @@ export const state = {
   get(key) {
     const bytes = toBytes(key);
     if (call === null) return host.get(bytes) ?? null;
-    const entry = call.entries.get(cacheName(bytes));
-    if (entry !== undefined && entry.parsed !== undefined) return parsedBytes(bytes, entry.parsed);
-    if (entry !== undefined) return entry.value === null ? null : new Uint8Array(entry.value);
+    const name = cacheName(bytes);
+    const entry = call.entries.get(name);
+    if (entry !== undefined) {
+      notLent(name, bytes);
+      const value = entryBytes(entry);
+      // Unserialisable: the call fails when it ends; what it reads until then does not matter.
+      return value === null || value === UNSERIALISABLE ? null : new Uint8Array(value);
+    }
     const value = host.get(bytes) ?? null;
     keep(new Uint8Array(bytes), value, false);
     return value === null ? null : new Uint8Array(value);
@@ -441,9 +483,14 @@ export const state = {
   /** Up to `limit` `[key, value]` entries whose key starts with `prefix`, in byte order. */
   scanPrefix(prefix, limit) {
     if (!Number.isInteger(limit) || limit < 0) throw new RangeError('limit must be a non-negative integer');
+    const bytes = toBytes(prefix);
+    if (call !== null) {
+      const name = cacheName(bytes);
+      for (const lent of call.lent) if (lent.startsWith(name)) notLent(lent, call.entries.get(lent).key);
+    }
     // The host answers the scan: it must hold the call's writes so far.
     flush();
-    return host.scanPrefix(toBytes(prefix), Math.min(limit, 0xffffffff));
+    return host.scanPrefix(bytes, Math.min(limit, 0xffffffff));
   },
   /** The JSON value under `key`, parsed, or `defaultValue` when absent. */
   getJson(key, defaultValue = null) {
@@ -455,37 +502,55 @@ export const state = {
     state.put(key, encodeJson(key, value));
   },
   /** Calls `update` with the JSON value under `key`, parsed (`null` when absent), and stores what
-   * it returns as JSON (`null` deletes the key); returns that. The fast way to keep a running
-   * aggregate per key, as the Rust SDK's `state::update_json`: within a `process` or `onTimer`
-   * call the SDK keeps the parsed value and serialises it once, when the call's writes go to the
-   * host, so a key updated at every record of a batch is parsed and serialised once per batch,
-   * not once per record as a `getJson`/`putJson` pair is. Outside a call it is that pair.
+   * it returns as JSON; returns that. The fast way to keep a running aggregate per key, as the
+   * Rust SDK's `state::update_json`: within a `process` or `onTimer` call the SDK keeps the
+   * parsed value and serialises it when the call's writes go to the host (at its end), so a key
+   * updated at every record of a batch is parsed and serialised once per batch, not once per
+   * record as a `getJson`/`putJson` pair is. Outside a call it is that pair.
    *
-   * `update` may change the value in place and return it; the returned value is the one kept,
-   * so treat it as read-only afterwards. Returning `undefined` (a forgotten `return`) is a
-   * TransformError, not a deletion. When `update` throws, the error propagates and the changes
-   * it made in place stay (the call usually fails then, and all its writes with it). Keep only
-   * what comes back from JSON as it went in: the next batch reads the JSON. */
+   * `update` may change the value in place, and must return the value to store: `null` or
+   * `undefined` for a stored value is refused (a forgotten `return`; delete a key with
+   * `state.delete`), and leaves an absent key absent. The returned value is the one kept, so
+   * treat it as read-only afterwards. Keep only what comes back from JSON as it went in: the next
+   * batch reads the JSON.
+   *
+   * Throws a TransformError when the stored bytes are not JSON (`update` does not run), when
+   * `update` uses `key` itself through `state` (a get, write, scan over it or nested update), or
+   * when it returns nothing for a stored value. When `update` throws, so does `updateJson`, and
+   * the call fails even if the transform catches it: the value may be half-changed. A value that
+   * cannot be serialised as JSON fails the call when it ends. */
   updateJson(key, update) {
     if (call === null) {
-      const value = checkUpdated(key, update(state.getJson(key)));
-      if (value === null) state.delete(key);
-      else state.putJson(key, value);
+      const current = state.getJson(key);
+      const value = returned(key, current, update(current));
+      if (value !== null) state.putJson(key, value);
       return value;
     }
     const bytes = new Uint8Array(toBytes(key));
     const name = cacheName(bytes);
+    notLent(name, bytes);
     let parsed = call.entries.get(name)?.parsed;
     if (parsed === undefined) {
-      // Read as by `get`, which counts the stored bytes towards the bound.
+      // Read as by `get`, which counts the stored bytes towards the bound; the parsed value then
+      // takes the entry's place.
       const stored = state.get(bytes);
       parsed = { value: stored === null ? null : decodeJson(key, stored) };
+      keep(bytes, null, false, parsed, name);
     }
-    keep(bytes, null, true, parsed, name);
-    parsed.value = checkUpdated(key, update(parsed.value));
-    // Again: a flush for the bound may have forgotten it while `update` ran.
-    keep(bytes, null, true, parsed, name);
-    return parsed.value;
+    call.lent.add(name);
+    let value;
+    try {
+      value = returned(key, parsed.value, update(parsed.value));
+    } catch (e) {
+      const problem = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+      call.failed ??= new TransformError(`state key ${JSON.stringify(keyText(key))}: its updateJson did not finish (${problem})`);
+      throw e;
+    } finally {
+      call.lent.delete(name);
+    }
+    parsed.value = value;
+    if (value !== null) keep(bytes, null, true, parsed, name);
+    return value;
   },
 };
 
@@ -500,11 +565,6 @@ function decodeJson(key, bytes) {
   }
 }
 
-/** What a value kept by `updateJson` stands for: its JSON bytes, `null` for none. */
-function parsedBytes(key, parsed) {
-  return parsed.value === null ? null : encodeJson(key, parsed.value);
-}
-
 /** `value` as JSON bytes to store under `key`, or a TransformError naming the key. */
 function encodeJson(key, value) {
   let text;
@@ -517,15 +577,15 @@ function encodeJson(key, value) {
   return encoder.encode(text);
 }
 
-/** What an `updateJson` update returned; `undefined` (a forgotten `return`) is refused rather
- * than taken as a deletion. */
-function checkUpdated(key, value) {
-  if (value === undefined) {
+/** What an `updateJson` function returned for `current` (`null` for none); nothing for a
+ * stored value is a forgotten `return`, not a deletion. */
+function returned(key, current, value) {
+  if ((value === undefined || value === null) && current !== null) {
     throw new TransformError(
-      `state key ${JSON.stringify(keyText(key))}: the updateJson function returned undefined; return the value to store, or null to delete the key`,
+      `state key ${JSON.stringify(keyText(key))}: the updateJson function returned ${value}; return the value to store (delete a key with state.delete)`,
     );
   }
-  return value;
+  return value ?? null;
 }
 
 function keyText(key) {

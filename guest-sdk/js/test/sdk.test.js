@@ -270,23 +270,74 @@ test('updateJson outside a call, and its errors', () => {
   assert.equal(state.updateJson('k', (v) => (v ?? 0) + 1), 1);
   assert.equal(state.updateJson('k', (v) => v + 1), 2);
   assert.equal(new TextDecoder().decode(state.get('k')), '2');
-  assert.equal(state.updateJson('k', () => null), null);
-  assert.equal(state.get('k'), null, 'null deletes');
-  assert.throws(() => state.updateJson('k', () => {}), /state key "k": the updateJson function returned undefined/);
+  for (const nothing of [() => {}, () => null]) {
+    assert.throws(() => state.updateJson('k', nothing), /state key "k": the updateJson function returned (undefined|null); return the value to store/);
+  }
+  assert.equal(new TextDecoder().decode(state.get('k')), '2', 'a forgotten return deletes nothing');
+  assert.equal(state.updateJson('absent', () => {}), null);
+  assert.equal(state.get('absent'), null);
 
   class Bad extends Transform {
     process(r) {
-      state.updateJson(r.key, () => ({ x: Number(r.valueString) }));
+      if (r.valueString === 'read') state.get(r.key);
+      else state.updateJson(r.key, () => ({ x: Number(r.valueString) }));
     }
   }
   const h = new Harness(Bad);
   state.put('stored', '{');
   assert.throws(() => h.process([new Record({ key: 'stored', value: '1' })]), /state key "stored": stored value is not the expected JSON/);
+  for (const reader of [[], [new Record({ key: 'nan', value: 'read', offset: 4 })]]) {
+    assert.throws(
+      () => h.process([new Record({ key: 'nan', value: 'NaN', offset: 3 }), ...reader]),
+      (e) => e instanceof TransformError && /state key "nan": cannot serialise value as JSON/.test(e.message) && e.offset === undefined,
+      'it fails the call, not a record (nor the record that read it)',
+    );
+  }
+  assert.deepEqual([...stateEntries().keys()].sort(), ['k', 'stored']);
+});
+
+test('updateJson lends its key to the update alone', () => {
+  /** Updates key "a"; within the update, does what the record's value says. */
+  class Lender extends Transform {
+    process(r) {
+      const what = r.valueString;
+      if (what === 'throw-caught') {
+        try {
+          state.updateJson('a', () => null.boom());
+        } catch {
+          // the call fails anyway
+        }
+        return;
+      }
+      state.updateJson('a', (v) => {
+        const next = v ?? { seen: [] };
+        next.seen = new Set(next.seen); // not JSON while the update runs
+        if (what === 'scan-other') state.scanPrefix('b', 10);
+        else if (what === 'scan-own') state.scanPrefix('', 10);
+        else if (what === 'get-own') state.get('a');
+        else if (what === 'nested') state.updateJson('a', (w) => w);
+        else if (what === 'put-own') state.put('a', '1');
+        else if (what === 'throw') null.boom();
+        next.seen = [...next.seen, what].sort();
+        return next;
+      });
+    }
+  }
+  const h = new Harness(Lender);
+  state.put('a', '{"seen":[]}');
+  const a = () => new TextDecoder().decode(stateEntries().get('a'));
+  h.process([new Record({ value: 'scan-other' })]);
+  assert.equal(a(), '{"seen":["scan-other"]}', 'a flush while the update runs leaves it alone');
+  for (const what of ['scan-own', 'get-own', 'nested', 'put-own']) {
+    assert.throws(() => h.process([new Record({ value: what })]), /state key "a": used inside its own updateJson/, what);
+  }
+  assert.throws(() => h.process([new Record({ value: 'throw' })]), /TypeError/);
   assert.throws(
-    () => h.process([new Record({ key: 'nan', value: 'NaN', offset: 3 })]),
-    (e) => e instanceof TransformError && /state key "nan": cannot serialise value as JSON/.test(e.message) && e.offset === undefined,
+    () => h.process([new Record({ value: 'throw-caught', offset: 7 })]),
+    (e) => /state key "a": its updateJson did not finish \(TypeError/.test(e.message) && e.offset === undefined,
+    'caught or not, an update that did not finish fails the call',
   );
-  assert.deepEqual([...stateEntries().keys()], ['stored']);
+  assert.equal(a(), '{"seen":["scan-other"]}');
 });
 
 test('updateJson survives a flush for the bound inside its update', () => {

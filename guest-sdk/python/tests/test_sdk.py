@@ -289,20 +289,75 @@ def test_update_json_keeps_a_key_parsed_within_a_call_and_writes_it_once():
 def test_update_json_outside_a_call_and_its_errors():
     assert state.update_json("k", lambda v: (v or 0) + 1) == 1
     assert state.update_json("k", lambda v: v + 1) == 2 and state.get("k") == b"2"
-    assert state.update_json("k", lambda v: None) is None and state.get("k") is None, "None deletes"
+    with pytest.raises(TransformError, match='state key "k": the update_json function returned None; return the value'):
+        state.update_json("k", lambda v: None)
+    assert state.get("k") == b"2", "a forgotten return deletes nothing"
+    assert state.update_json("absent", lambda v: None) is None and state.get("absent") is None
 
     class Bad(Transform):
         def process(self, r, emit):
-            state.update_json(r.key, lambda v: {"x": float(r.value)})
+            if r.value != b"read":
+                state.update_json(r.key, lambda v: {"x": float(r.value)})
+            else:
+                state.get(r.key)
 
     h = Harness(Bad)
     state.put("stored", "{")
     with pytest.raises(TransformError, match='state key "stored": stored value is not the expected JSON'):
         h.process([Record(key="stored", value="1")])
-    with pytest.raises(TransformError, match='state key "nan": cannot serialise value as JSON') as e:
-        h.process([Record(key="nan", value="nan", offset=3)])
-    assert e.value.offset is None, "it fails the call, not a record"
-    assert state_entries() == [(b"stored", b"{")]
+    for reader in [[], [Record(key="nan", value="read", offset=4)]]:
+        with pytest.raises(TransformError, match='state key "nan": cannot serialise value as JSON') as e:
+            h.process([Record(key="nan", value="nan", offset=3)] + reader)
+        assert e.value.offset is None, "it fails the call, not a record (nor the record that read it)"
+    assert state_entries() == [(b"k", b"2"), (b"stored", b"{")]
+
+
+class Lender(Transform):
+    """Updates key "a"; within the update, does what the record's value says."""
+
+    def process(self, r, emit):
+        def add(v):
+            v = v or {"seen": []}
+            v["seen"] = set(v["seen"])  # not JSON while the update runs
+            what = r.value
+            if what == b"scan-other":
+                state.scan_prefix("b", 10)
+            elif what == b"scan-own":
+                state.scan_prefix("", 10)
+            elif what == b"get-own":
+                state.get("a")
+            elif what == b"nested":
+                state.update_json("a", lambda w: w)
+            elif what == b"put-own":
+                state.put("a", "1")
+            elif what == b"raise":
+                raise KeyError("boom")
+            v["seen"] = sorted(v["seen"] | {what.decode()})
+            return v
+
+        if r.value == b"raise-caught":
+            try:
+                state.update_json("a", lambda v: 1 / 0)
+            except ZeroDivisionError:
+                pass
+        else:
+            state.update_json("a", add)
+
+
+def test_update_json_lends_its_key_to_the_update_alone():
+    h = Harness(Lender)
+    state.put("a", '{"seen":[]}')
+    h.process([Record(value="scan-other")])
+    assert state_entries() == [(b"a", b'{"seen":["scan-other"]}')], "a flush while the update runs leaves it alone"
+    for what in ["scan-own", "get-own", "nested", "put-own"]:
+        with pytest.raises(TransformError, match='state key "a": used inside its own update_json'):
+            h.process([Record(value=what)])
+    with pytest.raises(TransformError, match="uncaught KeyError"):
+        h.process([Record(value="raise")])
+    with pytest.raises(TransformError, match=r'state key "a": its update_json did not finish \(ZeroDivisionError') as e:
+        h.process([Record(value="raise-caught", offset=7)])
+    assert e.value.offset is None, "caught or not, an update that did not finish fails the call"
+    assert state_entries() == [(b"a", b'{"seen":["scan-other"]}')]
 
 
 class Growing(Transform):

@@ -63,6 +63,12 @@ class _Decoded:
 _CALL: Optional[Dict[bytes, Union[None, bytes, _Decoded]]] = None
 #: The keys of ``_CALL`` written by the call and not yet passed to the host.
 _DIRTY: Set[bytes] = set()
+#: The keys whose :func:`update_json` is running: their value is half-changed, so nothing reads,
+#: writes or flushes them until the update returns.
+_LENT: Set[bytes] = set()
+#: The first failure the current call must end with although no record caused it (a kept value
+#: that cannot be serialised, an update that did not finish).
+_FAILED: Optional[TransformError] = None
 #: Bytes of keys and values that entered ``_CALL`` since it was last emptied.
 _CALL_BYTES = 0
 #: How many bytes of keys and values a call keeps before it hands its writes to the host and
@@ -78,31 +84,58 @@ def in_call(run: Callable[[], T]) -> T:
     rather than at every record that uses it. The writes reach the host when ``run`` returns
     (in key order; earlier before a prefix scan, or past ``CALL_BYTES_LIMIT``); when it raises,
     those not passed on yet are dropped, and the host rolls back the rest."""
-    global _CALL, _CALL_BYTES
-    _CALL, _CALL_BYTES = {}, 0
+    global _CALL, _CALL_BYTES, _FAILED
+    _CALL, _CALL_BYTES, _FAILED = {}, 0, None
     _DIRTY.clear()
+    _LENT.clear()
     try:
         result = run()
         _flush()
+        if _FAILED is not None:
+            raise _FAILED
         return result
     finally:
-        _CALL = None
+        _CALL, _FAILED = None, None
         _DIRTY.clear()
 
 
+def _fail(error: TransformError) -> None:
+    """Fails the current call when it ends, with the first such error."""
+    global _FAILED
+    if _FAILED is None:
+        _FAILED = error
+
+
 def _flush() -> None:
-    """Passes the current call's unwritten writes to the host."""
+    """Passes the current call's unwritten writes to the host, but for lent keys (they stay
+    unwritten) and values that cannot be serialised (the call fails)."""
     if _CALL is None:
         return
-    for key in sorted(_DIRTY):
-        value = _CALL[key]
-        if isinstance(value, _Decoded):
-            value = None if value.value is None else _encode(key, value.value)
+    for key in sorted(_DIRTY - _LENT):
+        value = _bytes(key, _CALL[key])
         if value is None:
             _delete(key)
-        else:
+        elif value is not _UNSERIALISABLE:
             _put(key, value)
-    _DIRTY.clear()
+    _DIRTY.intersection_update(_LENT)
+
+
+#: What :func:`_bytes` gives for a kept value that cannot be serialised.
+_UNSERIALISABLE: Any = object()
+
+
+def _bytes(key: bytes, value: Union[None, bytes, _Decoded]) -> Optional[bytes]:
+    """What a kept value stands for as bytes; ``_UNSERIALISABLE`` (the call then fails) for a
+    parsed one that is not JSON."""
+    if not isinstance(value, _Decoded):
+        return value
+    if value.value is None:
+        return None
+    try:
+        return _encode(key, value.value)
+    except TransformError as e:
+        _fail(e)
+        return _UNSERIALISABLE
 
 
 def _keep(key: bytes, value: Optional[bytes]) -> None:
@@ -113,8 +146,17 @@ def _keep(key: bytes, value: Optional[bytes]) -> None:
     _CALL_BYTES += len(key) + (0 if value is None else len(value))
     if _CALL_BYTES > CALL_BYTES_LIMIT:
         _flush()
+        lent = {k: _CALL[k] for k in _LENT}
         _CALL.clear()
+        _CALL.update(lent)
         _CALL_BYTES = 0
+
+
+def _not_lent(key: bytes) -> None:
+    if key in _LENT:
+        raise TransformError(
+            f"state key {_show(key)}: used inside its own update_json; read or write it before or after the update"
+        )
 
 
 def _write(key: bytes, value: Optional[bytes]) -> None:
@@ -124,6 +166,7 @@ def _write(key: bytes, value: Optional[bytes]) -> None:
         else:
             _put(key, value)
     else:
+        _not_lent(key)
         _DIRTY.add(key)
         _keep(key, value)
 
@@ -135,10 +178,10 @@ def get(key: Bytes) -> Optional[bytes]:
     if call is None:
         return _get(key)
     if key in call:
-        value = call[key]
-        if isinstance(value, _Decoded):
-            return None if value.value is None else _encode(key, value.value)
-        return value
+        _not_lent(key)
+        value = _bytes(key, call[key])
+        # Unserialisable: the call fails when it ends; what it reads until then does not matter.
+        return None if value is _UNSERIALISABLE else value
     value = _get(key)
     _keep(key, value)
     return value
@@ -159,9 +202,13 @@ def scan_prefix(prefix: Bytes, limit: int) -> List[Tuple[bytes, bytes]]:
     byte order of key (the host caps ``limit`` at 10,000)."""
     if limit < 0:
         raise ValueError("limit must not be negative")
+    prefix = to_bytes(prefix)
+    for key in _LENT:
+        if key.startswith(prefix):
+            _not_lent(key)
     # The host answers the scan: it must hold the call's writes so far.
     _flush()
-    return list(_scan(to_bytes(prefix), min(int(limit), 2**32 - 1)))
+    return list(_scan(prefix, min(int(limit), 2**32 - 1)))
 
 
 def get_json(key: Bytes, default: Any = None) -> Any:
@@ -178,12 +225,12 @@ def put_json(key: Bytes, value: Any) -> None:
 
 def update_json(key: Bytes, update: Callable[[Any], T]) -> T:
     """Calls ``update`` with the JSON value stored under ``key``, parsed (``None`` when the key
-    is absent), and stores what it returns as JSON (``None`` deletes the key); returns that.
+    is absent), and stores what it returns as JSON; returns that.
 
     The fast way to keep a running aggregate per key, as the Rust SDK's
     ``state::update_json``: within a ``process`` or ``on-timer`` call the SDK keeps the parsed
-    value and serialises it once, when the call's writes go to the host, so a key updated at
-    every record of a batch is parsed and serialised once per batch, not once per record as a
+    value and serialises it when the call's writes go to the host (at its end), so a key updated
+    at every record of a batch is parsed and serialised once per batch, not once per record as a
     :func:`get_json` / :func:`put_json` pair is. Outside a call it is exactly that pair::
 
         def add(stats):
@@ -193,38 +240,57 @@ def update_json(key: Bytes, update: Callable[[Any], T]) -> T:
 
         stats = state.update_json("EWR", add)
 
-    ``update`` may change the value in place and return it; the returned value is the one kept,
-    so treat it as read-only once ``update_json`` returns. When ``update`` raises, the
-    exception propagates and the changes it made in place stay (the call usually fails then,
-    and all its writes with it). What ``update`` returns is stored even if it wrote ``key``
-    itself. Keep only what comes back from JSON as it went in (dicts with
-    ``str`` keys, lists, strings, numbers, booleans, ``None``): the next batch reads the JSON.
+    ``update`` may change the value in place, and must return the value to store: ``None`` for
+    a stored value is refused (a forgotten ``return``; delete a key with :func:`delete`), and
+    leaves an absent key absent. The returned value is the one kept, so treat it as read-only
+    once ``update_json`` returns. Keep only what comes back from JSON as it went in (dicts with
+    ``str`` keys, lists, strings, numbers, booleans): the next batch reads the JSON.
 
-    Raises :class:`TransformError` when the stored bytes are not JSON (``update`` does not run)
-    or, when the call's writes go to the host, when the value cannot be serialised as JSON.
+    Raises :class:`TransformError` when the stored bytes are not JSON (``update`` does not run),
+    when ``update`` uses ``key`` itself through this module (a get, write, scan over it or
+    nested update), or when it returns ``None`` for a stored value. When ``update`` raises, so
+    does ``update_json``, and the call fails even if the transform catches it: the value may be
+    half-changed. A value that cannot be serialised as JSON fails the call when it ends.
     """
     key = to_bytes(key)
     call = _CALL
     if call is None:
-        value = update(get_json(key))
-        if value is None:
-            delete(key)
-        else:
+        current = get_json(key)
+        value = _returned(key, current, update(current))
+        if value is not None:
             put_json(key, value)
         return value
+    _not_lent(key)
     kept = call.get(key)
     if not isinstance(kept, _Decoded):
         # Read as by get(), which counts the stored bytes towards the bound; the parsed value
         # then takes the entry's place.
         data = kept if key in call else get(key)
         kept = _Decoded(None if data is None else _decode(key, data))
-    call[key] = kept
-    _DIRTY.add(key)
-    kept.value = update(kept.value)
-    # Again: a flush for the bound may have forgotten it while ``update`` ran.
-    call[key] = kept
-    _DIRTY.add(key)
-    return kept.value
+        call[key] = kept
+    _LENT.add(key)
+    try:
+        value = _returned(key, kept.value, update(kept.value))
+    except BaseException as e:
+        _fail(TransformError(f"state key {_show(key)}: its update_json did not finish ({type(e).__name__}: {e})"))
+        raise
+    finally:
+        _LENT.discard(key)
+    kept.value = value
+    if value is not None:
+        _DIRTY.add(key)
+    return value
+
+
+def _returned(key: bytes, current: Any, value: Any) -> Any:
+    """What an update_json function returned for ``current``; ``None`` for a stored value is a
+    forgotten ``return``, not a deletion."""
+    if value is None and current is not None:
+        raise TransformError(
+            f"state key {_show(key)}: the update_json function returned None; return the value to store"
+            " (delete a key with state.delete)"
+        )
+    return value
 
 
 def _decode(key: bytes, data: bytes) -> Any:
