@@ -260,7 +260,8 @@ export const state: {
    * what it returns; returns that. Returning `null` or `undefined` for a stored value is a
    * TransformError (delete a key with `delete`). Within a `process` or `onTimer` call the parsed
    * value is kept and serialised when the call's writes go to the host, once per key and batch;
-   * `update` must not use `key` itself through `state`, and when it throws the call fails. */
+   * `update` must return a value of the key's own (the next update changes it in place), must
+   * not use `key` itself through `state`, and when it throws the call fails. */
   updateJson<T = unknown>(key: Bytes, update: (value: T | null) => T | null): T | null;
 };
 

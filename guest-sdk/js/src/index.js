@@ -399,7 +399,7 @@ const UNSERIALISABLE = Symbol('unserialisable');
  * when it ends, for a parsed value that is not JSON. */
 function entryBytes(entry) {
   if (entry.parsed === undefined) return entry.value;
-  if (entry.parsed.value === null) return null;
+  if (!entry.parsed.present) return null;
   try {
     return encodeJson(entry.key, entry.parsed.value);
   } catch (e) {
@@ -506,23 +506,28 @@ export const state = {
    * Rust SDK's `state::update_json`: within a `process` or `onTimer` call the SDK keeps the
    * parsed value and serialises it when the call's writes go to the host (at its end), so a key
    * updated at every record of a batch is parsed and serialised once per batch, not once per
-   * record as a `getJson`/`putJson` pair is. Outside a call it is that pair.
+   * record as a `getJson`/`putJson` pair is (a `get` of the key or a prefix scan in between
+   * serialises it again). Outside a call it is that pair.
    *
    * `update` may change the value in place, and must return the value to store: `null` or
-   * `undefined` for a stored value is refused (a forgotten `return`; delete a key with
-   * `state.delete`), and leaves an absent key absent. The returned value is the one kept, so
-   * treat it as read-only afterwards. Keep only what comes back from JSON as it went in: the next
-   * batch reads the JSON.
+   * `undefined` for a stored value (a stored JSON `null` included) is refused (a forgotten
+   * `return`; delete a key with `state.delete`), and leaves an absent key absent. The returned
+   * value is the one kept and changed in place by the next update of the key, so return a value
+   * of the key's own (not a shared default or constant, nor another key's value), and treat it
+   * as read-only afterwards. Keep only what comes back from JSON as it went in: the next batch
+   * reads the JSON. A kept value counts towards the call's bound as the bytes it was stored as
+   * when first read, not as what it grows to.
    *
-   * Throws a TransformError when the stored bytes are not JSON (`update` does not run), when
-   * `update` uses `key` itself through `state` (a get, write, scan over it or nested update), or
-   * when it returns nothing for a stored value. When `update` throws, so does `updateJson`, and
-   * the call fails even if the transform catches it: the value may be half-changed. A value that
-   * cannot be serialised as JSON fails the call when it ends. */
+   * Throws a TransformError when the stored bytes are not JSON (`update` does not run), when it
+   * returns nothing for a stored value, and, within a call, when `update` uses `key` itself
+   * through `state` (a get, write, scan over it or nested update). Within a call, when `update`
+   * throws (or returns nothing for a stored value), so does `updateJson`, and the call fails even
+   * if the transform catches it: the value may be half-changed. A kept value that cannot be
+   * serialised as JSON when it goes to the host fails the call. */
   updateJson(key, update) {
     if (call === null) {
-      const current = state.getJson(key);
-      const value = returned(key, current, update(current));
+      const stored = state.get(key);
+      const value = returned(key, stored !== null, update(stored === null ? null : decodeJson(key, stored)));
       if (value !== null) state.putJson(key, value);
       return value;
     }
@@ -534,13 +539,14 @@ export const state = {
       // Read as by `get`, which counts the stored bytes towards the bound; the parsed value then
       // takes the entry's place.
       const stored = state.get(bytes);
-      parsed = { value: stored === null ? null : decodeJson(key, stored) };
+      // `present`: the key holds a value (a stored JSON `null` is one).
+      parsed = { value: stored === null ? null : decodeJson(key, stored), present: stored !== null };
       keep(bytes, null, false, parsed, name);
     }
     call.lent.add(name);
     let value;
     try {
-      value = returned(key, parsed.value, update(parsed.value));
+      value = returned(key, parsed.present, update(parsed.value));
     } catch (e) {
       const problem = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
       call.failed ??= new TransformError(`state key ${JSON.stringify(keyText(key))}: its updateJson did not finish (${problem})`);
@@ -548,8 +554,11 @@ export const state = {
     } finally {
       call.lent.delete(name);
     }
-    parsed.value = value;
-    if (value !== null) keep(bytes, null, true, parsed, name);
+    if (value !== null) {
+      parsed.value = value;
+      parsed.present = true;
+      keep(bytes, null, true, parsed, name);
+    }
     return value;
   },
 };
@@ -571,16 +580,17 @@ function encodeJson(key, value) {
   try {
     text = toJson(value);
   } catch (e) {
-    throw new TransformError(`state key ${JSON.stringify(keyText(key))}: cannot serialise value as JSON: ${e.message}`);
+    const problem = e instanceof Error ? e.message : String(e);
+    throw new TransformError(`state key ${JSON.stringify(keyText(key))}: cannot serialise value as JSON: ${problem}`);
   }
   if (text === undefined) throw new TransformError(`state key ${JSON.stringify(keyText(key))}: value is not JSON`);
   return encoder.encode(text);
 }
 
-/** What an `updateJson` function returned for `current` (`null` for none); nothing for a
- * stored value is a forgotten `return`, not a deletion. */
-function returned(key, current, value) {
-  if ((value === undefined || value === null) && current !== null) {
+/** What an `updateJson` function returned (`null` for none); nothing for a stored value
+ * (`present`) is a forgotten `return`, not a deletion. */
+function returned(key, present, value) {
+  if ((value === undefined || value === null) && present) {
     throw new TransformError(
       `state key ${JSON.stringify(keyText(key))}: the updateJson function returned ${value}; return the value to store (delete a key with state.delete)`,
     );

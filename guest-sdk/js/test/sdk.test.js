@@ -276,6 +276,22 @@ test('updateJson outside a call, and its errors', () => {
   assert.equal(new TextDecoder().decode(state.get('k')), '2', 'a forgotten return deletes nothing');
   assert.equal(state.updateJson('absent', () => {}), null);
   assert.equal(state.get('absent'), null);
+  state.putJson('null', null);
+  assert.throws(() => state.updateJson('null', (v) => v), /state key "null": the updateJson function returned null/);
+  class Null extends Transform {
+    process(r) {
+      if (r.valueString === 'put') state.putJson('null', null);
+      try {
+        state.updateJson('null', (v) => v);
+      } catch {
+        // the call fails anyway
+      }
+    }
+  }
+  for (const value of ['get', 'put']) {
+    assert.throws(() => new Harness(Null).process([new Record({ value })]), /state key "null": its updateJson did not finish/);
+  }
+  assert.equal(new TextDecoder().decode(state.get('null')), 'null', 'a stored JSON null is a value, kept');
 
   class Bad extends Transform {
     process(r) {
@@ -293,7 +309,7 @@ test('updateJson outside a call, and its errors', () => {
       'it fails the call, not a record (nor the record that read it)',
     );
   }
-  assert.deepEqual([...stateEntries().keys()].sort(), ['k', 'stored']);
+  assert.deepEqual([...stateEntries().keys()].sort(), ['k', 'null', 'stored']);
 });
 
 test('updateJson lends its key to the update alone', () => {

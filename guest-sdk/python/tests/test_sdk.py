@@ -293,6 +293,9 @@ def test_update_json_outside_a_call_and_its_errors():
         state.update_json("k", lambda v: None)
     assert state.get("k") == b"2", "a forgotten return deletes nothing"
     assert state.update_json("absent", lambda v: None) is None and state.get("absent") is None
+    state.put_json("null", None)
+    with pytest.raises(TransformError, match='state key "null": the update_json function returned None'):
+        state.update_json("null", lambda v: v)
 
     class Bad(Transform):
         def process(self, r, emit):
@@ -309,7 +312,34 @@ def test_update_json_outside_a_call_and_its_errors():
         with pytest.raises(TransformError, match='state key "nan": cannot serialise value as JSON') as e:
             h.process([Record(key="nan", value="nan", offset=3)] + reader)
         assert e.value.offset is None, "it fails the call, not a record (nor the record that read it)"
-    assert state_entries() == [(b"k", b"2"), (b"stored", b"{")]
+    assert state_entries() == [(b"k", b"2"), (b"null", b"null"), (b"stored", b"{")]
+
+    class Null(Transform):
+        def process(self, r, emit):
+            if r.value == b"put":
+                state.put_json("null", None)
+            try:
+                state.update_json("null", lambda v: v)
+            except TransformError:
+                pass
+            emit(Output(value=repr(state.get("null") if r.value == b"get" else None)))
+
+    for value in ["get", "put"]:
+        with pytest.raises(TransformError, match='state key "null": its update_json did not finish'):
+            Harness(Null).process([Record(value=value)])
+    assert dict(state_entries())[b"null"] == b"null", "a stored JSON null is a value, kept"
+
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+
+    class Deep(Transform):
+        def process(self, r, emit):
+            state.update_json("deep", lambda v: deep)
+
+    with pytest.raises(TransformError, match='state key "deep": cannot serialise value as JSON: .*recursion') as e:
+        Harness(Deep).process([Record(value="x")])
+    assert e.value.offset is None
 
 
 class Lender(Transform):

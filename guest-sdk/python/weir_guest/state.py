@@ -8,8 +8,8 @@ input is replayed. Keep every fact the transform must remember here (or in
 
 Keys and values are bytes (``str`` is encoded as UTF-8); :func:`get_json` / :func:`put_json`
 store values as compact JSON, the same bytes the Rust SDK's ``state::put_json`` writes, and
-:func:`update_json` keeps a running aggregate per key at one parse and one serialisation per
-batch.
+:func:`update_json` keeps a running aggregate per key with one parse per batch and one
+serialisation when the batch's writes go to the host.
 
 Within one ``process`` or ``on-timer`` call the SDK keeps the keys read and written in guest
 memory and passes the call's writes to the host when the call succeeds (:func:`in_call`): a key
@@ -51,10 +51,12 @@ class _Decoded:
     """A value :func:`update_json` keeps parsed in the current call; serialised when it goes to
     the host or is read as bytes."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "present")
 
-    def __init__(self, value: Any):
+    def __init__(self, value: Any, present: bool):
         self.value = value
+        #: Whether the key holds a value (a stored JSON ``null`` is one; ``value`` is then ``None``).
+        self.present = present
 
 
 #: The keys the current ``process`` or ``on-timer`` call read or wrote, with their values as it
@@ -129,7 +131,7 @@ def _bytes(key: bytes, value: Union[None, bytes, _Decoded]) -> Optional[bytes]:
     parsed one that is not JSON."""
     if not isinstance(value, _Decoded):
         return value
-    if value.value is None:
+    if not value.present:
         return None
     try:
         return _encode(key, value.value)
@@ -231,7 +233,8 @@ def update_json(key: Bytes, update: Callable[[Any], T]) -> T:
     ``state::update_json``: within a ``process`` or ``on-timer`` call the SDK keeps the parsed
     value and serialises it when the call's writes go to the host (at its end), so a key updated
     at every record of a batch is parsed and serialised once per batch, not once per record as a
-    :func:`get_json` / :func:`put_json` pair is. Outside a call it is exactly that pair::
+    :func:`get_json` / :func:`put_json` pair is (a :func:`get` of the key or a prefix scan in
+    between serialises it again). Outside a call it is exactly that pair::
 
         def add(stats):
             stats = stats or {"flights": 0}
@@ -241,22 +244,27 @@ def update_json(key: Bytes, update: Callable[[Any], T]) -> T:
         stats = state.update_json("EWR", add)
 
     ``update`` may change the value in place, and must return the value to store: ``None`` for
-    a stored value is refused (a forgotten ``return``; delete a key with :func:`delete`), and
-    leaves an absent key absent. The returned value is the one kept, so treat it as read-only
-    once ``update_json`` returns. Keep only what comes back from JSON as it went in (dicts with
-    ``str`` keys, lists, strings, numbers, booleans): the next batch reads the JSON.
+    a stored value (a stored JSON ``null`` included) is refused (a forgotten ``return``; delete a
+    key with :func:`delete`), and leaves an absent key absent. The returned value is the one
+    kept and changed in place by the next update of the key, so return a value of the key's own
+    (not a shared default or constant, nor another key's value), and treat it as read-only once
+    ``update_json`` returns. Keep only what comes back from JSON as it went in (dicts with
+    ``str`` keys, lists, strings, numbers, booleans): the next batch reads the JSON. A kept value
+    counts towards the call's bound (``CALL_BYTES_LIMIT``) as the bytes it was stored as when it
+    was first read, not as what it grows to.
 
     Raises :class:`TransformError` when the stored bytes are not JSON (``update`` does not run),
-    when ``update`` uses ``key`` itself through this module (a get, write, scan over it or
-    nested update), or when it returns ``None`` for a stored value. When ``update`` raises, so
-    does ``update_json``, and the call fails even if the transform catches it: the value may be
-    half-changed. A value that cannot be serialised as JSON fails the call when it ends.
+    when it returns ``None`` for a stored value, and, within a call, when ``update`` uses ``key``
+    itself through this module (a get, write, scan over it or nested update). Within a call, when
+    ``update`` raises (or returns ``None`` for a stored value), so does ``update_json``, and the
+    call fails even if the transform catches it: the value may be half-changed. A kept value that
+    cannot be serialised as JSON when it goes to the host fails the call.
     """
     key = to_bytes(key)
     call = _CALL
     if call is None:
-        current = get_json(key)
-        value = _returned(key, current, update(current))
+        data = get(key)
+        value = _returned(key, data is not None, update(None if data is None else _decode(key, data)))
         if value is not None:
             put_json(key, value)
         return value
@@ -266,26 +274,26 @@ def update_json(key: Bytes, update: Callable[[Any], T]) -> T:
         # Read as by get(), which counts the stored bytes towards the bound; the parsed value
         # then takes the entry's place.
         data = kept if key in call else get(key)
-        kept = _Decoded(None if data is None else _decode(key, data))
+        kept = _Decoded(None if data is None else _decode(key, data), data is not None)
         call[key] = kept
     _LENT.add(key)
     try:
-        value = _returned(key, kept.value, update(kept.value))
+        value = _returned(key, kept.present, update(kept.value))
     except BaseException as e:
         _fail(TransformError(f"state key {_show(key)}: its update_json did not finish ({type(e).__name__}: {e})"))
         raise
     finally:
         _LENT.discard(key)
-    kept.value = value
     if value is not None:
+        kept.value, kept.present = value, True
         _DIRTY.add(key)
     return value
 
 
-def _returned(key: bytes, current: Any, value: Any) -> Any:
-    """What an update_json function returned for ``current``; ``None`` for a stored value is a
+def _returned(key: bytes, present: bool, value: Any) -> Any:
+    """What an update_json function returned; ``None`` for a stored value (``present``) is a
     forgotten ``return``, not a deletion."""
-    if value is None and current is not None:
+    if value is None and present:
         raise TransformError(
             f"state key {_show(key)}: the update_json function returned None; return the value to store"
             " (delete a key with state.delete)"
@@ -303,7 +311,7 @@ def _decode(key: bytes, data: bytes) -> Any:
 def _encode(key: Bytes, value: Any) -> bytes:
     try:
         return dumps_json(value)
-    except (TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - also RecursionError from a value nested too deep
         raise TransformError(f"state key {_show(key)}: cannot serialise value as JSON: {e}") from None
 
 
