@@ -531,18 +531,20 @@ export const state = {
       if (value !== null) state.putJson(key, value);
       return value;
     }
-    const bytes = new Uint8Array(toBytes(key));
-    const name = cacheName(bytes);
-    notLent(name, bytes);
-    let parsed = call.entries.get(name)?.parsed;
-    if (parsed === undefined) {
+    const raw = toBytes(key);
+    const name = cacheName(raw);
+    notLent(name, raw);
+    let entry = call.entries.get(name);
+    if (entry?.parsed === undefined) {
       // Read as by `get`, which counts the stored bytes towards the bound; the parsed value then
-      // takes the entry's place.
+      // takes the entry's place, under a copy of the key the cache keeps.
+      const bytes = new Uint8Array(raw);
       const stored = state.get(bytes);
       // `present`: the key holds a value (a stored JSON `null` is one).
-      parsed = { value: stored === null ? null : decodeJson(key, stored), present: stored !== null };
-      keep(bytes, null, false, parsed, name);
+      keep(bytes, null, false, { value: stored === null ? null : decodeJson(key, stored), present: stored !== null }, name);
+      entry = call.entries.get(name);
     }
+    const { parsed } = entry;
     call.lent.add(name);
     let value;
     try {
@@ -557,7 +559,11 @@ export const state = {
     if (value !== null) {
       parsed.value = value;
       parsed.present = true;
-      keep(bytes, null, true, parsed, name);
+      // A lent entry outlives flushes (they keep it, and its name in `dirty`): mark it written.
+      if (!entry.dirty) {
+        entry.dirty = true;
+        call.dirty.push(name);
+      }
     }
     return value;
   },
