@@ -24,7 +24,7 @@ use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, 
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Header, InputRecord, OperatorLimits, OutputRecord, ResourcePool, TransformComponent, WasmEngine};
+use crate::wasm::{Fields, OperatorLimits, OutputRecord, RecordBatch, ResourcePool, TransformComponent, WasmEngine};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -865,10 +865,10 @@ impl<'a> Runner<'a> {
                             flow.out_records += 1;
                             let batches = &mut flow.waiting[index];
                             if batches.last().is_none_or(|batch| batch.len() >= batch_size) {
-                                batches.push(Vec::with_capacity(batch_size));
+                                batches.push(RecordBatch::default());
                             }
                             let batch = batches.last_mut().expect("a batch was pushed");
-                            batch.push(input_record(&message));
+                            push_message(batch, &message);
                             let full = batch.len() >= batch_size && flow.home[index].is_some();
                             if polling && !full && !returned {
                                 continue;
@@ -901,7 +901,7 @@ impl<'a> Runner<'a> {
                 for batch in &mut batches {
                     self.tables.join(batch);
                 }
-                let records = batches.iter().map(Vec::len).sum();
+                let records = batches.iter().map(RecordBatch::len).sum();
                 let (done_tx, out) = (done_tx.clone(), out.clone());
                 self.workers.spawn(self.lanes[task.id()], move || {
                     let result = run_batches(&mut task, batches, &out);
@@ -1517,7 +1517,7 @@ struct LastTask {
 struct Flow {
     home: Vec<Option<Task>>,
     /// Per task: batches polled and not yet handed to it, full ones then the one filling.
-    waiting: Vec<Vec<Vec<InputRecord>>>,
+    waiting: Vec<Vec<RecordBatch>>,
     /// Tasks out, and records polled and not yet processed.
     away: usize,
     out_records: usize,
@@ -1536,7 +1536,7 @@ impl Flow {
 
     /// Takes the batches waiting for task `index` if it is home: the full ones, and the one
     /// filling too when `flush`; none once a task failed.
-    fn ready(&mut self, index: usize, flush: bool, batch_size: usize) -> Option<Vec<Vec<InputRecord>>> {
+    fn ready(&mut self, index: usize, flush: bool, batch_size: usize) -> Option<Vec<RecordBatch>> {
         if self.failed.is_some() || self.home[index].is_none() {
             return None;
         }
@@ -1564,14 +1564,14 @@ impl Flow {
 
 /// Runs `batches` through `task` in order and sends each one's output to the epoch's slot;
 /// returns the records and output bytes.
-fn run_batches(task: &mut Task, batches: Vec<Vec<InputRecord>>, out: &Out) -> Result<(u64, u64), PipelineError> {
+fn run_batches(task: &mut Task, batches: Vec<RecordBatch>, out: &Out) -> Result<(u64, u64), PipelineError> {
     let (mut records, mut output_bytes) = (0, 0);
     for batch in batches {
         let started = Instant::now();
         let input = Input {
             records: batch.len() as u64,
-            bytes: batch.iter().map(|r| record_bytes(&r.key, &r.value)).sum(),
-            last_timestamp: batch.last().map(|r| r.timestamp),
+            bytes: batch.bytes(),
+            last_timestamp: batch.timestamps().last().copied(),
             took: Duration::ZERO,
         };
         let (outputs, dead_letters) = task.process(batch)?;
@@ -1582,31 +1582,27 @@ fn run_batches(task: &mut Task, batches: Vec<Vec<InputRecord>>, out: &Out) -> Re
     Ok((records, output_bytes))
 }
 
-/// Key and value bytes of a record: what `weir_bytes_in_total` and `weir_bytes_out_total` count.
+/// Key and value bytes of a record: what `weir_bytes_out_total` counts (see [`RecordBatch::bytes`]).
 fn record_bytes(key: &Option<Vec<u8>>, value: &Option<Vec<u8>>) -> u64 {
     (key.as_ref().map_or(0, Vec::len) + value.as_ref().map_or(0, Vec::len)) as u64
 }
 
-fn input_record(message: &BorrowedMessage<'_>) -> InputRecord {
-    // The contract has UTF-8 header names: a name that is not UTF-8 is handed on lossily
-    // (docs/configuration.md, "Records"). Null header values stay null.
-    let headers = record_headers(message)
-        .into_iter()
-        .map(|h| Header { key: String::from_utf8_lossy(h.key).into_owned(), value: h.value.map(<[u8]>::to_vec) })
-        .collect();
+/// Adds `message` to `batch`, copying its bytes once (its buffer is librdkafka's).
+fn push_message(batch: &mut RecordBatch, message: &BorrowedMessage<'_>) {
     let timestamp = message.timestamp().to_millis().unwrap_or(0);
-    InputRecord {
-        key: message.key().map(<[u8]>::to_vec),
-        value: message.payload().map(<[u8]>::to_vec),
-        headers,
-        timestamp,
-        topic: message.topic().to_owned(),
+    let fields = Fields {
+        topic: message.topic(),
         partition: message.partition(),
         offset: message.offset(),
+        timestamp,
         // The task sets event time and watermark per the source's watermark strategy.
         event_time: timestamp,
         watermark: None,
-    }
+        key: message.key(),
+        value: message.payload(),
+    };
+    // Null header values stay null.
+    batch.push(fields, record_headers(message).into_iter().map(|h| (h.key, h.value)));
 }
 
 /// Runs an admin future to completion from this synchronous runner.

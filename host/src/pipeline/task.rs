@@ -12,8 +12,8 @@ use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
 use crate::time::{TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
-    BatchOffsets, Call, ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
-    RecordLimit, TransformComponent, record_size,
+    BatchOffsets, Call, ErrorKind, Fields, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
+    RecordBatch, RecordLimit, TransformComponent, record_size,
 };
 
 /// Most `on-timer` calls per operator in one [`Task::fire_timers`]: a transform that keeps
@@ -248,18 +248,18 @@ impl Task {
     /// The failure of an operator under `on_error = "fail"`; under `"dead-letter"`, a failure no
     /// record causes ([`OperatorError::is_record_failure`]: the state store, starting an instance,
     /// a snapshot).
-    pub fn process(&mut self, batch: Vec<InputRecord>) -> Result<(Vec<OutputRecord>, Vec<DeadLetter>), OperatorError> {
-        let Some(last) = batch.last() else { return Ok((Vec::new(), Vec::new())) };
-        self.next_offset = Some(last.offset + 1);
+    pub fn process(&mut self, batch: RecordBatch) -> Result<(Vec<OutputRecord>, Vec<DeadLetter>), OperatorError> {
+        let Some(&last) = batch.offsets().last() else { return Ok((Vec::new(), Vec::new())) };
+        self.next_offset = Some(last + 1);
         let mut dead_letters = Vec::new();
         let records = self.stamp(batch, &mut dead_letters)?;
-        let Some(last) = records.last() else { return Ok((Vec::new(), dead_letters)) };
+        let Some(last) = records.len().checked_sub(1) else { return Ok((Vec::new(), dead_letters)) };
         let origin = Origin {
-            topic: last.topic.clone(),
-            partition: last.partition,
-            offset: last.offset,
-            timestamp: last.timestamp,
-            watermark: last.watermark,
+            topic: records.topic().to_owned(),
+            partition: records.partition(),
+            offset: records.offsets()[last],
+            timestamp: records.timestamps()[last],
+            watermark: records.watermark(last),
         };
         let outputs = self.run_chain(0, records, &origin, &mut dead_letters)?;
         Ok((outputs, dead_letters))
@@ -271,9 +271,9 @@ impl Task {
     /// the batch fails.
     fn stamp(
         &mut self,
-        mut batch: Vec<InputRecord>,
+        mut batch: RecordBatch,
         dead_letters: &mut Vec<DeadLetter>,
-    ) -> Result<Vec<InputRecord>, OperatorError> {
+    ) -> Result<RecordBatch, OperatorError> {
         let Some(time) = &mut self.time else { return Ok(batch) };
         let failed = time.stamp(&mut batch);
         let watermark = time.watermark();
@@ -283,13 +283,8 @@ impl Task {
         if failed.is_empty() {
             return Ok(batch);
         }
-        let mut failed = failed.into_iter().peekable();
-        let mut kept = Vec::with_capacity(batch.len());
-        for (index, record) in batch.into_iter().enumerate() {
-            let Some((_, reason)) = failed.next_if(|(at, _)| *at == index) else {
-                kept.push(record);
-                continue;
-            };
+        for (index, reason) in &failed {
+            let record = batch.record(*index);
             let error = OperatorError {
                 operator: "source.watermark".into(),
                 call: Call::Process,
@@ -299,7 +294,7 @@ impl Task {
                     first: record.offset,
                     last: record.offset,
                 }),
-                kind: ErrorKind::EventTime { reason },
+                kind: ErrorKind::EventTime { reason: reason.clone() },
             };
             match self.steps[0].on_error {
                 OnError::Fail => return Err(error),
@@ -309,14 +304,14 @@ impl Task {
                 }
             }
         }
-        Ok(kept)
+        Ok(batch.select(|index| failed.binary_search_by_key(&index, |(at, _)| *at).is_err()))
     }
 
     /// Runs `records` through the operators from `from` on; the last one's output.
     fn run_chain(
         &mut self,
         from: usize,
-        mut records: Vec<InputRecord>,
+        mut records: RecordBatch,
         origin: &Origin,
         dead_letters: &mut Vec<DeadLetter>,
     ) -> Result<Vec<OutputRecord>, OperatorError> {
@@ -324,7 +319,7 @@ impl Task {
         for (index, step) in self.steps.iter_mut().enumerate().skip(from) {
             let started = Instant::now();
             let outputs = match step.on_error {
-                OnError::Fail => match step.operator.process(&records) {
+                OnError::Fail => match step.operator.process_batch(&records) {
                     Ok(outputs) => outputs,
                     Err(error)
                         if matches!(error.kind, ErrorKind::OutputTooLarge { .. } | ErrorKind::StateTooLarge { .. })
@@ -346,7 +341,7 @@ impl Task {
             if index + 1 == steps {
                 return Ok(outputs);
             }
-            records = outputs.into_iter().map(|output| chain_input(output, origin)).collect();
+            records = chain_batch(&outputs, origin);
         }
         unreachable!("this is a bug in Weir: a chain runs from one of its operators")
     }
@@ -385,7 +380,7 @@ impl Task {
                 if index + 1 == self.steps.len() {
                     outputs.extend(fired);
                 } else {
-                    let records = fired.into_iter().map(|output| chain_input(output, &origin)).collect();
+                    let records = chain_batch(&fired, &origin);
                     outputs.extend(self.run_chain(index + 1, records, &origin, &mut dead_letters)?);
                 }
             }
@@ -463,9 +458,9 @@ fn overlay_poisoned() -> PipelineError {
 /// in-memory state is snapshotted before each call, making the restore point the state just
 /// before the failing call, whose state writes are discarded too. A guest without in-memory
 /// state returns an empty snapshot, so this costs one short call per batch.
-fn process_restorable(operator: &mut Operator, records: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
+fn process_restorable(operator: &mut Operator, records: &RecordBatch) -> Result<Vec<OutputRecord>, OperatorError> {
     operator.set_restore_point()?;
-    operator.process(records)
+    operator.process_batch(records)
 }
 
 /// Replays a failed batch one record at a time (each from a restore point, see
@@ -477,13 +472,13 @@ fn process_restorable(operator: &mut Operator, records: &[InputRecord]) -> Resul
 /// hide it and lose the records.
 fn isolate(
     operator: &mut Operator,
-    records: Vec<InputRecord>,
+    records: RecordBatch,
     first: OperatorError,
     dead_letters: &mut Vec<DeadLetter>,
 ) -> Result<Vec<OutputRecord>, OperatorError> {
     tracing::warn!(error = %first, "isolating the failing record of the batch (on_error = dead-letter)");
     let mut outputs = Vec::new();
-    for record in records {
+    for index in 0..records.len() {
         if operator.stop_requested() {
             return Err(OperatorError {
                 operator: operator.name().to_owned(),
@@ -492,11 +487,11 @@ fn isolate(
                 kind: ErrorKind::Stopped,
             });
         }
-        match process_restorable(operator, std::slice::from_ref(&record)) {
+        match process_restorable(operator, &records.one(index)) {
             Ok(out) => outputs.extend(out),
             Err(error) if error.is_record_failure() => {
                 tracing::warn!(%error, "record sent to the dead-letter topic");
-                dead_letters.push(DeadLetter { record, error });
+                dead_letters.push(DeadLetter { record: records.record(index), error });
             }
             Err(error) => return Err(error),
         }
@@ -507,24 +502,28 @@ fn isolate(
 /// Replays a batch one record at a time until a record fails again, so that the error of a
 /// failure that stops the pipeline names that record's offset rather than the batch's.
 /// (Replayed records' state writes are dropped with the failed epoch.)
-fn locate(operator: &mut Operator, records: Vec<InputRecord>, first: OperatorError) -> OperatorError {
-    records.iter().find_map(|record| operator.process(std::slice::from_ref(record)).err()).unwrap_or(first)
+fn locate(operator: &mut Operator, records: RecordBatch, first: OperatorError) -> OperatorError {
+    (0..records.len()).find_map(|index| operator.process_batch(&records.one(index)).err()).unwrap_or(first)
 }
 
-/// An operator's output as the next operator's input: it keeps the origin (topic, partition,
-/// offset, watermark) of the last source record of the batch, and that record's timestamp unless
-/// it set one; its timestamp is its event time.
-fn chain_input(output: OutputRecord, origin: &Origin) -> InputRecord {
-    let timestamp = output.timestamp.unwrap_or(origin.timestamp);
-    InputRecord {
-        key: output.key,
-        value: output.value,
-        headers: output.headers,
-        timestamp,
-        topic: origin.topic.clone(),
-        partition: origin.partition,
-        offset: origin.offset,
-        event_time: timestamp,
-        watermark: origin.watermark,
+/// An operator's output as the next operator's input: each record keeps the origin (topic,
+/// partition, offset, watermark) of the last source record of the batch, and that record's
+/// timestamp unless it set one; its timestamp is its event time.
+fn chain_batch(outputs: &[OutputRecord], origin: &Origin) -> RecordBatch {
+    let mut batch = RecordBatch::default();
+    for output in outputs {
+        let timestamp = output.timestamp.unwrap_or(origin.timestamp);
+        let fields = Fields {
+            topic: &origin.topic,
+            partition: origin.partition,
+            offset: origin.offset,
+            timestamp,
+            event_time: timestamp,
+            watermark: origin.watermark,
+            key: output.key.as_deref(),
+            value: output.value.as_deref(),
+        };
+        batch.push(fields, output.headers.iter().map(|h| (h.key.as_bytes(), h.value.as_deref())));
     }
+    batch
 }

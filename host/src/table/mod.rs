@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::config::{SourceConfig, TableConfig};
 use crate::error::PipelineError;
 use crate::kafka::{RecordBatch, TopicReader};
-use crate::wasm::{Header, InputRecord};
+use crate::wasm;
 
 /// Prefix of the header a joined record gets; the table's name follows.
 pub const HEADER_PREFIX: &str = "weir.table.";
@@ -84,23 +84,21 @@ impl Tables {
 
     /// Adds to each record of `batch` a header `weir.table.<name>` with the value of every table
     /// that holds the record's lookup key.
-    pub fn join(&self, batch: &mut [InputRecord]) {
+    pub fn join(&self, batch: &mut wasm::RecordBatch) {
         if self.tables.is_empty() {
             return;
         }
-        for record in batch {
-            let Some(Value::Object(fields)) = record.value.as_deref().and_then(|v| serde_json::from_slice(v).ok())
-            else {
-                continue;
+        batch.add_headers(|value| {
+            let Some(Value::Object(fields)) = value.and_then(|v| serde_json::from_slice(v).ok()) else {
+                return Vec::new();
             };
-            for table in &self.tables {
-                let key = lookup_key(&fields, &table.rows.config.key_fields);
-                let value = key.and_then(|key| table.rows.values.get(key.as_bytes()));
-                if let Some(value) = value {
-                    record.headers.push(Header { key: table.header.clone(), value: Some(value.clone()) });
-                }
-            }
-        }
+            let found = self.tables.iter().filter_map(|table| {
+                let key = lookup_key(&fields, &table.rows.config.key_fields)?;
+                let value = table.rows.values.get(key.as_bytes())?;
+                Some((table.header.as_str(), value.as_slice()))
+            });
+            found.collect()
+        });
     }
 }
 

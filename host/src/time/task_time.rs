@@ -6,7 +6,7 @@ use super::clock::TaskClock;
 use super::event_time::EventTimeReader;
 use crate::config::WatermarkConfig;
 use crate::state::{StateError, StateStore};
-use crate::wasm::InputRecord;
+use crate::wasm::RecordBatch;
 
 /// Key of the clock in the task's time scope ([`super::TIME_SCOPE`]).
 const CLOCK_KEY: &[u8] = b"clock";
@@ -56,14 +56,14 @@ impl TaskTime {
     /// Sets each record's event time and the watermark just before it, in order, moving the
     /// clock. Returns the records whose event time cannot be read, with the reason; they leave
     /// the clock as it was.
-    pub fn stamp(&mut self, records: &mut [InputRecord]) -> Vec<(usize, String)> {
+    pub fn stamp(&mut self, records: &mut RecordBatch) -> Vec<(usize, String)> {
         self.last_input = Instant::now();
         let mut failed = Vec::new();
-        for (index, record) in records.iter_mut().enumerate() {
-            match self.reader.read(record.value.as_deref(), record.timestamp) {
+        for index in 0..records.len() {
+            match self.reader.read(records.value(index), records.timestamps()[index]) {
                 Ok(event_time) => {
-                    record.event_time = event_time;
-                    record.watermark = self.clock.observe(event_time);
+                    let watermark = self.clock.observe(event_time);
+                    records.set_time(index, event_time, watermark);
                 }
                 Err(reason) => failed.push((index, reason)),
             }

@@ -11,13 +11,14 @@
 //!
 //! A 0.2 component of the `packed-transform` world (the Rust SDK's) also exports
 //! the `packed` interface, whose `process-packed` [`Guest::call_process`] calls instead of
-//! `process`, packing the records ([`super::packed_batch`]).
+//! `process`, with a [`RecordBatch`]'s buffers as they are.
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::host::HostState;
 use super::packed_batch;
+use super::record_batch::RecordBatch;
 
 /// The current contract, `weir:transform@0.2.x`.
 pub(crate) mod current {
@@ -35,7 +36,7 @@ pub(crate) mod packed {
     wasmtime::component::bindgen!({
         path: "../guest-sdk/wit",
         world: "packed-transform",
-        // For the buffers a guest's batches are packed into, reused between calls.
+        // An empty `input-batch`, which a `RecordBatch` starts from.
         additional_derives: [Default],
         with: {
             "weir:transform/types": crate::wasm::bindings::current::weir::transform::types,
@@ -56,7 +57,6 @@ pub(crate) mod v0_1 {
 }
 
 use current::weir::transform::types::{Header, InputRecord, OutputRecord, Timer, TransformError};
-use packed::exports::weir::transform::packed::InputBatch;
 use v0_1::weir::transform::types as old;
 
 /// A contract version the host accepts.
@@ -112,7 +112,7 @@ impl GuestPre {
         Ok(match self {
             Self::V0_1(pre) => Guest::V0_1(pre.instantiate(store)?),
             Self::V0_2(pre) => Guest::V0_2(pre.instantiate(store)?),
-            Self::Packed(pre) => Guest::Packed(pre.instantiate(store)?, Box::default()),
+            Self::Packed(pre) => Guest::Packed(pre.instantiate(store)?),
         })
     }
 }
@@ -121,8 +121,7 @@ impl GuestPre {
 pub(crate) enum Guest {
     V0_1(v0_1::Transform),
     V0_2(current::Transform),
-    /// With the buffers batches are packed into, kept between calls.
-    Packed(packed::PackedTransform, Box<InputBatch>),
+    Packed(packed::PackedTransform),
 }
 
 impl Guest {
@@ -134,42 +133,36 @@ impl Guest {
         match self {
             Self::V0_1(guest) => guest.call_init(store, config),
             Self::V0_2(guest) => guest.call_init(store, config),
-            Self::Packed(guest, _) => guest.call_init(store, config),
+            Self::Packed(guest) => guest.call_init(store, config),
         }
     }
 
-    /// Calls `process`, or `process-packed` once per run of records of one source partition
-    /// (one run, from a task).
+    /// Calls `process-packed` with `batch` as it is, or `process` with its records.
     ///
     /// # Errors
     /// A trap, or a [`packed_batch::MalformedBatch`] when a packed guest's output batch does not frame.
     pub(crate) fn call_process(
         &mut self,
         store: &mut Store<HostState>,
-        batch: &[InputRecord],
+        batch: &RecordBatch,
     ) -> wasmtime::Result<Result<Vec<OutputRecord>, TransformError>> {
         match self {
-            Self::Packed(guest, buffers) => {
-                let mut outputs = Vec::new();
-                let same_partition =
-                    |a: &InputRecord, b: &InputRecord| a.partition == b.partition && a.topic == b.topic;
-                for run in batch.chunk_by(same_partition) {
-                    packed_batch::pack(run, buffers);
-                    match guest.weir_transform_packed().call_process_packed(&mut *store, buffers)? {
-                        Ok(packed_outputs) => packed_batch::unpack(&packed_outputs, &mut outputs)?,
-                        Err(error) => return Ok(Err(error)),
-                    }
+            Self::Packed(guest) => match guest.weir_transform_packed().call_process_packed(store, batch.columns())? {
+                Ok(packed_outputs) => {
+                    let mut outputs = Vec::new();
+                    packed_batch::unpack(&packed_outputs, &mut outputs)?;
+                    Ok(Ok(outputs))
                 }
-                Ok(Ok(outputs))
-            }
+                Err(error) => Ok(Err(error)),
+            },
             Self::V0_1(guest) => {
-                let batch: Vec<old::InputRecord> = batch.iter().map(to_v0_1).collect();
+                let batch: Vec<old::InputRecord> = batch.to_records().iter().map(to_v0_1).collect();
                 let result = guest.call_process(store, &batch)?;
                 Ok(result
                     .map(|outputs| outputs.into_iter().map(from_v0_1).collect())
                     .map_err(|e| TransformError { message: e.message, offset: e.offset }))
             }
-            Self::V0_2(guest) => guest.call_process(store, batch),
+            Self::V0_2(guest) => guest.call_process(store, &batch.to_records()),
         }
     }
 
@@ -177,7 +170,7 @@ impl Guest {
         match self {
             Self::V0_1(guest) => guest.call_snapshot(store),
             Self::V0_2(guest) => guest.call_snapshot(store),
-            Self::Packed(guest, _) => guest.call_snapshot(store),
+            Self::Packed(guest) => guest.call_snapshot(store),
         }
     }
 
@@ -189,7 +182,7 @@ impl Guest {
         match self {
             Self::V0_1(guest) => guest.call_restore(store, snapshot),
             Self::V0_2(guest) => guest.call_restore(store, snapshot),
-            Self::Packed(guest, _) => guest.call_restore(store, snapshot),
+            Self::Packed(guest) => guest.call_restore(store, snapshot),
         }
     }
 
@@ -202,7 +195,7 @@ impl Guest {
         match self {
             Self::V0_1(_) => Ok(Ok(Vec::new())),
             Self::V0_2(guest) => guest.call_on_timer(store, timers),
-            Self::Packed(guest, _) => guest.call_on_timer(store, timers),
+            Self::Packed(guest) => guest.call_on_timer(store, timers),
         }
     }
 }

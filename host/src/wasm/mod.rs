@@ -30,6 +30,7 @@ mod limits;
 mod operator;
 mod packed_batch;
 mod pool;
+mod record_batch;
 
 pub use bindings::current::weir::transform::log::Level;
 pub use bindings::current::weir::transform::types::{
@@ -43,3 +44,4 @@ pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
 pub use limits::{DEFAULT_MAX_RECORD_BYTES, OperatorLimits, RecordLimit, record_size};
 pub use operator::Operator;
 pub use pool::ResourcePool;
+pub use record_batch::{Fields, RecordBatch};

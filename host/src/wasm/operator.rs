@@ -14,7 +14,7 @@ use super::host::HostState;
 use super::host::clock;
 use super::limits::{MemoryLimiter, OperatorLimits, Refusal, changelog_record_size, record_size};
 use super::packed_batch::MalformedBatch;
-use super::{InputRecord, OutputRecord, TimeDomain, Timer};
+use super::{InputRecord, OutputRecord, RecordBatch, TimeDomain, Timer};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
 
@@ -98,6 +98,18 @@ impl Operator {
         self.limits.stop.as_ref().is_some_and(|stop| stop.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Runs `process` over `records` (of one source partition, in offset order), as
+    /// [`Operator::process_batch`] does over a [`RecordBatch`] of them.
+    ///
+    /// # Errors
+    /// As [`Operator::process_batch`].
+    ///
+    /// # Panics
+    /// When `records` are of more than one partition.
+    pub fn process(&mut self, records: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
+        self.process_batch(&RecordBatch::from_records(records))
+    }
+
     /// Runs `process` over `batch` (records of one task, in offset order).
     ///
     /// Ok means the outputs are valid and the call's state writes were applied to the state
@@ -106,7 +118,7 @@ impl Operator {
     ///
     /// # Errors
     /// An [`OperatorError`] naming the kind of failure and the batch's offsets.
-    pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
+    pub fn process_batch(&mut self, batch: &RecordBatch) -> Result<Vec<OutputRecord>, OperatorError> {
         if self.nears_memory_limit() {
             // Some guest runtimes never give memory back (componentize-py leaks per call), and a
             // long epoch would run such an instance into its limit before the next checkpoint's
@@ -489,13 +501,13 @@ fn metered<R>(
     call(store)
 }
 
-fn batch_offsets(batch: &[InputRecord]) -> Option<BatchOffsets> {
-    let (first, last) = (batch.first()?, batch.last()?);
+fn batch_offsets(batch: &RecordBatch) -> Option<BatchOffsets> {
+    let offsets = batch.offsets();
     Some(BatchOffsets {
-        topic: first.topic.clone(),
-        partition: first.partition,
-        first: first.offset,
-        last: last.offset,
+        topic: batch.topic().to_owned(),
+        partition: batch.partition(),
+        first: *offsets.first()?,
+        last: *offsets.last()?,
     })
 }
 

@@ -1,14 +1,14 @@
 //! The packed batches of the `packed-transform` world (`input-batch`, `output-batch` in
 //! guest-sdk/wit): records as a few flat lists, which the canonical ABI copies in one piece each,
-//! instead of one value per record and field.
+//! instead of one value per record and field. Input batches are [`super::RecordBatch`]es.
 
-use super::bindings::current::weir::transform::types::{Header, InputRecord, OutputRecord};
-use super::bindings::packed::exports::weir::transform::packed::{InputBatch, OutputBatch};
+use super::bindings::current::weir::transform::types::{Header, OutputRecord};
+use super::bindings::packed::exports::weir::transform::packed::OutputBatch;
 
 /// The length that stands for a Kafka null (key, value, header value) or the default output.
-const NULL: u32 = u32::MAX;
+pub(crate) const NULL: u32 = u32::MAX;
 /// The watermark or output timestamp that stands for none.
-const NONE: i64 = i64::MIN;
+pub(crate) const NONE: i64 = i64::MIN;
 
 /// A packed guest's output batch whose lengths do not frame its data: a bug in its SDK.
 #[derive(Debug, thiserror::Error)]
@@ -16,44 +16,6 @@ const NONE: i64 = i64::MIN;
     "the transform returned a malformed output batch ({0}); this is a bug in its SDK: rebuild it with a released one"
 )]
 pub(crate) struct MalformedBatch(String);
-
-/// Packs `records` (all of one source partition) into `batch`, reusing its buffers.
-pub(crate) fn pack(records: &[InputRecord], batch: &mut InputBatch) {
-    let InputBatch { topic, partition, offsets, timestamps, event_times, watermarks, data, lengths } = batch;
-    topic.clear();
-    *partition = 0;
-    for list in [&mut *offsets, &mut *timestamps, &mut *event_times, &mut *watermarks] {
-        list.clear();
-    }
-    data.clear();
-    lengths.clear();
-    let Some(first) = records.first() else { return };
-    topic.push_str(&first.topic);
-    *partition = first.partition;
-    for record in records {
-        offsets.push(record.offset);
-        timestamps.push(record.timestamp);
-        event_times.push(record.event_time);
-        watermarks.push(record.watermark.unwrap_or(NONE));
-        push(data, lengths, record.key.as_deref());
-        push(data, lengths, record.value.as_deref());
-        lengths.push(record.headers.len() as u32);
-        for header in &record.headers {
-            push(data, lengths, Some(header.key.as_bytes()));
-            push(data, lengths, header.value.as_deref());
-        }
-    }
-}
-
-fn push(data: &mut Vec<u8>, lengths: &mut Vec<u32>, bytes: Option<&[u8]>) {
-    match bytes {
-        Some(bytes) => {
-            lengths.push(bytes.len() as u32);
-            data.extend_from_slice(bytes);
-        }
-        None => lengths.push(NULL),
-    }
-}
 
 /// Unpacks `batch` onto the end of `outputs`.
 ///
@@ -122,40 +84,6 @@ impl<'a> Frames<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn input(offset: i64, key: Option<&str>, value: Option<&str>, headers: &[(&str, Option<&str>)]) -> InputRecord {
-        InputRecord {
-            key: key.map(|k| k.as_bytes().to_vec()),
-            value: value.map(|v| v.as_bytes().to_vec()),
-            headers: headers
-                .iter()
-                .map(|(k, v)| Header { key: (*k).to_owned(), value: v.map(|v| v.as_bytes().to_vec()) })
-                .collect(),
-            timestamp: offset * 10,
-            topic: "flights".into(),
-            partition: 3,
-            offset,
-            event_time: offset * 100,
-            watermark: (offset > 1).then_some(offset),
-        }
-    }
-
-    #[test]
-    fn pack_frames_keys_values_and_headers_with_nulls_and_reuses_its_buffers() {
-        let mut batch = InputBatch::default();
-        pack(&[input(9, None, Some("x"), &[]), input(1, Some("k"), None, &[("h", Some("")), ("n", None)])], &mut batch);
-        pack(
-            &[input(1, Some("k"), None, &[("h", Some("")), ("n", None)]), input(2, Some(""), Some("vv"), &[])],
-            &mut batch,
-        );
-        assert_eq!((batch.topic.as_str(), batch.partition), ("flights", 3));
-        assert_eq!(batch.offsets, [1, 2]);
-        assert_eq!(batch.timestamps, [10, 20]);
-        assert_eq!(batch.event_times, [100, 200]);
-        assert_eq!(batch.watermarks, [NONE, 2]);
-        assert_eq!(batch.data, b"khnvv");
-        assert_eq!(batch.lengths, [1, NULL, 2, 1, 0, 1, NULL, 0, 2, 0]);
-    }
 
     fn output(timestamps: Vec<i64>, data: &[u8], lengths: Vec<u32>) -> OutputBatch {
         OutputBatch { timestamps, data: data.to_vec(), lengths }
