@@ -280,7 +280,7 @@ fn timers_fire_once_when_due_in_order_and_stay_registered_when_on_timer_fails() 
     // processing time 5; not 150 nor the cancelled 120, nor processing time 7.
     let due = operator.due_timers(6).unwrap();
     assert_eq!(timers(&due), vec![(true, 100, "b".into()), (false, 5, "a".into())]);
-    let fired = operator.on_timer(&due).unwrap();
+    let fired = operator.on_timer(&due).unwrap().to_records();
     let values: Vec<_> =
         fired.iter().map(|o| String::from_utf8_lossy(o.value.as_deref().unwrap()).into_owned()).collect();
     assert_eq!(values, vec!["fired event 100 b", "fired processing 5 a"]);

@@ -138,7 +138,7 @@ fn every_flights_hourly_port_closes_the_rust_plugins_windows() {
                 if due.is_empty() {
                     break;
                 }
-                lines.extend(operator.on_timer(&due).unwrap().iter().map(render));
+                lines.extend(operator.on_timer(&due).unwrap().to_records().iter().map(render));
             }
         };
         for batch in records.chunks(256) {

@@ -189,7 +189,7 @@ impl BatchRunner {
             if due.is_empty() {
                 return Ok(());
             }
-            let outputs = self.operator.on_timer(&due)?;
+            let outputs = self.operator.on_timer(&due)?.to_records();
             outputs.iter().try_for_each(&mut *sink).map_err(anyhow::Error::msg)?;
         }
         anyhow::bail!("timers still due after {FINAL_TIMER_ROUNDS} rounds of on-timer at the end of the input")

@@ -20,7 +20,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
 use super::failure::{ErrorClass, Fenced, classify_code};
-use crate::wasm::OutputRecord;
+use crate::wasm::OutputView;
 
 /// Why a call of a [`ProducerSlot`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -226,17 +226,18 @@ impl ProducerSlot {
     pub fn send(
         &self,
         topic: &str,
-        record: &OutputRecord,
+        record: OutputView<'_>,
         default_timestamp: Option<i64>,
     ) -> Result<(), ProducerError> {
-        let headers = (!record.headers.is_empty()).then(|| {
-            record.headers.iter().fold(OwnedHeaders::new_with_capacity(record.headers.len()), |headers, h| {
-                headers.insert(Header { key: &h.key, value: h.value.as_deref() })
+        let count = record.headers.len();
+        let headers = (count > 0).then(|| {
+            record.headers.fold(OwnedHeaders::new_with_capacity(count), |headers, (key, value)| {
+                headers.insert(Header { key, value })
             })
         });
         let mut base = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, OUTPUT_RECORD);
-        base.key = record.key.as_deref();
-        base.payload = record.value.as_deref();
+        base.key = record.key;
+        base.payload = record.value;
         base.timestamp = record.timestamp.or(default_timestamp);
         base.headers = headers;
         self.send_waiting(base)

@@ -24,7 +24,7 @@ use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, 
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Fields, OperatorLimits, OutputRecord, RecordBatch, ResourcePool, TransformComponent, WasmEngine};
+use crate::wasm::{Fields, OperatorLimits, Outputs, RecordBatch, ResourcePool, TransformComponent, WasmEngine};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -244,28 +244,28 @@ impl Out {
     fn send(
         &self,
         task: &Task,
-        outputs: &[OutputRecord],
+        outputs: &Outputs,
         dead_letters: &[DeadLetter],
         input: &Input,
     ) -> Result<u64, PipelineError> {
-        let mut output_bytes = 0;
-        for output in outputs {
-            let topic = match &output.output {
+        for output in outputs.iter() {
+            let topic = match output.output {
                 Some(name) => &self.sink.outputs[name],
                 None => &self.sink.topic,
             };
             self.slot
                 .send(topic, output, input.last_timestamp)
                 .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
-            output_bytes += record_bytes(&output.key, &output.value);
         }
         if let Some(topic) = &self.sink.dead_letter_topic {
-            for dead_letter in dead_letters {
+            let records: Vec<_> = dead_letters.iter().map(|d| d.to_output(task.max_record())).collect();
+            for dead_letter in Outputs::from_records(&records).iter() {
                 self.slot
-                    .send(topic, &dead_letter.to_output(task.max_record()), None)
+                    .send(topic, dead_letter, None)
                     .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
             }
         }
+        let output_bytes = outputs.bytes();
         for dead_letter in dead_letters {
             self.metrics.guest_error(&dead_letter.error);
         }
@@ -1580,11 +1580,6 @@ fn run_batches(task: &mut Task, batches: Vec<RecordBatch>, out: &Out) -> Result<
         records += input.records;
     }
     Ok((records, output_bytes))
-}
-
-/// Key and value bytes of a record: what `weir_bytes_out_total` counts (see [`RecordBatch::bytes`]).
-fn record_bytes(key: &Option<Vec<u8>>, value: &Option<Vec<u8>>) -> u64 {
-    (key.as_ref().map_or(0, Vec::len) + value.as_ref().map_or(0, Vec::len)) as u64
 }
 
 /// Adds `message` to `batch`, copying its bytes once (its buffer is librdkafka's).

@@ -13,7 +13,7 @@ use crate::time::{TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
     BatchOffsets, Call, ErrorKind, Fields, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
-    RecordBatch, RecordLimit, TransformComponent, record_size,
+    Outputs, RecordBatch, RecordLimit, TransformComponent, record_size,
 };
 
 /// Most `on-timer` calls per operator in one [`Task::fire_timers`]: a transform that keeps
@@ -100,7 +100,7 @@ impl DeadLetter {
 
 /// What a task's chain emitted: output records, and the records operators under `dead-letter`
 /// failed on.
-pub type Emitted = (Vec<OutputRecord>, Vec<DeadLetter>);
+pub type Emitted = (Outputs, Vec<DeadLetter>);
 
 /// One operator in a task's chain, with its error policy.
 struct Step {
@@ -248,12 +248,12 @@ impl Task {
     /// The failure of an operator under `on_error = "fail"`; under `"dead-letter"`, a failure no
     /// record causes ([`OperatorError::is_record_failure`]: the state store, starting an instance,
     /// a snapshot).
-    pub fn process(&mut self, batch: RecordBatch) -> Result<(Vec<OutputRecord>, Vec<DeadLetter>), OperatorError> {
-        let Some(&last) = batch.offsets().last() else { return Ok((Vec::new(), Vec::new())) };
+    pub fn process(&mut self, batch: RecordBatch) -> Result<Emitted, OperatorError> {
+        let Some(&last) = batch.offsets().last() else { return Ok(Emitted::default()) };
         self.next_offset = Some(last + 1);
         let mut dead_letters = Vec::new();
         let records = self.stamp(batch, &mut dead_letters)?;
-        let Some(last) = records.len().checked_sub(1) else { return Ok((Vec::new(), dead_letters)) };
+        let Some(last) = records.len().checked_sub(1) else { return Ok((Outputs::default(), dead_letters)) };
         let origin = Origin {
             topic: records.topic().to_owned(),
             partition: records.partition(),
@@ -314,7 +314,7 @@ impl Task {
         mut records: RecordBatch,
         origin: &Origin,
         dead_letters: &mut Vec<DeadLetter>,
-    ) -> Result<Vec<OutputRecord>, OperatorError> {
+    ) -> Result<Outputs, OperatorError> {
         let steps = self.steps.len();
         for (index, step) in self.steps.iter_mut().enumerate().skip(from) {
             let started = Instant::now();
@@ -359,7 +359,7 @@ impl Task {
     /// a later operator as in [`Task::process`].
     pub fn fire_timers(&mut self, now_ms: i64) -> Result<Option<Emitted>, OperatorError> {
         let mut fired_any = false;
-        let mut outputs = Vec::new();
+        let mut outputs = Outputs::default();
         let mut dead_letters = Vec::new();
         let watermark = self.time.as_ref().and_then(TaskTime::watermark);
         for index in 0..self.steps.len() {
@@ -378,10 +378,10 @@ impl Task {
                 let fired = operator.on_timer(&due)?;
                 fired_any = true;
                 if index + 1 == self.steps.len() {
-                    outputs.extend(fired);
+                    outputs.append(fired);
                 } else {
                     let records = chain_batch(&fired, &origin);
-                    outputs.extend(self.run_chain(index + 1, records, &origin, &mut dead_letters)?);
+                    outputs.append(self.run_chain(index + 1, records, &origin, &mut dead_letters)?);
                 }
             }
         }
@@ -458,7 +458,7 @@ fn overlay_poisoned() -> PipelineError {
 /// in-memory state is snapshotted before each call, making the restore point the state just
 /// before the failing call, whose state writes are discarded too. A guest without in-memory
 /// state returns an empty snapshot, so this costs one short call per batch.
-fn process_restorable(operator: &mut Operator, records: &RecordBatch) -> Result<Vec<OutputRecord>, OperatorError> {
+fn process_restorable(operator: &mut Operator, records: &RecordBatch) -> Result<Outputs, OperatorError> {
     operator.set_restore_point()?;
     operator.process_batch(records)
 }
@@ -475,9 +475,9 @@ fn isolate(
     records: RecordBatch,
     first: OperatorError,
     dead_letters: &mut Vec<DeadLetter>,
-) -> Result<Vec<OutputRecord>, OperatorError> {
+) -> Result<Outputs, OperatorError> {
     tracing::warn!(error = %first, "isolating the failing record of the batch (on_error = dead-letter)");
-    let mut outputs = Vec::new();
+    let mut outputs = Outputs::default();
     for index in 0..records.len() {
         if operator.stop_requested() {
             return Err(OperatorError {
@@ -488,7 +488,7 @@ fn isolate(
             });
         }
         match process_restorable(operator, &records.one(index)) {
-            Ok(out) => outputs.extend(out),
+            Ok(out) => outputs.append(out),
             Err(error) if error.is_record_failure() => {
                 tracing::warn!(%error, "record sent to the dead-letter topic");
                 dead_letters.push(DeadLetter { record: records.record(index), error });
@@ -509,9 +509,9 @@ fn locate(operator: &mut Operator, records: RecordBatch, first: OperatorError) -
 /// An operator's output as the next operator's input: each record keeps the origin (topic,
 /// partition, offset, watermark) of the last source record of the batch, and that record's
 /// timestamp unless it set one; its timestamp is its event time.
-fn chain_batch(outputs: &[OutputRecord], origin: &Origin) -> RecordBatch {
+fn chain_batch(outputs: &Outputs, origin: &Origin) -> RecordBatch {
     let mut batch = RecordBatch::default();
-    for output in outputs {
+    for output in outputs.iter() {
         let timestamp = output.timestamp.unwrap_or(origin.timestamp);
         let fields = Fields {
             topic: &origin.topic,
@@ -520,10 +520,10 @@ fn chain_batch(outputs: &[OutputRecord], origin: &Origin) -> RecordBatch {
             timestamp,
             event_time: timestamp,
             watermark: origin.watermark,
-            key: output.key.as_deref(),
-            value: output.value.as_deref(),
+            key: output.key,
+            value: output.value,
         };
-        batch.push(fields, output.headers.iter().map(|h| (h.key.as_bytes(), h.value.as_deref())));
+        batch.push(fields, output.headers.map(|(name, value)| (name.as_bytes(), value)));
     }
     batch
 }

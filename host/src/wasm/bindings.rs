@@ -17,7 +17,7 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::host::HostState;
-use super::packed_batch;
+use super::outputs::Outputs;
 use super::record_batch::RecordBatch;
 
 /// The current contract, `weir:transform@0.2.x`.
@@ -140,30 +140,29 @@ impl Guest {
     /// Calls `process-packed` with `batch` as it is, or `process` with its records.
     ///
     /// # Errors
-    /// A trap, or a [`packed_batch::MalformedBatch`] when a packed guest's output batch does not frame.
+    /// A trap, or a [`super::packed_batch::MalformedBatch`] when a packed guest's output batch does not frame.
     pub(crate) fn call_process(
         &mut self,
         store: &mut Store<HostState>,
         batch: &RecordBatch,
-    ) -> wasmtime::Result<Result<Vec<OutputRecord>, TransformError>> {
-        match self {
-            Self::Packed(guest) => match guest.weir_transform_packed().call_process_packed(store, batch.columns())? {
-                Ok(packed_outputs) => {
-                    let mut outputs = Vec::new();
-                    packed_batch::unpack(&packed_outputs, &mut outputs)?;
-                    Ok(Ok(outputs))
-                }
-                Err(error) => Ok(Err(error)),
-            },
+    ) -> wasmtime::Result<Result<Outputs, TransformError>> {
+        let outputs = match self {
+            Self::Packed(guest) => {
+                return match guest.weir_transform_packed().call_process_packed(store, batch.columns())? {
+                    Ok(outputs) => Ok(Ok(Outputs::from_packed(outputs)?)),
+                    Err(error) => Ok(Err(error)),
+                };
+            }
             Self::V0_1(guest) => {
                 let batch: Vec<old::InputRecord> = batch.to_records().iter().map(to_v0_1).collect();
-                let result = guest.call_process(store, &batch)?;
-                Ok(result
-                    .map(|outputs| outputs.into_iter().map(from_v0_1).collect())
-                    .map_err(|e| TransformError { message: e.message, offset: e.offset }))
+                guest
+                    .call_process(store, &batch)?
+                    .map(|outputs| outputs.into_iter().map(from_v0_1).collect::<Vec<_>>())
+                    .map_err(|e| TransformError { message: e.message, offset: e.offset })
             }
-            Self::V0_2(guest) => guest.call_process(store, &batch.to_records()),
-        }
+            Self::V0_2(guest) => guest.call_process(store, &batch.to_records())?,
+        };
+        Ok(outputs.map(|outputs| Outputs::from_records(&outputs)))
     }
 
     pub(crate) fn call_snapshot(&self, store: &mut Store<HostState>) -> wasmtime::Result<Vec<u8>> {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use super::{OutputRecord, ResourcePool};
+use super::{OutputRecord, OutputView, ResourcePool};
 
 /// Default linear-memory limit of one operator instance: 64 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
@@ -42,17 +42,27 @@ impl Default for RecordLimit {
 /// queueing it (`rd_kafka_msg_max_wire_size`): key + value + serialised headers + the largest
 /// per-record overhead, in bytes. Uncompressed, so an upper bound of what the broker sees.
 pub fn record_size(record: &OutputRecord) -> usize {
-    let headers: usize = record
-        .headers
-        .iter()
-        .map(|h| {
+    let headers = record.headers.iter().map(|h| (h.key.len(), h.value.as_ref().map(Vec::len)));
+    wire_size(record.key.as_deref(), record.value.as_deref(), headers)
+}
+
+impl OutputView<'_> {
+    /// Size of the record as [`record_size`] counts it, in bytes.
+    pub fn size(&self) -> usize {
+        wire_size(self.key, self.value, self.headers.clone().map(|(name, value)| (name.len(), value.map(<[u8]>::len))))
+    }
+}
+
+/// [`record_size`] of a record with `headers` of (name, value) lengths, `None` for a null value.
+fn wire_size(key: Option<&[u8]>, value: Option<&[u8]>, headers: impl Iterator<Item = (usize, Option<usize>)>) -> usize {
+    let headers: usize = headers
+        .map(|(name, value)| {
             // A null value is written as length -1: one varint byte, no bytes.
-            let value = h.value.as_ref().map_or(0, Vec::len);
-            h.key.len() + value + varint_len(h.key.len()) + varint_len(value)
+            let value = value.unwrap_or(0);
+            name + value + varint_len(name) + varint_len(value)
         })
         .sum();
-    let len = |bytes: &Option<Vec<u8>>| bytes.as_ref().map_or(0, Vec::len);
-    RECORD_OVERHEAD_BYTES + len(&record.key) + len(&record.value) + headers
+    RECORD_OVERHEAD_BYTES + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + headers
 }
 
 /// Size of a state write's record in the changelog topic (DESIGN.md, "State"), as librdkafka's

@@ -12,9 +12,9 @@ use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
-use super::limits::{MemoryLimiter, OperatorLimits, Refusal, changelog_record_size, record_size};
+use super::limits::{MemoryLimiter, OperatorLimits, Refusal, changelog_record_size};
 use super::packed_batch::MalformedBatch;
-use super::{InputRecord, OutputRecord, RecordBatch, TimeDomain, Timer};
+use super::{InputRecord, OutputRecord, Outputs, RecordBatch, TimeDomain, Timer};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
 
@@ -107,7 +107,7 @@ impl Operator {
     /// # Panics
     /// When `records` are of more than one partition.
     pub fn process(&mut self, records: &[InputRecord]) -> Result<Vec<OutputRecord>, OperatorError> {
-        self.process_batch(&RecordBatch::from_records(records))
+        self.process_batch(&RecordBatch::from_records(records)).map(|outputs| outputs.to_records())
     }
 
     /// Runs `process` over `batch` (records of one task, in offset order).
@@ -118,7 +118,7 @@ impl Operator {
     ///
     /// # Errors
     /// An [`OperatorError`] naming the kind of failure and the batch's offsets.
-    pub fn process_batch(&mut self, batch: &RecordBatch) -> Result<Vec<OutputRecord>, OperatorError> {
+    pub fn process_batch(&mut self, batch: &RecordBatch) -> Result<Outputs, OperatorError> {
         if self.nears_memory_limit() {
             // Some guest runtimes never give memory back (componentize-py leaks per call), and a
             // long epoch would run such an instance into its limit before the next checkpoint's
@@ -196,10 +196,13 @@ impl Operator {
     ///
     /// # Errors
     /// An [`OperatorError`] for [`Call::OnTimer`].
-    pub fn on_timer(&mut self, timers: &[Timer]) -> Result<Vec<OutputRecord>, OperatorError> {
+    pub fn on_timer(&mut self, timers: &[Timer]) -> Result<Outputs, OperatorError> {
         let outputs = self.call(Call::OnTimer, None, |bindings, store| bindings.call_on_timer(store, timers))?;
         let result = match outputs {
-            Ok(outputs) => self.validate(&outputs).map(|()| outputs),
+            Ok(outputs) => {
+                let outputs = Outputs::from_records(&outputs);
+                self.validate(&outputs).map(|()| outputs)
+            }
             Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
         };
         let result = result.and_then(|mut outputs| {
@@ -211,9 +214,8 @@ impl Operator {
             for timer in timers {
                 store.data_mut().timer_writes.insert(timer_key(clock(timer.domain), timer.time, &timer.key), None);
             }
-            let last = timers.last().map(|t| t.time);
-            for output in &mut outputs {
-                output.timestamp = output.timestamp.or(last);
+            if let Some(last) = timers.last() {
+                outputs.set_missing_timestamps(last.time);
             }
             store.data_mut().commit_writes().map(|()| outputs)
         });
@@ -410,20 +412,20 @@ impl Operator {
         OperatorError { operator: self.name.to_string(), call, offsets, kind }
     }
 
-    fn validate(&self, outputs: &[OutputRecord]) -> Result<(), ErrorKind> {
+    fn validate(&self, outputs: &Outputs) -> Result<(), ErrorKind> {
         let max = &self.limits.max_record;
         for (index, output) in outputs.iter().enumerate() {
             let invalid =
                 |reason: String| Err(ErrorKind::InvalidOutput { reason: format!("output record {index}: {reason}") });
-            if let Some(name) = &output.output
-                && !self.outputs.contains(name)
+            if let Some(name) = output.output
+                && !self.outputs.iter().any(|known| known == name)
             {
                 let known = if self.outputs.is_empty() { "none".to_owned() } else { self.outputs.join(", ") };
                 return invalid(format!(
                     "names sink output `{name}`, which the pipeline does not define (defined: {known})"
                 ));
             }
-            let bytes = record_size(output);
+            let bytes = output.size();
             if bytes > max.bytes {
                 return Err(ErrorKind::OutputTooLarge { index, bytes, limit: Box::new(max.clone()) });
             }

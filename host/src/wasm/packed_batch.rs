@@ -1,9 +1,8 @@
-//! The packed batches of the `packed-transform` world (`input-batch`, `output-batch` in
-//! guest-sdk/wit): records as a few flat lists, which the canonical ABI copies in one piece each,
-//! instead of one value per record and field. Input batches are [`super::RecordBatch`]es.
-
-use super::bindings::current::weir::transform::types::{Header, OutputRecord};
-use super::bindings::packed::exports::weir::transform::packed::OutputBatch;
+//! The framing of the `packed-transform` world's batches (`input-batch`, `output-batch` in
+//! guest-sdk/wit): every key, value, name and header of a batch back to back in one `data`
+//! buffer, framed by one list of lengths, which the canonical ABI copies in one piece each
+//! instead of one value per record and field. [`super::RecordBatch`] and [`super::Outputs`]
+//! keep their records this way.
 
 /// The length that stands for a Kafka null (key, value, header value) or the default output.
 pub(crate) const NULL: u32 = u32::MAX;
@@ -15,54 +14,57 @@ pub(crate) const NONE: i64 = i64::MIN;
 #[error(
     "the transform returned a malformed output batch ({0}); this is a bug in its SDK: rebuild it with a released one"
 )]
-pub(crate) struct MalformedBatch(String);
+pub(crate) struct MalformedBatch(pub(crate) String);
 
-/// Unpacks `batch` onto the end of `outputs`.
-///
-/// # Errors
-/// [`MalformedBatch`] when its lengths and data do not frame exactly its records, a name is not
-/// UTF-8 or a header name is null; it names the record by its index in `outputs`.
-pub(crate) fn unpack(batch: &OutputBatch, outputs: &mut Vec<OutputRecord>) -> Result<(), MalformedBatch> {
-    let mut frames = Frames { data: &batch.data, lengths: batch.lengths.iter() };
-    let first = outputs.len();
-    // Each record takes at least four lengths: reserve no more than the lengths can frame, so
-    // that a guest's long list of timestamps alone cannot make the host allocate.
-    outputs.reserve(batch.timestamps.len().min(batch.lengths.len() / 4));
-    for (index, &timestamp) in batch.timestamps.iter().enumerate() {
-        let malformed = |problem: &str| MalformedBatch(format!("output record {}: {problem}", first + index));
-        let key = frames.bytes().map_err(malformed)?.map(<[u8]>::to_vec);
-        let value = frames.bytes().map_err(malformed)?.map(<[u8]>::to_vec);
-        let output = frames.text().map_err(malformed)?;
-        let count = frames.length().map_err(malformed)?;
-        let mut headers = Vec::with_capacity(count.min(1024) as usize);
-        for _ in 0..count {
-            let key = frames.text().map_err(malformed)?.ok_or_else(|| malformed("a null header name"))?;
-            let value = frames.bytes().map_err(malformed)?.map(<[u8]>::to_vec);
-            headers.push(Header { key, value });
+/// Where a record starts in a batch's `lengths` and `data`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start {
+    pub(crate) length: u32,
+    pub(crate) data: u32,
+}
+
+impl Start {
+    /// Where the next record of `data` and `lengths` starts.
+    pub(crate) fn at_end(data: &[u8], lengths: &[u32]) -> Self {
+        Self { length: lengths.len() as u32, data: data.len() as u32 }
+    }
+}
+
+/// Appends `bytes` (`None`: a null) to `data`, framed in `lengths`.
+pub(crate) fn push_bytes(data: &mut Vec<u8>, lengths: &mut Vec<u32>, bytes: Option<&[u8]>) {
+    match bytes {
+        Some(bytes) => {
+            lengths.push(bytes.len() as u32);
+            data.extend_from_slice(bytes);
         }
-        let timestamp = (timestamp != NONE).then_some(timestamp);
-        outputs.push(OutputRecord { key, value, headers, timestamp, output });
+        None => lengths.push(NULL),
     }
-    if frames.lengths.len() > 0 || !frames.data.is_empty() {
-        let (lengths, bytes) = (frames.lengths.len(), frames.data.len());
-        return Err(MalformedBatch(format!("{lengths} lengths and {bytes} bytes of data left after its records")));
-    }
-    Ok(())
 }
 
-/// Reads an output batch's lengths and the byte ranges they frame, in order.
-struct Frames<'a> {
-    data: &'a [u8],
-    lengths: std::slice::Iter<'a, u32>,
+/// Reads frames in order: lengths, and the byte ranges they frame.
+#[derive(Debug, Clone)]
+pub(crate) struct Frames<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) lengths: &'a [u32],
 }
+
+/// What frames that are read without checks were checked for when they were built.
+const FRAMED: &str = "a batch's frames are checked when it is built";
 
 impl<'a> Frames<'a> {
-    fn length(&mut self) -> Result<u32, &'static str> {
-        self.lengths.next().copied().ok_or("its lengths end early")
+    /// The frames of the record that starts at `start`.
+    pub(crate) fn at(data: &'a [u8], lengths: &'a [u32], start: Start) -> Self {
+        Self { data: &data[start.data as usize..], lengths: &lengths[start.length as usize..] }
+    }
+
+    pub(crate) fn length(&mut self) -> Result<u32, &'static str> {
+        let (&length, rest) = self.lengths.split_first().ok_or("its lengths end early")?;
+        self.lengths = rest;
+        Ok(length)
     }
 
     /// The next byte range; `None` for a null.
-    fn bytes(&mut self) -> Result<Option<&'a [u8]>, &'static str> {
+    pub(crate) fn bytes(&mut self) -> Result<Option<&'a [u8]>, &'static str> {
         let length = self.length()?;
         if length == NULL {
             return Ok(None);
@@ -73,57 +75,50 @@ impl<'a> Frames<'a> {
     }
 
     /// The next byte range as UTF-8 text; `None` for a null.
-    fn text(&mut self) -> Result<Option<String>, &'static str> {
+    pub(crate) fn text(&mut self) -> Result<Option<&'a str>, &'static str> {
         match self.bytes()? {
-            Some(bytes) => String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| "a name that is not UTF-8"),
+            Some(bytes) => std::str::from_utf8(bytes).map(Some).map_err(|_| "a name that is not UTF-8"),
             None => Ok(None),
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn output(timestamps: Vec<i64>, data: &[u8], lengths: Vec<u32>) -> OutputBatch {
-        OutputBatch { timestamps, data: data.to_vec(), lengths }
+    /// The headers that follow: their count, then each one's name and value.
+    pub(crate) fn headers(mut self) -> Headers<'a> {
+        let left = self.length().expect(FRAMED);
+        Headers { frames: self, left }
     }
 
-    #[test]
-    fn unpack_reads_what_the_wit_describes() {
-        let batch = output(vec![5, NONE], b"kvdlqh1", vec![1, 1, 3, 0, NULL, NULL, NULL, 2, 1, 1, 0, NULL]);
-        let mut outputs = Vec::new();
-        unpack(&batch, &mut outputs).unwrap();
-        assert_eq!(outputs.len(), 2);
-        let (first, second) = (&outputs[0], &outputs[1]);
-        assert_eq!((first.key.as_deref(), first.value.as_deref()), (Some(&b"k"[..]), Some(&b"v"[..])));
-        assert_eq!((first.output.as_deref(), first.timestamp, first.headers.len()), (Some("dlq"), Some(5), 0));
-        assert_eq!((second.key.as_deref(), second.value.as_deref(), second.output.as_deref()), (None, None, None));
-        assert_eq!(second.timestamp, None);
-        let headers: Vec<_> = second.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
-        assert_eq!(headers, [("h", Some(&b"1"[..])), ("", None)]);
+    /// [`Frames::text`] of a batch that was checked when it was built.
+    pub(crate) fn framed_text(&mut self) -> Option<&'a str> {
+        self.text().expect(FRAMED)
     }
 
-    #[test]
-    fn unpack_refuses_batches_that_do_not_frame() {
-        for (batch, problem) in [
-            (output(vec![0], b"", vec![NULL, NULL, NULL]), "output record 0: its lengths end early"),
-            (output(vec![0], b"ab", vec![3, NULL, NULL, 0]), "output record 0: a length runs past its data"),
-            (output(vec![0], b"", vec![NULL, NULL, NULL, 1, NULL, NULL]), "output record 0: a null header name"),
-            (
-                output(vec![0, 0], b"\xff", vec![NULL, NULL, NULL, 0, NULL, NULL, 1, 0]),
-                "output record 1: a name that is not UTF-8",
-            ),
-            (output(vec![0], b"x", vec![NULL, NULL, NULL, 0]), "0 lengths and 1 bytes of data left after its records"),
-            (output(vec![], b"", vec![0]), "1 lengths and 0 bytes of data left"),
-        ] {
-            let error = unpack(&batch, &mut Vec::new()).unwrap_err().to_string();
-            assert!(error.contains(problem), "{error}");
-        }
-        // A second run of a call's batch (another partition) names its records after the first's.
-        let mut outputs = Vec::new();
-        unpack(&output(vec![0], b"", vec![NULL, NULL, NULL, 0]), &mut outputs).unwrap();
-        let error = unpack(&output(vec![0], b"", vec![NULL]), &mut outputs).unwrap_err().to_string();
-        assert!(error.contains("output record 1: its lengths end early"), "{error}");
+    /// [`Frames::bytes`] of a batch that was checked when it was built.
+    pub(crate) fn framed_bytes(&mut self) -> Option<&'a [u8]> {
+        self.bytes().expect(FRAMED)
     }
 }
+
+/// A record's headers: name (UTF-8, checked when the batch was built), value (`None` for a
+/// null).
+#[derive(Debug, Clone)]
+pub struct Headers<'a> {
+    frames: Frames<'a>,
+    left: u32,
+}
+
+impl<'a> Iterator for Headers<'a> {
+    type Item = (&'a str, Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.left = self.left.checked_sub(1)?;
+        let name = self.frames.framed_text().expect(FRAMED);
+        Some((name, self.frames.framed_bytes()))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Headers<'_> {}

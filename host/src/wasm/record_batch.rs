@@ -3,7 +3,7 @@
 
 use super::bindings::current::weir::transform::types::{Header, InputRecord};
 use super::bindings::packed::exports::weir::transform::packed::InputBatch;
-use super::packed_batch::{NONE, NULL};
+use super::packed_batch::{Frames, Headers, NONE, NULL, Start, push_bytes};
 
 /// Input records of one source partition, in offset order, as flat lists: per record an offset,
 /// a timestamp, an event time and a watermark; every key, value and header back to back in one
@@ -74,22 +74,23 @@ impl RecordBatch {
                 fields.partition
             );
         }
-        self.starts.push(Start { length: columns.lengths.len() as u32, data: columns.data.len() as u32 });
+        self.starts.push(Start::at_end(&columns.data, &columns.lengths));
         columns.offsets.push(fields.offset);
         columns.timestamps.push(fields.timestamp);
         columns.event_times.push(fields.event_time);
         columns.watermarks.push(fields.watermark.unwrap_or(NONE));
-        push_bytes(columns, fields.key);
-        push_bytes(columns, fields.value);
-        let count_at = columns.lengths.len();
-        columns.lengths.push(0);
+        let (data, lengths) = (&mut columns.data, &mut columns.lengths);
+        push_bytes(data, lengths, fields.key);
+        push_bytes(data, lengths, fields.value);
+        let count_at = lengths.len();
+        lengths.push(0);
         let mut count = 0;
         for (name, value) in headers {
-            push_bytes(columns, Some(String::from_utf8_lossy(name).as_bytes()));
-            push_bytes(columns, value);
+            push_bytes(data, lengths, Some(String::from_utf8_lossy(name).as_bytes()));
+            push_bytes(data, lengths, value);
             count += 1;
         }
-        columns.lengths[count_at] = count;
+        lengths[count_at] = count;
     }
 
     /// Adds `record`.
@@ -176,10 +177,7 @@ impl RecordBatch {
             key: key.map(<[u8]>::to_vec),
             value: value.map(<[u8]>::to_vec),
             headers: headers
-                .map(|(key, value)| Header {
-                    key: String::from_utf8(key.to_vec()).expect("header names are pushed as UTF-8"),
-                    value: value.map(<[u8]>::to_vec),
-                })
+                .map(|(key, value)| Header { key: key.to_owned(), value: value.map(<[u8]>::to_vec) })
                 .collect(),
             timestamp: self.columns.timestamps[index],
             topic: self.columns.topic.clone(),
@@ -249,60 +247,14 @@ impl RecordBatch {
             key,
             value,
         };
-        self.push(fields, headers.chain(extra));
+        self.push(fields, headers.map(|(name, value)| (name.as_bytes(), value)).chain(extra));
     }
 
     /// Record `index`'s key and value (`None` for a null) and its headers.
     fn parts(&self, index: usize) -> (Option<&[u8]>, Option<&[u8]>, Headers<'_>) {
-        let Start { length, data } = self.starts[index];
-        let (data, lengths) = (&self.columns.data[data as usize..], &self.columns.lengths[length as usize..]);
-        let mut frames = Frames { data, lengths };
-        let (key, value) = (frames.next(), frames.next());
-        let left = frames.lengths[0];
-        frames.lengths = &frames.lengths[1..];
-        (key, value, Headers { frames, left })
-    }
-}
-
-/// Where a record starts in a batch's `lengths` and `data`.
-#[derive(Debug, Clone, Copy)]
-struct Start {
-    length: u32,
-    data: u32,
-}
-
-/// Reads a record's frames, in order.
-struct Frames<'a> {
-    data: &'a [u8],
-    lengths: &'a [u32],
-}
-
-/// A record's headers: name, value (`None` for a null).
-struct Headers<'a> {
-    frames: Frames<'a>,
-    left: u32,
-}
-
-impl<'a> Iterator for Headers<'a> {
-    type Item = (&'a [u8], Option<&'a [u8]>);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.left = self.left.checked_sub(1)?;
-        Some((self.frames.next().expect("a header name is not null"), self.frames.next()))
-    }
-}
-
-impl<'a> Frames<'a> {
-    /// The next byte range; `None` for a null.
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let (&length, rest) = self.lengths.split_first().expect("a record's frames are complete");
-        self.lengths = rest;
-        if length == NULL {
-            return None;
-        }
-        let (bytes, rest) = self.data.split_at(length as usize);
-        self.data = rest;
-        Some(bytes)
+        let mut frames = Frames::at(&self.columns.data, &self.columns.lengths, self.starts[index]);
+        let (key, value) = (frames.framed_bytes(), frames.framed_bytes());
+        (key, value, frames.headers())
     }
 }
 
@@ -317,16 +269,6 @@ fn fields(record: &InputRecord) -> Fields<'_> {
         watermark: record.watermark,
         key: record.key.as_deref(),
         value: record.value.as_deref(),
-    }
-}
-
-fn push_bytes(columns: &mut InputBatch, bytes: Option<&[u8]>) {
-    match bytes {
-        Some(bytes) => {
-            columns.lengths.push(bytes.len() as u32);
-            columns.data.extend_from_slice(bytes);
-        }
-        None => columns.lengths.push(NULL),
     }
 }
 
