@@ -225,6 +225,39 @@ async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
     }
 }
 
+/// An operator after one that dropped every record of a batch is not called (the contract
+/// calls no guest with an empty batch): its call count stays 0 while the first operator's
+/// grows, and becomes exactly 1 once one record gets through.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_after_one_that_dropped_a_whole_batch_is_not_called() {
+    let mut spec = Spec::new("json-filter");
+    spec.transform = format!(
+        "config = {{ field = \"keep\", operator = \"exists\" }}\n\n\
+         [[transforms]]\nname = \"passthrough\"\nwasm = \"{}\"",
+        weir_tests::plugin("passthrough").display()
+    );
+    let pipeline = TestPipeline::new("weir-metrics-chain", &spec);
+    let dropped: Vec<(Option<String>, String)> = (0..300).map(|i| (None, format!("{{\"n\":{i}}}"))).collect();
+    produce(&pipeline.source, 1, &dropped).await;
+    let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = metrics_address(&pipeline, &mut run);
+    let name = &pipeline.name;
+    let records = format!("partition=\"{}[0]\",pipeline=\"{name}\"", pipeline.source);
+    let calls = |metrics: &str, operator: &str| {
+        let labels = format!("operator=\"{operator}\",pipeline=\"{name}\"");
+        series(metrics, "weir_guest_call_duration_seconds_count", &labels).unwrap_or(0.0)
+    };
+    let metrics =
+        wait_for_metrics(&address, "300 records in", |m| series(m, "weir_records_in_total", &records) == Some(300.0));
+    assert!(calls(&metrics, "json-filter") >= 1.0, "{metrics}");
+    assert_eq!(calls(&metrics, "passthrough"), 0.0, "called with empty batches: {metrics}");
+
+    produce(&pipeline.source, 1, &[(None, r#"{"keep":true}"#.into())]).await;
+    let metrics =
+        wait_for_metrics(&address, "1 record out", |m| series(m, "weir_records_out_total", &records) == Some(1.0));
+    assert_eq!(calls(&metrics, "passthrough"), 1.0, "{metrics}");
+}
+
 /// The metric names (`weir_…`, without a histogram's `_bucket`, `_sum`, `_count`) in `text`.
 fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
     let mut names = std::collections::BTreeSet::new();

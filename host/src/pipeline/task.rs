@@ -317,6 +317,11 @@ impl Task {
     ) -> Result<Outputs, OperatorError> {
         let steps = self.steps.len();
         for (index, step) in self.steps.iter_mut().enumerate().skip(from) {
+            if records.is_empty() {
+                // An earlier operator dropped every record (or a timer emitted none): the
+                // contract calls no guest with an empty batch.
+                return Ok(Outputs::default());
+            }
             let started = Instant::now();
             let outputs = match step.on_error {
                 OnError::Fail => match step.operator.process_batch(&records) {

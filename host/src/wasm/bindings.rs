@@ -140,7 +140,8 @@ impl Guest {
     /// Calls `process-packed` with `batch` as it is, or `process` with its records.
     ///
     /// # Errors
-    /// A trap, or a [`super::packed_batch::MalformedBatch`] when a packed guest's output batch does not frame.
+    /// A trap, a [`super::packed_batch::MalformedBatch`] when a packed guest's output batch does
+    /// not frame, or a [`super::outputs::NegativeTimestamp`] from a plain guest.
     pub(crate) fn call_process(
         &mut self,
         store: &mut Store<HostState>,
@@ -162,7 +163,7 @@ impl Guest {
             }
             Self::V0_2(guest) => guest.call_process(store, &batch.to_records())?,
         };
-        Ok(outputs.map(|outputs| Outputs::from_records(&outputs)))
+        from_guest(outputs)
     }
 
     pub(crate) fn call_snapshot(&self, store: &mut Store<HostState>) -> wasmtime::Result<Vec<u8>> {
@@ -190,13 +191,22 @@ impl Guest {
         &self,
         store: &mut Store<HostState>,
         timers: &[Timer],
-    ) -> wasmtime::Result<Result<Vec<OutputRecord>, TransformError>> {
-        match self {
-            Self::V0_1(_) => Ok(Ok(Vec::new())),
-            Self::V0_2(guest) => guest.call_on_timer(store, timers),
-            Self::Packed(guest) => guest.call_on_timer(store, timers),
-        }
+    ) -> wasmtime::Result<Result<Outputs, TransformError>> {
+        let outputs = match self {
+            Self::V0_1(_) => return Ok(Ok(Outputs::default())),
+            Self::V0_2(guest) => guest.call_on_timer(store, timers)?,
+            Self::Packed(guest) => guest.call_on_timer(store, timers)?,
+        };
+        from_guest(outputs)
     }
+}
+
+/// A plain guest's outputs, packed and checked ([`Outputs::from_guest`]).
+fn from_guest(outputs: Result<Vec<OutputRecord>, TransformError>) -> wasmtime::Result<Result<Outputs, TransformError>> {
+    Ok(match outputs {
+        Ok(outputs) => Ok(Outputs::from_guest(&outputs)?),
+        Err(error) => Err(error),
+    })
 }
 
 /// An input record as a 0.1 guest sees it: a null header value becomes an empty one, event time

@@ -13,6 +13,7 @@ use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
 use super::limits::{MemoryLimiter, OperatorLimits, Refusal, changelog_record_size};
+use super::outputs::NegativeTimestamp;
 use super::packed_batch::MalformedBatch;
 use super::{InputRecord, OutputRecord, Outputs, RecordBatch, TimeDomain, Timer};
 use crate::state::StateStore;
@@ -199,10 +200,7 @@ impl Operator {
     pub fn on_timer(&mut self, timers: &[Timer]) -> Result<Outputs, OperatorError> {
         let outputs = self.call(Call::OnTimer, None, |bindings, store| bindings.call_on_timer(store, timers))?;
         let result = match outputs {
-            Ok(outputs) => {
-                let outputs = Outputs::from_records(&outputs);
-                self.validate(&outputs).map(|()| outputs)
-            }
+            Ok(outputs) => self.validate(&outputs).map(|()| outputs),
             Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
         };
         let result = result.and_then(|mut outputs| {
@@ -462,6 +460,9 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
     }
     if let Some(malformed) = error.downcast_ref::<MalformedBatch>() {
         return ErrorKind::InvalidOutput { reason: malformed.to_string() };
+    }
+    if let Some(negative) = error.downcast_ref::<NegativeTimestamp>() {
+        return ErrorKind::InvalidOutput { reason: negative.to_string() };
     }
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return ErrorKind::Exit { status: exit.0 };

@@ -22,6 +22,15 @@ pub struct Outputs {
     starts: Vec<Start>,
 }
 
+/// A plain-world guest's output record with a negative timestamp, which the contract refuses
+/// (as [`Operator`](super::Operator)'s validation does for a packed guest's).
+#[derive(Debug, thiserror::Error)]
+#[error("output record {index}: negative timestamp {timestamp}")]
+pub(crate) struct NegativeTimestamp {
+    index: usize,
+    timestamp: i64,
+}
+
 /// One record of [`Outputs`], borrowed.
 #[derive(Debug, Clone)]
 pub struct OutputView<'a> {
@@ -51,7 +60,7 @@ impl Outputs {
         for index in 0..timestamps.len() {
             let malformed = |problem: &str| MalformedBatch(format!("output record {index}: {problem}"));
             let (data_left, lengths_left) = (frames.data.len(), frames.lengths.len());
-            starts.push(Start { length: (lengths.len() - lengths_left) as u32, data: (data.len() - data_left) as u32 });
+            starts.push(Start { length: lengths.len() - lengths_left, data: data.len() - data_left });
             frames.bytes().map_err(malformed)?; // key
             frames.bytes().map_err(malformed)?; // value
             frames.text().map_err(malformed)?; // sink output
@@ -67,7 +76,23 @@ impl Outputs {
         Ok(Self { timestamps, data, lengths, starts })
     }
 
-    /// `records`, packed.
+    /// The outputs a plain-world guest's `process` or any guest's `on-timer` returned.
+    ///
+    /// # Errors
+    /// [`NegativeTimestamp`] for the first record whose timestamp is negative. It is checked
+    /// here, not left to validation, because [`Outputs`] keeps `some(i64::MIN)` as none.
+    pub(crate) fn from_guest(records: &[OutputRecord]) -> Result<Self, NegativeTimestamp> {
+        let negative = records.iter().enumerate().find_map(|(index, record)| {
+            record.timestamp.filter(|t| *t < 0).map(|timestamp| NegativeTimestamp { index, timestamp })
+        });
+        match negative {
+            Some(negative) => Err(negative),
+            None => Ok(Self::from_records(records)),
+        }
+    }
+
+    /// `records`, packed. A timestamp of `some(i64::MIN)` becomes none: records from a guest
+    /// go through [`Outputs::from_guest`].
     pub fn from_records(records: &[OutputRecord]) -> Self {
         let mut outputs = Self::default();
         for record in records {
@@ -238,5 +263,98 @@ mod tests {
         assert_eq!(format!("{:?}", outputs.to_records().iter().collect::<Vec<_>>()), format!("{expected:?}"));
         assert_eq!(outputs.len(), 3);
         assert_eq!(outputs.bytes(), 3);
+    }
+
+    fn out(
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        output: Option<&str>,
+        timestamp: Option<i64>,
+        headers: &[(&str, Option<&[u8]>)],
+    ) -> OutputRecord {
+        OutputRecord {
+            key: key.map(<[u8]>::to_vec),
+            value: value.map(<[u8]>::to_vec),
+            headers: headers
+                .iter()
+                .map(|(k, v)| Header { key: (*k).to_owned(), value: v.map(<[u8]>::to_vec) })
+                .collect(),
+            timestamp,
+            output: output.map(str::to_owned),
+        }
+    }
+
+    /// Nulls and empties of every field survive `from_records`, `append` and `to_records`, and
+    /// `size()` agrees with `record_size`, `bytes()` with the sum of key and value lengths.
+    #[test]
+    fn round_trips_nulls_empties_and_sizes() {
+        let records = vec![
+            out(None, None, None, None, &[]),
+            out(Some(b""), Some(b""), Some(""), Some(0), &[("", None), ("", Some(b""))]),
+            out(Some(b"k"), None, Some("dlq"), Some(i64::MAX), &[("h", Some(b"\xff\x00"))]),
+            out(None, Some(&[7u8; 300][..]), None, None, &[("n\u{e9}", None)]),
+        ];
+        let mut outputs = Outputs::default();
+        for record in &records {
+            outputs.append(Outputs::from_records(std::slice::from_ref(record)));
+        }
+        outputs.append(Outputs::default());
+        assert_eq!(format!("{:?}", outputs.to_records()), format!("{records:?}"));
+        for (view, record) in outputs.iter().zip(&records) {
+            assert_eq!(view.size(), super::super::limits::record_size(record));
+        }
+        let expected: usize =
+            records.iter().map(|r| r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len)).sum();
+        assert_eq!(outputs.bytes(), expected as u64);
+    }
+
+    /// Lengths that lie (u32::MAX - 1, a header count of u32::MAX, a NULL header count, more
+    /// timestamps than records) give a MalformedBatch, never a panic.
+    #[test]
+    fn lying_lengths_give_errors() {
+        let batch = |timestamps: Vec<i64>, data: &[u8], lengths: Vec<u32>| OutputBatch {
+            timestamps,
+            data: data.to_vec(),
+            lengths,
+        };
+        for b in [
+            batch(vec![0], b"ab", vec![NULL - 1, NULL, NULL, 0]),
+            batch(vec![0], b"ab", vec![1, NULL - 1, NULL, 0]),
+            batch(vec![0], b"", vec![NULL, NULL, NULL, NULL]),
+            batch(vec![0], b"", vec![NULL, NULL, NULL, NULL - 1, 0, 0]),
+            batch(vec![0, 0, 0], b"", vec![NULL, NULL, NULL, 0]),
+            batch(vec![0], b"", vec![]),
+            batch(vec![0], b"ab", vec![2, NULL, NULL - 1, 0]),
+        ] {
+            assert!(Outputs::from_packed(b).is_err());
+        }
+    }
+
+    /// A guest's negative timestamps are refused with the validation's message, the least one
+    /// too, which the packed layout would otherwise keep as none (and the sink would replace).
+    #[test]
+    fn a_guests_negative_timestamp_is_refused() {
+        for timestamp in [i64::MIN, -1] {
+            let records =
+                [out(Some(b"k"), Some(b"v"), None, Some(0), &[]), out(None, None, None, Some(timestamp), &[])];
+            let error = Outputs::from_guest(&records).unwrap_err();
+            assert_eq!(error.to_string(), format!("output record 1: negative timestamp {timestamp}"));
+        }
+        let records = [out(None, None, None, Some(0), &[]), out(None, None, None, None, &[])];
+        let timestamps: Vec<_> = Outputs::from_guest(&records).unwrap().iter().map(|r| r.timestamp).collect();
+        assert_eq!(timestamps, [Some(0), None]);
+    }
+
+    /// Outputs past 4 GiB (`append` in `isolate` over one-record replays, in `fire_timers`
+    /// over rounds) still find each record: positions are not `u32`. Allocates 4 GiB.
+    #[test]
+    fn outputs_past_4_gib_keep_their_records() {
+        let big = vec![0u8; (u32::MAX - 16) as usize];
+        let mut outputs = Outputs::from_records(&[out(None, Some(&big), None, None, &[])]);
+        drop(big);
+        outputs.append(Outputs::from_records(&[out(None, Some(&[1u8; 32]), None, None, &[])]));
+        outputs.append(Outputs::from_records(&[out(Some(b"key"), Some(b"after"), None, None, &[])]));
+        let last = outputs.iter().last().unwrap();
+        assert_eq!((last.key, last.value), (Some(&b"key"[..]), Some(&b"after"[..])));
     }
 }

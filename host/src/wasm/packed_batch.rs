@@ -16,17 +16,18 @@ pub(crate) const NONE: i64 = i64::MIN;
 )]
 pub(crate) struct MalformedBatch(pub(crate) String);
 
-/// Where a record starts in a batch's `lengths` and `data`.
+/// Where a record starts in a batch's `lengths` and `data`: indexes, `usize` because a batch
+/// held by the host may pass 4 GiB (only each field's length is a `u32`, by the WIT).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Start {
-    pub(crate) length: u32,
-    pub(crate) data: u32,
+    pub(crate) length: usize,
+    pub(crate) data: usize,
 }
 
 impl Start {
     /// Where the next record of `data` and `lengths` starts.
     pub(crate) fn at_end(data: &[u8], lengths: &[u32]) -> Self {
-        Self { length: lengths.len() as u32, data: data.len() as u32 }
+        Self { length: lengths.len(), data: data.len() }
     }
 }
 
@@ -54,7 +55,7 @@ const FRAMED: &str = "a batch's frames are checked when it is built";
 impl<'a> Frames<'a> {
     /// The frames of the record that starts at `start`.
     pub(crate) fn at(data: &'a [u8], lengths: &'a [u32], start: Start) -> Self {
-        Self { data: &data[start.data as usize..], lengths: &lengths[start.length as usize..] }
+        Self { data: &data[start.data..], lengths: &lengths[start.length..] }
     }
 
     pub(crate) fn length(&mut self) -> Result<u32, &'static str> {

@@ -164,7 +164,7 @@ impl RecordBatch {
     pub fn bytes(&self) -> u64 {
         let lengths = &self.columns.lengths;
         let size = |length: u32| if length == NULL { 0 } else { u64::from(length) };
-        self.starts.iter().map(|start| start.length as usize).map(|at| size(lengths[at]) + size(lengths[at + 1])).sum()
+        self.starts.iter().map(|start| start.length).map(|at| size(lengths[at]) + size(lengths[at + 1])).sum()
     }
 
     /// Record `index` as the plain `transform` world's `input-record`.
@@ -373,5 +373,80 @@ mod tests {
         let mut other = sample()[1].clone();
         other.partition = 4;
         RecordBatch::from_records(&[sample()[0].clone(), other]);
+    }
+
+    fn fields<'a>(offset: i64, key: Option<&'a [u8]>, value: Option<&'a [u8]>) -> Fields<'a> {
+        Fields { topic: "t", partition: 1, offset, timestamp: offset, event_time: offset, watermark: None, key, value }
+    }
+
+    /// Null and empty keys, values, header names and values; headers added by a join after a
+    /// record's own; `select` of nothing and of everything; `one`; `bytes`.
+    #[test]
+    fn keeps_nulls_empties_and_headers_through_select_one_and_add_headers() {
+        let mut batch = RecordBatch::default();
+        batch.push(fields(0, None, None), []);
+        batch.push(fields(1, Some(b""), Some(b"")), [(&b""[..], None), (&b""[..], Some(&b""[..]))]);
+        batch.push(fields(2, Some(b"k"), Some(b"{\"a\":1}")), [(&b"own"[..], Some(&b"x"[..])), (&b"n"[..], None)]);
+        let records = batch.to_records();
+        assert_eq!((records[0].key.as_deref(), records[0].value.as_deref()), (None, None));
+        assert_eq!((records[1].key.as_deref(), records[1].value.as_deref()), (Some(&b""[..]), Some(&b""[..])));
+        assert_eq!(
+            format!("{:?}", records[1].headers),
+            format!(
+                "{:?}",
+                [Header { key: String::new(), value: None }, Header { key: String::new(), value: Some(Vec::new()) },]
+            )
+        );
+        assert_eq!(batch.bytes(), 1 + 7);
+
+        let none = batch.select(|_| false);
+        assert!(none.is_empty());
+        assert_eq!(none.bytes(), 0);
+        let all = batch.select(|_| true);
+        assert_eq!(format!("{:?}", all.to_records()), format!("{records:?}"));
+        for (index, record) in records.iter().enumerate() {
+            assert_eq!(format!("{:?}", batch.one(index).to_records()), format!("{:?}", std::slice::from_ref(record)));
+        }
+
+        let mut joined = batch.select(|_| true);
+        joined.add_headers(|value| match value {
+            Some(v) if v.starts_with(b"{") => vec![("weir.table.t", &b"row"[..])],
+            _ => Vec::new(),
+        });
+        let got = joined.to_records();
+        assert_eq!(format!("{:?}", &got[..2]), format!("{:?}", &records[..2]));
+        let headers: Vec<_> = got[2].headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+        assert_eq!(headers, [("own", Some(&b"x"[..])), ("n", None), ("weir.table.t", Some(&b"row"[..]))]);
+        // The join copies; the batch before it is unchanged.
+        assert_eq!(format!("{:?}", batch.to_records()), format!("{records:?}"));
+    }
+
+    /// Stamping order: `set_time` on one record leaves the others' times, and `select` keeps them.
+    #[test]
+    fn set_time_is_per_record() {
+        let mut batch = RecordBatch::default();
+        for offset in 0..3 {
+            batch.push(fields(offset, None, Some(b"v")), []);
+        }
+        batch.set_time(1, 42, Some(41));
+        let kept = batch.select(|index| index != 0).to_records();
+        assert_eq!((kept[0].event_time, kept[0].watermark), (42, Some(41)));
+        assert_eq!((kept[1].event_time, kept[1].watermark), (2, None));
+    }
+
+    /// A batch past 4 GiB of keys, values and headers (`source.batch_size` 65536 records of
+    /// 70 KB) still finds each record, which dead-letter replay and event-time stamping read one
+    /// by one: positions are not `u32`. Allocates 4 GiB.
+    #[test]
+    fn a_batch_past_4_gib_reads_its_records() {
+        let big = vec![0u8; (u32::MAX - 16) as usize];
+        let mut batch = RecordBatch::default();
+        batch.push(fields(0, None, Some(&big)), []);
+        drop(big);
+        batch.push(fields(1, None, Some(&[1u8; 32])), []);
+        batch.push(fields(2, Some(b"key"), Some(b"after")), []);
+        assert_eq!(batch.value(2), Some(&b"after"[..]));
+        let record = batch.one(2).record(0);
+        assert_eq!((record.key.as_deref(), record.value.as_deref()), (Some(&b"key"[..]), Some(&b"after"[..])));
     }
 }
