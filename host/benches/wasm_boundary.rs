@@ -4,6 +4,9 @@
 //! (compilation cached, `InstancePre` ready: instantiate + `init` + `restore`) and its per-record
 //! cost in batches of 256, for the Rust plugin and its Python, JavaScript and Go ports.
 //!
+//! A WebAssembly call takes a [`RecordBatch`] and gives `Outputs`, as the runner hands them
+//! (`Operator::process_batch`); the native twins take `InputRecord`s and give `OutputRecord`s.
+//!
 //! Times are the benchmark thread's CPU time, not wall time: the machine these figures come from
 //! is shared, and CPU time leaves out the time other processes hold the core (guest calls run on
 //! the calling thread, so nothing is missed).
@@ -22,7 +25,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use serde::{Deserialize, Serialize};
 use weir::file::read_rows;
 use weir::state::MemoryState;
-use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, TransformComponent, WasmEngine};
+use weir::wasm::{
+    EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, RecordBatch, TransformComponent, WasmEngine,
+};
 
 const BATCHES: [usize; 3] = [1, 64, 1024];
 const RECORDS: usize = 4096;
@@ -107,6 +112,11 @@ struct Summary<'a> {
     mean_dep_delay: Option<f64>,
 }
 
+/// `records` in batches of `size`, as the runner builds them.
+fn record_batches(records: &[InputRecord], size: usize) -> Vec<RecordBatch> {
+    records.chunks(size).map(RecordBatch::from_records).collect()
+}
+
 /// flight-delays as native Rust: the same parsing, state (JSON in a map) and output as the plugin.
 fn native_flight_delays(state: &mut HashMap<Vec<u8>, Vec<u8>>, record: &InputRecord) -> OutputRecord {
     let flight: Flight = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
@@ -139,9 +149,10 @@ fn boundary(c: &mut Criterion<ThreadCpuTime>) {
         group.throughput(Throughput::Elements(batch as u64));
         for plugin in ["passthrough", "flight-delays"] {
             let mut operator = operator(&component(&engine, plugin), plugin, OperatorLimits::default());
-            let mut chunks = records.chunks(batch).cycle();
+            let batches = record_batches(&records, batch);
+            let mut chunks = batches.iter().cycle();
             group.bench_with_input(BenchmarkId::new(format!("wasm/{plugin}"), batch), &batch, |b, _| {
-                b.iter(|| operator.process(chunks.next().unwrap()).unwrap())
+                b.iter(|| operator.process_batch(chunks.next().unwrap()).unwrap())
             });
         }
         let mut chunks = records.chunks(batch).cycle();
@@ -188,9 +199,10 @@ fn polyglot(c: &mut Criterion<ThreadCpuTime>) {
         });
         group.throughput(Throughput::Elements(256));
         let mut operator = operator(&component, plugin, limits.clone());
-        let mut chunks = records.chunks(256).cycle();
+        let batches = record_batches(&records, 256);
+        let mut chunks = batches.iter().cycle();
         group.bench_function(BenchmarkId::new("flight-delays/256", plugin), |b| {
-            b.iter(|| operator.process(chunks.next().unwrap()).unwrap())
+            b.iter(|| operator.process_batch(chunks.next().unwrap()).unwrap())
         });
     }
     group.finish();
