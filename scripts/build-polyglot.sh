@@ -15,7 +15,7 @@
 #            `weir transform test` on each port: its unit tests and its samples (the Rust
 #            plugin's, so each port's output is checked against the Rust one)
 #
-# tests/polyglot.rs then runs the components through the host (`cargo test --test polyglot`).
+# tests/polyglot.rs then runs the components through the host (`cargo test --test integration polyglot::`).
 set -euo pipefail
 
 usage() { sed -n '2,18s/^# \{0,1\}//p' "$0"; }
