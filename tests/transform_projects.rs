@@ -1,4 +1,5 @@
-//! `weir transform init`, `build` and `test`, as an author runs them: a project generated in a
+//! `weir transform init`, `build` and `test`, as an author runs them with an installed `weir`
+//! (the binary alone, outside the checkout, with a fresh `HOME`): a project generated in a
 //! fresh temporary folder (outside the repository) builds with the real toolchain of its
 //! language and passes its own test; a broken expected output, a failing unit test and a
 //! transform error fail `test` with exit status 1 and say why; a project in an unknown language,
@@ -19,19 +20,42 @@ struct Run {
     stderr: String,
 }
 
+/// Runs `weir` as a user's installed copy would run: the built binary copied alone into a `bin/`
+/// folder of the test's temporary folder (outside the checkout: no `guest-sdk` is reachable from
+/// it, and `WEIR_SDK_DIR` is unset), with a fresh `HOME`, so that it must write out the SDK built
+/// into it. The toolchains' own caches (cargo, rustup, pip, npm, Go) stay the machine's, as they
+/// would on a user's machine, so that the run downloads no more than a warm user's would.
 fn weir(args: &[&str], dir: &Path) -> Run {
-    // The generated projects' Rust builds get a cargo target dir inside the test's own temporary
-    // folder, so it goes with the folder. Not the repository's: sharing one with the repository's
-    // guests, whose dependencies they share in other build graphs, made cargo rebuild the plugins
-    // after them (and so examples/flights/run.sh compile after scripts/test.sh, which .ci/run
-    // refuses). Not one beside it either: the projects' paths are new each run and cargo keys a
-    // target dir by workspace path, so each run added a target dir per project (170 MiB each)
-    // that no later run used.
     let temp = std::path::absolute(std::env::temp_dir()).expect("the temporary dir"); // as tempfile makes it
     let folder = dir.ancestors().find(|a| a.parent() == Some(temp.as_path())).expect("a folder in the temporary dir");
-    let output = Command::new(weir_binary())
+    let binary = folder.join("bin/weir");
+    if !binary.exists() {
+        std::fs::create_dir_all(folder.join("bin")).unwrap();
+        std::fs::create_dir_all(folder.join("home")).unwrap();
+        std::fs::copy(weir_binary(), &binary).expect("copy the weir binary");
+    }
+    let home = std::path::absolute(std::env::var_os("HOME").expect("HOME")).unwrap();
+    let keep = |name: &str, default: PathBuf| std::env::var_os(name).map_or(default, PathBuf::from);
+    let output = Command::new(&binary)
         .args(args)
         .current_dir(dir)
+        .env_remove("WEIR_SDK_DIR")
+        .env_remove("WEIR_CACHE_DIR")
+        .env_remove("WEIR_CACHE")
+        .env_remove("XDG_CACHE_HOME")
+        .env("HOME", folder.join("home"))
+        .env("CARGO_HOME", keep("CARGO_HOME", home.join(".cargo")))
+        .env("RUSTUP_HOME", keep("RUSTUP_HOME", home.join(".rustup")))
+        .env("PIP_CACHE_DIR", keep("PIP_CACHE_DIR", home.join(".cache/pip")))
+        .env("npm_config_cache", keep("npm_config_cache", home.join(".npm")))
+        .env("GOMODCACHE", keep("GOMODCACHE", home.join("go/pkg/mod")))
+        .env("GOCACHE", keep("GOCACHE", home.join(".cache/go-build")))
+        // The generated projects' Rust builds get a cargo target dir inside the test's own
+        // temporary folder, so it goes with the folder. Not the repository's: sharing one with
+        // the repository's guests, whose dependencies they share in other build graphs, made
+        // cargo rebuild the plugins after them (and so examples/flights/run.sh compile after
+        // scripts/test.sh, which .ci/run refuses). Not one beside it either: the projects' paths
+        // are new each run and cargo keys a target dir by workspace path.
         .env("CARGO_TARGET_DIR", folder.join("cargo-target"))
         .output()
         .expect("run weir");
@@ -66,6 +90,10 @@ fn init_build_test(lang: &str, template: &str) -> (tempfile::TempDir, PathBuf) {
         assert!(project.join(file).is_file(), "init wrote no {file}");
     }
     assert!(project.join("weir-sdk/wit").is_dir(), "init copied no SDK");
+    // The SDK came out of the binary, into the fresh HOME's cache, one folder per Weir build.
+    let sdks: Vec<_> = std::fs::read_dir(temp.path().join("home/.cache/weir/sdk")).expect("no SDK written out").flatten().collect();
+    assert_eq!(sdks.len(), 1, "one SDK folder per Weir build");
+    assert!(sdks[0].path().join("guest-sdk/wit/transform.wit").is_file() && sdks[0].path().join("scripts/setup.sh").is_file());
 
     let build = weir(&["transform", "build"], &project).expect(0, "build");
     let component = project.join(format!("target/{name}.wasm"));

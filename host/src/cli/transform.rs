@@ -2,6 +2,7 @@
 
 mod init;
 mod project;
+mod sdk;
 mod test;
 
 use std::io::Write;

@@ -35,6 +35,16 @@ pub struct EngineConfig {
     pub cache_max_bytes: u64,
 }
 
+/// Weir's cache directory (compiled components, the guest SDK written out by `weir transform`):
+/// `$WEIR_CACHE_DIR`, else `$XDG_CACHE_HOME/weir`, else `$HOME/.cache/weir`; `None` when none
+/// of these is set.
+pub fn cache_root() -> Option<PathBuf> {
+    let env = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    env("WEIR_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("weir")))
+        .or_else(|| env("HOME").map(|d| d.join(".cache").join("weir")))
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         Self { cache_dir: None, cache_max_bytes: DEFAULT_CACHE_MAX_BYTES }
@@ -42,14 +52,9 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// `$WEIR_CACHE_DIR/components`, else `$XDG_CACHE_HOME/weir/components`, else
-    /// `$HOME/.cache/weir/components`.
+    /// `components` in [`cache_root`].
     pub fn default_cache_dir() -> Option<PathBuf> {
-        let env = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let root = env("WEIR_CACHE_DIR")
-            .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("weir")))
-            .or_else(|| env("HOME").map(|d| d.join(".cache").join("weir")))?;
-        Some(root.join("components"))
+        Some(cache_root()?.join("components"))
     }
 
     /// The default configuration, with the default cache directory, bounded by

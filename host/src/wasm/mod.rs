@@ -40,7 +40,7 @@ pub use bindings::current::weir::transform::types::{
 pub use cache::{DEFAULT_CACHE_MAX_BYTES, parse_cache_max_mb};
 pub use check::{ComponentDescription, ContractError, check_header, describe_component};
 pub use component::TransformComponent;
-pub use engine::{CACHE_MAX_MB_ENV, EngineConfig, WasmEngine};
+pub use engine::{CACHE_MAX_MB_ENV, EngineConfig, WasmEngine, cache_root};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
 pub use limits::{DEFAULT_MAX_RECORD_BYTES, OperatorLimits, RecordLimit, record_size};
 pub use operator::Operator;

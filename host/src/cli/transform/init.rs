@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 
-use super::project::{Language, MANIFEST, sdk_dir};
+use super::project::{Language, MANIFEST};
+use super::sdk::sdk_dir;
 
 #[derive(Debug, Args)]
 pub struct InitArgs {

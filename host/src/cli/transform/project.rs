@@ -16,6 +16,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde::Deserialize;
 
+use super::sdk::sdk_dir;
+
 /// The manifest's file name, in the project folder.
 pub const MANIFEST: &str = "weir-transform.toml";
 
@@ -192,23 +194,6 @@ fn newest_source(dir: &Path) -> Option<SystemTime> {
             if kind.is_dir() { newest_source(&entry.path()) } else { entry.metadata().ok()?.modified().ok() }
         })
         .max()
-}
-
-/// The guest SDKs with their build scripts and templates: `$WEIR_SDK_DIR`, else the `guest-sdk`
-/// folder of the Weir checkout this binary was built from.
-///
-/// # Errors
-/// When that folder does not exist (a binary copied away from its checkout), saying what to set.
-pub fn sdk_dir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("WEIR_SDK_DIR")
-        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk"), PathBuf::from);
-    if !dir.join("wit").is_dir() {
-        bail!(
-            "the Weir guest SDK is not at {}: set WEIR_SDK_DIR to the guest-sdk folder of a Weir checkout",
-            dir.display()
-        );
-    }
-    Ok(dir.canonicalize()?)
 }
 
 #[derive(Debug, Args)]

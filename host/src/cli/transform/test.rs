@@ -22,7 +22,8 @@ use sha2::{Digest, Sha256};
 use similar::TextDiff;
 use weir::wasm::{Header, InputRecord, OperatorLimits, OutputRecord};
 
-use super::project::{Language, Project, sdk_dir};
+use super::project::{Language, Project};
+use super::sdk::sdk_dir;
 use super::{BatchRunner, output_json};
 
 #[derive(Debug, Args)]
