@@ -4,6 +4,10 @@
 # exactly-once until every input record's output is committed, stop it, and print the ten
 # origin|carrier pairs with the worst mean departure delay.
 #
+# From an unpacked release (scripts/dist.sh: bin/weir beside examples/), it builds and starts
+# nothing: it runs that weir against the broker at $WEIR_KAFKA_BOOTSTRAP (default
+# 127.0.0.1:$WEIR_KAFKA_PORT, port 9092), which must allow transactions.
+#
 # Each run uses fresh topics and state (suffix $RUN, by default the current time), so it can be
 # repeated. The broker is left running; stop it with `scripts/kafka.sh stop`.
 #
@@ -13,19 +17,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-# Installs what is missing and sets the cargo target directory scripts/test.sh shares.
-source scripts/setup.sh host guests kafka
 run="${RUN:-$(date +%s)}"
 metrics=()
 [ -n "${WEIR_METRICS:-}" ] && metrics=(--metrics "$WEIR_METRICS")
-port="${WEIR_KAFKA_PORT:-9092}"
-export WEIR_KAFKA_BOOTSTRAP="127.0.0.1:$port"
+export WEIR_KAFKA_BOOTSTRAP="${WEIR_KAFKA_BOOTSTRAP:-127.0.0.1:${WEIR_KAFKA_PORT:-9092}}"
 
-scripts/kafka.sh start
-scripts/build-plugins.sh plugins
-# The same build as scripts/test.sh, so neither invalidates the other's artifacts.
-"${WEIR_HOST_BUILD[@]}"
-weir="$CARGO_TARGET_DIR/release/weir"
+if [ -x bin/weir ]; then
+    # An unpacked release: its own weir and components, the caller's broker.
+    weir="$root/bin/weir"
+    plugins="$root/plugins"
+    echo "running the release in $root against the broker at $WEIR_KAFKA_BOOTSTRAP"
+else
+    # Installs what is missing and sets the cargo target directory scripts/test.sh shares.
+    source scripts/setup.sh host guests kafka
+    scripts/kafka.sh start
+    scripts/build-plugins.sh plugins
+    # The same build as scripts/test.sh, so neither invalidates the other's artifacts.
+    "${WEIR_HOST_BUILD[@]}"
+    weir="$CARGO_TARGET_DIR/release/weir"
+    plugins="$root/target/plugins"
+fi
 
 # A per-run copy of the pipeline file: own topics, own state directory.
 work="$root/target/examples/flights-$run"
@@ -33,8 +44,8 @@ mkdir -p "$work"
 sed -e "s|topics = \[\"flights\"\]|topics = [\"flights-$run\"]|" \
     -e "s|^topic = \"flight-delays\"|topic = \"flight-delays-$run\"|" \
     -e "s|^name = \"flight-delays\"|name = \"flight-delays-$run\"|" \
-    -e "s|127.0.0.1:9092|127.0.0.1:$port|" \
-    -e "s|\.\./\.\./target/plugins/|$root/target/plugins/|" \
+    -e "s|127.0.0.1:9092|$WEIR_KAFKA_BOOTSTRAP|" \
+    -e "s|\.\./\.\./\(target/\)\{0,1\}plugins/|$plugins/|" \
     -e "s|^dir = .*|dir = \"$work/state\"|" \
     examples/flights/pipeline.toml > "$work/pipeline.toml"
 
