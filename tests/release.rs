@@ -1,7 +1,8 @@
 //! The release tarball (`scripts/dist.sh`, which scripts/test.sh runs before the suite), as a
 //! user installs it: unpacked into an empty temporary folder, with no checkout, cargo or build
 //! tool on the `PATH`, its own `examples/flights/run.sh` runs the main job with its own `weir`
-//! and components against the test broker, and the output is exactly once.
+//! and components against the test broker, and the output is exactly once; its systemd units
+//! pass `systemd-analyze verify`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,6 +53,16 @@ fn the_unpacked_release_runs_the_main_job_exactly_once_without_a_checkout() {
     assert!(!root.join("target/plugins").exists() && !root.join("guest-sdk").exists(), "the release holds a checkout");
     let pipelines = std::fs::read_to_string(root.join("examples/flights/pipeline.toml")).unwrap();
     assert!(pipelines.contains("\"../../plugins/flight-delays.wasm\""), "the pipeline file names its component:\n{pipelines}");
+
+    // The systemd units parse, and name the release's binary once pointed at where it lies.
+    let units = temp.path().join("units");
+    std::fs::create_dir_all(&units).unwrap();
+    for (from, to) in [("weir-serve.service", "weir-serve.service"), ("weir-run@.service", "weir-run@flight-delays.service")] {
+        let text = std::fs::read_to_string(root.join("share/systemd").join(from)).unwrap();
+        std::fs::write(units.join(to), text.replace("/opt/weir", &root.display().to_string())).unwrap();
+        let verify = Command::new("systemd-analyze").arg("verify").arg(units.join(to)).output().expect("systemd-analyze");
+        assert!(verify.status.success(), "systemd-analyze verify {to}: {}", String::from_utf8_lossy(&verify.stderr));
+    }
 
     // Only the system's own tools on the PATH: no cargo, no rustc, nothing of the checkout.
     let run = unique_name("release");
