@@ -12,6 +12,7 @@ mod headers;
 mod metadata;
 mod reader;
 mod record_limit;
+mod repeats;
 mod sink;
 mod source;
 

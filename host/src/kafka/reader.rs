@@ -10,6 +10,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::repeats::{Repeats, log_client_error};
+
 /// How long one poll of [`TopicReader::read`] waits; when it returns nothing, the positions are
 /// checked for partitions whose end is a transaction marker.
 const POLL_TIMEOUT: Duration = Duration::from_millis(20);
@@ -27,17 +29,18 @@ pub struct TopicReader {
     topic: String,
 }
 
-/// Logs the consumer's errors except reaching a partition's end, which librdkafka reports as an
-/// error event and which is a read's normal end.
+/// Logs the consumer's errors, each kind at most once per
+/// [`REPEAT_INTERVAL`](super::repeats::REPEAT_INTERVAL): a reader nobody polls for a while (a
+/// changelog reader between restores) queues one per connection attempt during a broker outage,
+/// and hands them all to its next poll.
 struct ReaderContext {
-    topic: String,
+    client: String,
+    repeats: Repeats,
 }
 
 impl ClientContext for ReaderContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
-            tracing::error!(%error, reason, topic = %self.topic, "topic reader");
-        }
+        log_client_error(&self.repeats, &self.client, &error, reason);
     }
 }
 
@@ -55,7 +58,7 @@ impl TopicReader {
         topic: &str,
         client: &str,
     ) -> Result<Self, KafkaError> {
-        let context = ReaderContext { topic: topic.to_owned() };
+        let context = ReaderContext { client: format!("topic reader of {topic}"), repeats: Repeats::default() };
         let consumer = super::consumer_config(brokers, overrides, client, &[]).create_with_context(context)?;
         Ok(Self { consumer, topic: topic.to_owned() })
     }

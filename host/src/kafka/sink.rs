@@ -20,6 +20,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
 use super::failure::{ErrorClass, Fenced, classify_code};
+use super::repeats::{Repeats, log_client_error};
 use crate::wasm::OutputView;
 
 /// Why a call of a [`ProducerSlot`] failed.
@@ -54,9 +55,16 @@ const OUTPUT_RECORD: usize = 0;
 struct SinkContext {
     errors: Arc<Mutex<DeliveryErrors>>,
     changelog: Arc<Mutex<BTreeMap<i32, i64>>>,
+    /// librdkafka's error events, logged once per kind and interval (a broker outage raises
+    /// one per connection attempt).
+    repeats: Arc<Repeats>,
 }
 
-impl ClientContext for SinkContext {}
+impl ClientContext for SinkContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&self.repeats, "sink producer", &error, reason);
+    }
+}
 
 impl ProducerContext for SinkContext {
     type DeliveryOpaque = usize;

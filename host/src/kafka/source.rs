@@ -21,6 +21,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::group::{decode_assignment, instance_of};
+use super::repeats::{Repeats, log_client_error};
 use crate::types::TaskId;
 
 /// A change of the partitions the group gives this process, to apply between polls.
@@ -49,9 +50,16 @@ pub struct GroupContext {
     /// to close the consumer.
     unapplied: Mutex<Option<Rebalance>>,
     defer: AtomicBool,
+    /// librdkafka's error events, logged once per kind and interval (a broker outage raises
+    /// one per connection attempt).
+    repeats: Repeats,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&self.repeats, "source consumer", &error, reason);
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {

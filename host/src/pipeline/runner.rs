@@ -886,7 +886,8 @@ impl<'a> Runner<'a> {
                         if classify(&error) == ErrorClass::Transient
                             && !matches!(error, KafkaError::MessageConsumptionFatal(_)) =>
                     {
-                        tracing::warn!(%error, "source consumer error; librdkafka retries")
+                        // librdkafka retries; the consumer's context logged the error (once per
+                        // kind and interval: a broker outage raises one per poll).
                     }
                     Some(Err(error)) => flow.failed = Some(PipelineError::kafka("reading the source")(error)),
                     None => {}
