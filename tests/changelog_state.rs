@@ -220,3 +220,104 @@ async fn a_pipeline_started_from_a_savepoint_under_a_new_name_goes_on_like_the_o
     assert!(copy.stop(&mut child, Duration::from_secs(60)).success(), "{}", copy.log_text());
     assert_eq!(copied.drain(Duration::from_secs(2)), seen, "nothing was replayed");
 }
+
+/// Pre-creates `pipeline`'s changelog topic (one partition per task) with topic `configs`.
+async fn create_changelog(pipeline: &TestPipeline, configs: &[(&str, &str)]) -> String {
+    let changelog = format!("{}-changelog", pipeline.name);
+    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    admin.create_topic_with(&changelog, PARTITIONS, configs).await.unwrap();
+    changelog
+}
+
+/// The command a refusal gives to make `changelog` compacted alone.
+fn compact_fix(changelog: &str) -> String {
+    format!(
+        "kafka-configs.sh --bootstrap-server {} --entity-type topics --entity-name {changelog} --alter --add-config cleanup.policy=compact",
+        bootstrap()
+    )
+}
+
+/// Issue 46, item 3: a changelog whose `cleanup.policy` is not `compact` alone — `compact,delete`
+/// with a short retention, in either order, by time or by size, or with no retention now (which
+/// an administrator can set at any time) — is refused, naming the setting, its value, the
+/// retention that would delete state, and the command that fixes it; the fix, run as given, lets
+/// the pipeline start, and a retention left on the topic does not matter under `compact` alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changelog_that_can_delete_state_is_refused_naming_the_setting_and_the_fix() {
+    let cases: [(&[(&str, &str)], &[&str]); 3] = [
+        (
+            &[("cleanup.policy", "compact,delete"), ("retention.ms", "60000")],
+            &["cleanup.policy=compact,delete", "retention.ms=60000"],
+        ),
+        (
+            &[("cleanup.policy", "delete,compact"), ("retention.bytes", "1048576")],
+            &["cleanup.policy=delete,compact", "retention.bytes=1048576"],
+        ),
+        (
+            &[("cleanup.policy", "compact,delete"), ("retention.ms", "-1")],
+            &["cleanup.policy=compact,delete", "retention.ms=-1"],
+        ),
+    ];
+    for (configs, named) in cases {
+        let pipeline = TestPipeline::new("weir-cl-unsafe", &Spec::new("passthrough"));
+        produce(&pipeline.source, PARTITIONS, &keyed(&flight_rows(10))).await;
+        let changelog = create_changelog(&pipeline, configs).await;
+        let fix = compact_fix(&changelog);
+        let mut parts = vec![changelog.as_str(), "lets the broker delete state", fix.as_str()];
+        parts.extend_from_slice(named);
+        expect_refusal(&pipeline, &parts);
+    }
+
+    // The fix as the message gives it (kafka-configs.sh is Kafka's ConfigCommand).
+    let pipeline = TestPipeline::new("weir-cl-fixed", &Spec::new("passthrough"));
+    let rows = flight_rows(100);
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let changelog =
+        create_changelog(&pipeline, &[("cleanup.policy", "compact,delete"), ("retention.ms", "60000")]).await;
+    expect_refusal(&pipeline, &[&changelog, "retention.ms=60000"]);
+    let log = pipeline.log_text();
+    let command =
+        log[log.find("kafka-configs.sh ").expect("the refusal gives the command")..].lines().next().unwrap().to_owned();
+    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+    weir_tests::broker::kafka_sh(&[&["run", "kafka.admin.ConfigCommand"][..], &args].concat());
+    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    assert_eq!(admin.topic_config(&changelog, "cleanup.policy").await.unwrap(), "compact");
+    assert_eq!(admin.topic_config(&changelog, "retention.ms").await.unwrap(), "60000", "retention is left as it was");
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
+}
+
+/// Issue 46, item 3: a running pipeline whose changelog is altered to `compact,delete` stops
+/// within a config check interval, with an error (not a retry) naming the setting and the fix;
+/// every later start is refused until the changelog is fixed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_pipeline_stops_when_its_changelog_is_altered_to_delete_state() {
+    let pipeline = TestPipeline::new("weir-cl-altered", &Spec::new("passthrough"));
+    let rows = flight_rows(200);
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    let mut child = pipeline.spawn(&[]);
+    assert_eq!(reader.read_until(rows.len(), RUN_TIMEOUT), rows.len(), "{}", pipeline.log_text());
+
+    let changelog = format!("{}-changelog", pipeline.name);
+    weir_tests::admin::alter_topic_configs(
+        &changelog,
+        &[("cleanup.policy", "compact,delete"), ("retention.ms", "60000")],
+    )
+    .await;
+    let bound = weir::kafka::CONFIG_CHECK_INTERVAL + RUN_TIMEOUT;
+    let status = wait_exit(&mut child, bound)
+        .unwrap_or_else(|| panic!("still running {bound:?} after the alter; log:\n{}", pipeline.log_text()));
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{status}; log:\n{log}");
+    for part in [
+        "stopping: the changelog topic's configs changed while the pipeline ran",
+        "cleanup.policy=compact,delete",
+        "retention.ms=60000",
+        &compact_fix(&changelog),
+    ] {
+        assert!(log.contains(part), "the stop names {part:?}:\n{log}");
+    }
+    assert!(!log.contains("recovering after back-off"), "a stop, not a retry:\n{log}");
+    expect_refusal(&pipeline, &["refusing to start", &changelog, "cleanup.policy=compact,delete"]);
+}

@@ -46,6 +46,11 @@ pub enum PipelineError {
     /// A start-up check refused the configuration against the cluster.
     #[error("refusing to start: {0}")]
     Refused(String),
+    /// The changelog topic's configs changed under the running pipeline so that the broker may
+    /// delete state it needs ([`crate::kafka::describe_unsafe`]): the pipeline stops rather than
+    /// run on, and every start refuses until the configs are fixed.
+    #[error("stopping: the changelog topic's configs changed while the pipeline ran: {0}")]
+    StateAtRisk(String),
     /// A savepoint could not be taken, written or read (`weir savepoint`, `weir run
     /// --from-savepoint`); the message names the file or topic.
     #[error("{0}")]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewPartitions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -76,6 +76,19 @@ pub async fn delete_records_before(topic: &str, partition: i32, offset: i64) {
     let result = admin().delete_records(&list, &options()).await.expect("delete_records");
     for element in result.elements() {
         assert!(element.error().is_ok(), "delete_records of {topic}[{partition}]: {:?}", element.error());
+    }
+}
+
+/// Sets `configs` on `topic` (`AlterConfigs`, which is not incremental: a topic config it does
+/// not name goes back to the broker's default).
+pub async fn alter_topic_configs(topic: &str, configs: &[(&str, &str)]) {
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (key, value) in configs {
+        alter = alter.set(key, value);
+    }
+    let results = admin().alter_configs(&[alter], &options()).await.expect("alter_configs");
+    for result in results {
+        result.unwrap_or_else(|(resource, e)| panic!("alter_configs of {resource:?}: {e}"));
     }
 }
 

@@ -119,16 +119,23 @@ impl Admin {
     /// # Errors
     /// When the cluster cannot be reached, refuses, or does not report the setting.
     pub async fn topic_config(&self, topic: &str, key: &str) -> Result<String, KafkaError> {
+        self.topic_configs(topic).await?.remove(key).ok_or(KafkaError::AdminOp(RDKafkaErrorCode::InvalidConfig))
+    }
+
+    /// Every topic config of `topic` that has a value, as the broker applies it (set on the
+    /// topic, else the broker's default), from one `DescribeConfigs` request: name → value.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached or refuses (e.g. the topic is missing).
+    pub async fn topic_configs(&self, topic: &str) -> Result<BTreeMap<String, String>, KafkaError> {
         let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
         let results = self.client.describe_configs(&[ResourceSpecifier::Topic(topic)], &options).await?;
-        results
+        let resource = results
             .into_iter()
             .next()
             .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))?
-            .map_err(KafkaError::AdminOp)?
-            .get(key)
-            .and_then(|entry| entry.value.clone())
-            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::InvalidConfig))
+            .map_err(KafkaError::AdminOp)?;
+        Ok(resource.entries.into_iter().filter_map(|entry| Some((entry.name, entry.value?))).collect())
     }
 
     /// The topic id of `topic` (KIP-516): a UUID the cluster gives a topic when it is created,

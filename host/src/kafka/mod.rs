@@ -17,7 +17,9 @@ mod sink;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
-pub use changelog::{Changelog, ChangelogProblem, ChangelogReader};
+pub use changelog::{
+    CONFIG_CHECK_INTERVAL, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, UnsafeSetting, describe_unsafe,
+};
 pub use failure::{ErrorClass, Fenced, classify, classify_code, hint};
 pub use group::instance_of;
 pub use headers::{RawHeader, record_headers};

@@ -17,8 +17,9 @@ use crate::checkpoint::savepoint::{self, Savepoint};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, SinkConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
 use crate::kafka::{
-    Admin, Changelog, ChangelogProblem, ChangelogReader, ErrorClass, GroupOffset, Lineage, Membership, ProducerError,
-    ProducerSlot, Rebalance, Source, TopicCheck, changelog_record_limit, classify, record_headers, sink_record_limit,
+    Admin, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, ErrorClass, GroupOffset, Lineage, Membership,
+    ProducerError, ProducerSlot, Rebalance, Source, TopicCheck, changelog_record_limit, classify, describe_unsafe,
+    record_headers, sink_record_limit,
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
@@ -322,6 +323,8 @@ struct Runner<'a> {
     owner: Owner,
     db: Arc<StateDb>,
     changelog: Changelog,
+    /// Checks the changelog topic's configs while the pipeline runs.
+    changelog_watch: ChangelogWatch,
     reader: ChangelogReader,
     source: Source,
     slots: Vec<Arc<ProducerSlot>>,
@@ -382,6 +385,7 @@ impl<'a> Runner<'a> {
             .map_err(PipelineError::kafka("creating the source consumer"))?;
         let reader = ChangelogReader::new(&config.sink.brokers, &config.sink.producer, changelog.clone())
             .map_err(PipelineError::kafka("creating the changelog reader"))?;
+        let changelog_watch = ChangelogWatch::new(sink_admin(config)?, changelog.clone());
         let slots = fenced_slots(config, &db, instance)?;
 
         // The pipeline's lineage, which every instance must agree on: the group's offsets name
@@ -424,6 +428,7 @@ impl<'a> Runner<'a> {
             owner,
             db,
             changelog,
+            changelog_watch,
             reader,
             source,
             slots: slots.into_iter().map(Arc::new).collect(),
@@ -477,6 +482,9 @@ impl<'a> Runner<'a> {
             }
             if self.last_ownership_check.elapsed() >= self.config.source.partition_discovery_interval {
                 self.check_ownership()?;
+            }
+            if self.changelog_watch.is_due() {
+                self.check_changelog()?;
             }
             self.fire_timers()?;
             if self.epoch.records > 0 {
@@ -597,6 +605,21 @@ impl<'a> Runner<'a> {
         }
         self.unowned = unowned;
         Ok(())
+    }
+
+    /// Stops the pipeline when the changelog topic's configs now let the broker delete state
+    /// (they changed since the start, see [`ChangelogWatch`]): the open epoch is aborted, and
+    /// the error, which is not retried, names the settings and the fix.
+    fn check_changelog(&mut self) -> Result<(), PipelineError> {
+        let settings = block_on(self.changelog_watch.check());
+        if settings.is_empty() {
+            return Ok(());
+        }
+        if let Err(error) = self.abort_epoch() {
+            tracing::warn!(%error, "could not abort the open epoch; the next start aborts it");
+        }
+        let brokers = &self.config.sink.brokers;
+        Err(PipelineError::StateAtRisk(describe_unsafe(&self.changelog.topic, brokers, &settings)))
     }
 
     /// Commits the open epoch if it has work, then drops the tasks of `revoked` and gives up
@@ -1207,8 +1230,7 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
             }
         }
     }
-    let sink_admin = Admin::new(&config.sink.brokers, &config.sink.producer)
-        .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))?;
+    let sink_admin = sink_admin(config)?;
     if config.sink.guarantee == Guarantee::ExactlyOnce {
         check_same_cluster(&admin, &sink_admin)?;
     }
@@ -1271,22 +1293,25 @@ fn ensure_changelog_partitions(
     needed: i32,
 ) -> Result<(), PipelineError> {
     let topic = &changelog.topic;
-    let admin = Admin::new(&config.sink.brokers, &config.sink.producer)
-        .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))?;
-    let problem = block_on(changelog.ensure(&admin, needed))
+    let problem = block_on(changelog.ensure(&sink_admin(config)?, needed))
         .map_err(PipelineError::kafka(format!("creating or checking changelog topic {topic}")))?;
     match problem {
         Ok(()) => Ok(()),
-        Err(ChangelogProblem::NotCompacted(policy)) => Err(PipelineError::Refused(format!(
-            "changelog topic {topic} (state.changelog_topic) has cleanup.policy={policy}, so retention would delete state; \
-             set it to compact (kafka-configs --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact) \
-             or name another topic"
-        ))),
+        Err(ChangelogProblem::LosesState(settings)) => {
+            Err(PipelineError::Refused(describe_unsafe(topic, &config.sink.brokers, &settings)))
+        }
         Err(ChangelogProblem::TooManyPartitions { found, needed }) => Err(PipelineError::Refused(format!(
             "changelog topic {topic} (state.changelog_topic) has {found} partitions, but this pipeline's tasks use {needed}: \
              it is another pipeline's changelog, or the source topics changed; name another topic in state.changelog_topic"
         ))),
     }
+}
+
+/// An admin client of the sink's cluster (the changelog topic's), with `sink.producer`'s
+/// properties.
+fn sink_admin(config: &PipelineConfig) -> Result<Admin, PipelineError> {
+    Admin::new(&config.sink.brokers, &config.sink.producer)
+        .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))
 }
 
 /// Exactly-once commits the source offsets in the sink's transactions, so both must be one
@@ -1313,9 +1338,7 @@ fn check_same_cluster(source: &Admin, sink: &Admin) -> Result<(), PipelineError>
 /// The lineage of a pipeline that no instance committed a checkpoint of yet: the changelog
 /// topic's id, which every instance reads alike and which a recreated topic changes.
 fn changelog_lineage(config: &PipelineConfig, changelog: &Changelog) -> Result<String, PipelineError> {
-    let admin = Admin::new(&config.sink.brokers, &config.sink.producer)
-        .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))?;
-    admin
+    sink_admin(config)?
         .topic_id(&changelog.topic)
         .map_err(PipelineError::kafka(format!("reading the topic id of {}", changelog.topic)))
 }
