@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::Args;
 use weir::checkpoint::savepoint;
@@ -26,6 +27,12 @@ pub struct RunArgs {
     /// consumer group. Works under the savepoint's pipeline name or another one.
     #[arg(long, value_name = "DIR")]
     from_savepoint: Option<PathBuf>,
+    /// The changelog topic was deleted (and created again, empty) while the state directory
+    /// still holds the state: write that state into the changelog with the next checkpoint, once
+    /// it agrees with the consumer group's offsets, and go on. Without it such a start is
+    /// refused and the state directory kept (docs/configuration.md).
+    #[arg(long)]
+    reseed_changelog: bool,
     /// Serve Prometheus metrics (`/metrics`), the dashboard (`/`) and its JSON
     /// (`/api/pipelines`) at ADDRESS, e.g. `127.0.0.1:9464` (port 0 picks a free port; the log
     /// says which). See docs/observability.md.
@@ -64,7 +71,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let engine = WasmEngine::new(&EngineConfig::with_default_cache()?)?;
     let shutdown = Arc::new(AtomicBool::new(false));
-    watch_signals(shutdown.clone())?;
+    watch_signals(shutdown.clone(), config.runtime.shutdown_grace)?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
     let from_savepoint = args.from_savepoint.as_deref().map(savepoint::read).transpose()?;
     let metrics = Arc::new(Metrics::default());
@@ -77,6 +84,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = RunOptions {
         ignore_group_offsets: args.ignore_group_offsets,
         from_savepoint,
+        reseed_changelog: args.reseed_changelog,
         metrics,
         instance: args.instance,
         max_identical_failures: None,
@@ -86,8 +94,20 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Sets `shutdown` on the first SIGINT or SIGTERM; a second one exits at once.
-fn watch_signals(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
+/// The exit status of a `weir run` that did not stop within `runtime.shutdown_grace_ms`, as
+/// `timeout(1)`'s.
+const GRACE_EXPIRED: i32 = 124;
+
+/// The exit status after a second SIGINT or SIGTERM: 128 + SIGINT, as a shell reports Ctrl-C.
+const SECOND_SIGNAL: i32 = 130;
+
+/// Sets `shutdown` on the first SIGINT or SIGTERM and gives the pipeline `grace`
+/// (`runtime.shutdown_grace_ms`) to commit its open epoch and stop; past it, or at a second
+/// signal, the process exits at once, committing nothing more. That is as safe as a crash: the
+/// open epoch's transaction is aborted by the broker (`transaction.timeout.ms`) or by the next
+/// start's fencing, which processes the epoch again; a commit the broker had already taken is
+/// found in the changelog by the next start's restore.
+fn watch_signals(shutdown: Arc<AtomicBool>, grace: Duration) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name("weir-signals".into()).spawn(move || {
         runtime.block_on(async move {
@@ -100,12 +120,30 @@ fn watch_signals(shutdown: Arc<AtomicBool>) -> anyhow::Result<()> {
                     _ = terminate.recv() => {}
                 }
                 if shutdown.swap(true, Ordering::Relaxed) {
-                    eprintln!("second signal: exiting without committing the open epoch");
-                    std::process::exit(130);
+                    exit_now(SECOND_SIGNAL, "second signal: exiting without committing the open epoch");
                 }
-                tracing::info!("shutdown requested: finishing the open epoch");
+                tracing::info!(grace_ms = grace.as_millis() as u64, "shutdown requested: finishing the open epoch");
+                std::thread::spawn(move || {
+                    std::thread::sleep(grace);
+                    exit_now(
+                        GRACE_EXPIRED,
+                        &format!(
+                            "error: the pipeline did not stop within runtime.shutdown_grace_ms = {} (is the broker \
+                             reachable?); exiting without committing the open epoch, which the next start processes again",
+                            grace.as_millis()
+                        ),
+                    );
+                });
             }
         });
     })?;
     Ok(())
+}
+
+/// Prints `why` and ends the process with `status` at once: without running `atexit` handlers or
+/// C++ static destructors, which RocksDB's and librdkafka's threads, still running, may use.
+fn exit_now(status: i32, why: &str) -> ! {
+    eprintln!("{why}");
+    // SAFETY: `_exit` only ends the process; nothing of this process runs after it.
+    unsafe { libc::_exit(status) }
 }

@@ -401,14 +401,35 @@ pub struct StateConfig {
 /// Most `runtime.workers`.
 pub const MAX_WORKERS: usize = 1024;
 
+/// Default `runtime.shutdown_grace_ms`: 25 s, within the 30 s a Kubernetes pod is given by
+/// default between SIGTERM and SIGKILL (`terminationGracePeriodSeconds`), with room to exit.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_millis(25_000);
+/// Shortest `runtime.shutdown_grace_ms`.
+pub const MIN_SHUTDOWN_GRACE: Duration = Duration::from_millis(100);
+/// Longest `runtime.shutdown_grace_ms`: an hour.
+pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_millis(3_600_000);
+
 /// `[runtime]`: how a `weir run` process runs the tasks the consumer group gives it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeConfig {
     /// `runtime.workers`: threads that run the tasks' transforms, 1 to [`MAX_WORKERS`]; by
     /// default the machine's available cores (`std::thread::available_parallelism`). A process
     /// never starts more than the source topics have partitions, and a task stays on one thread
     /// while it is assigned. Polling, producing and checkpoints run on the process's own thread.
     pub workers: Option<usize>,
+    /// `runtime.shutdown_grace_ms`: how long `weir run` may take to stop after SIGTERM or
+    /// SIGINT, in milliseconds, [`MIN_SHUTDOWN_GRACE`] to [`MAX_SHUTDOWN_GRACE`]; by default
+    /// [`DEFAULT_SHUTDOWN_GRACE`] (25000). Within it the process commits the open epoch and
+    /// exits 0; past it (the broker is down, say) it exits with status 124 at once, committing
+    /// nothing more: the open epoch's transaction is aborted by the broker
+    /// (`transaction.timeout.ms`) or by the next start, which processes the epoch again.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self { workers: None, shutdown_grace: DEFAULT_SHUTDOWN_GRACE }
+    }
 }
 
 impl RuntimeConfig {

@@ -148,6 +148,7 @@ struct CheckpointFile {
 #[serde(deny_unknown_fields)]
 struct RuntimeFile {
     workers: Option<usize>,
+    shutdown_grace_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -222,7 +223,10 @@ impl PipelineFile {
         let dir = state.dir.unwrap_or_else(|| Path::new(DEFAULT_STATE_PARENT).join(&name));
         let changelog_topic = state.changelog_topic.unwrap_or_else(|| format!("{name}-changelog"));
         let state = StateConfig { dir: base_dir.join(dir), changelog_topic, max_bytes: state.max_bytes };
-        let runtime = RuntimeConfig { workers: runtime.workers };
+        let runtime = RuntimeConfig {
+            workers: runtime.workers,
+            shutdown_grace: runtime.shutdown_grace_ms.map_or(DEFAULT_SHUTDOWN_GRACE, Duration::from_millis),
+        };
         PipelineConfig { name, source, transforms, sink, checkpoint, state, runtime }
     }
 }

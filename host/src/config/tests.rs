@@ -102,6 +102,7 @@ fn full_example_parses() {
 
         [runtime]
         workers = 2
+        shutdown_grace_ms = 10000
     "#;
     let config = PipelineConfig::from_toml_str(text, Path::new("/srv/pipelines/delays")).unwrap();
     let strings = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
@@ -167,7 +168,7 @@ fn full_example_parses() {
             changelog_topic: "delays-state".into(),
             max_bytes: Some(1 << 30),
         },
-        runtime: RuntimeConfig { workers: Some(2) },
+        runtime: RuntimeConfig { workers: Some(2), shutdown_grace: Duration::from_secs(10) },
     };
     assert_eq!(config, expected);
     assert_eq!(config.group_id(), "delays");
@@ -207,6 +208,7 @@ fn defaults_are_filled() {
     assert_eq!(config.checkpoint.max_epoch_bytes, 64 << 20);
     assert_eq!(config.state.dir, Path::new("/srv/pipelines/weir-state/flight-delays"));
     assert_eq!(config.state.changelog_topic, "flight-delays-changelog");
+    assert_eq!(config.runtime.shutdown_grace, Duration::from_millis(25_000));
 }
 
 #[test]
@@ -454,6 +456,8 @@ fn numeric_ranges() {
         ("checkpoint", "max_epoch_bytes = 1048575", "checkpoint.max_epoch_bytes"),
         ("runtime", "workers = 0", "runtime.workers"),
         ("runtime", "workers = 1025", "runtime.workers"),
+        ("runtime", "shutdown_grace_ms = 99", "runtime.shutdown_grace_ms"),
+        ("runtime", "shutdown_grace_ms = 3600001", "runtime.shutdown_grace_ms"),
         ("state", "max_bytes = 0", "state.max_bytes"),
     ];
     let with_checkpoint = format!("{MINIMAL}\n[checkpoint]\n[runtime]\n[state]\n");
@@ -472,6 +476,7 @@ fn numeric_ranges() {
         parse_with(table, line).unwrap();
     }
     parse(&format!("{MINIMAL}\n[runtime]\nworkers = 1\n")).unwrap();
+    parse(&format!("{MINIMAL}\n[runtime]\nshutdown_grace_ms = 100\n")).unwrap();
     parse(&format!("{MINIMAL}\n[state]\nmax_bytes = 1\n")).unwrap();
     // One producer slot is enough without transactions.
     parse_with("sink", "guarantee = \"at-least-once\"\nproducer_slots = 1").unwrap();

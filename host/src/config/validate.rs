@@ -283,7 +283,12 @@ impl PipelineConfig {
                 "runtime.workers",
                 format!("must be 1 to {MAX_WORKERS}, got {workers}; or leave it out for one per available core"),
             )),
-            _ => Ok(()),
+            _ => check_duration(
+                "runtime.shutdown_grace_ms",
+                self.runtime.shutdown_grace,
+                MIN_SHUTDOWN_GRACE,
+                MAX_SHUTDOWN_GRACE,
+            ),
         }
     }
 
