@@ -244,7 +244,7 @@ fn compact_fix(changelog: &str) -> String {
 /// the pipeline start, and a retention left on the topic does not matter under `compact` alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changelog_that_can_delete_state_is_refused_naming_the_setting_and_the_fix() {
-    let cases: [(&[(&str, &str)], &[&str]); 3] = [
+    let cases = [
         (
             &[("cleanup.policy", "compact,delete"), ("retention.ms", "60000")],
             &["cleanup.policy=compact,delete", "retention.ms=60000"],
