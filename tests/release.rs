@@ -52,15 +52,21 @@ fn the_unpacked_release_runs_the_main_job_exactly_once_without_a_checkout() {
     assert!(sections.contains(".gnu_debuglink"), "bin/weir does not name its debug info file:\n{sections}");
     assert!(!root.join("target/plugins").exists() && !root.join("guest-sdk").exists(), "the release holds a checkout");
     let pipelines = std::fs::read_to_string(root.join("examples/flights/pipeline.toml")).unwrap();
-    assert!(pipelines.contains("\"../../plugins/flight-delays.wasm\""), "the pipeline file names its component:\n{pipelines}");
+    assert!(
+        pipelines.contains("\"../../plugins/flight-delays.wasm\""),
+        "the pipeline file names its component:\n{pipelines}"
+    );
 
     // The systemd units parse, and name the release's binary once pointed at where it lies.
     let units = temp.path().join("units");
     std::fs::create_dir_all(&units).unwrap();
-    for (from, to) in [("weir-serve.service", "weir-serve.service"), ("weir-run@.service", "weir-run@flight-delays.service")] {
+    for (from, to) in
+        [("weir-serve.service", "weir-serve.service"), ("weir-run@.service", "weir-run@flight-delays.service")]
+    {
         let text = std::fs::read_to_string(root.join("share/systemd").join(from)).unwrap();
         std::fs::write(units.join(to), text.replace("/opt/weir", &root.display().to_string())).unwrap();
-        let verify = Command::new("systemd-analyze").arg("verify").arg(units.join(to)).output().expect("systemd-analyze");
+        let verify =
+            Command::new("systemd-analyze").arg("verify").arg(units.join(to)).output().expect("systemd-analyze");
         assert!(verify.status.success(), "systemd-analyze verify {to}: {}", String::from_utf8_lossy(&verify.stderr));
     }
 

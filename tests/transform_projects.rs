@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use weir_tests::weir_binary;
 
@@ -36,7 +37,8 @@ fn weir(args: &[&str], dir: &Path) -> Run {
     }
     let home = std::path::absolute(std::env::var_os("HOME").expect("HOME")).unwrap();
     let keep = |name: &str, default: PathBuf| std::env::var_os(name).map_or(default, PathBuf::from);
-    let output = Command::new(&binary)
+    let mut command = Command::new(&binary);
+    command
         .args(args)
         .current_dir(dir)
         .env_remove("WEIR_SDK_DIR")
@@ -56,9 +58,19 @@ fn weir(args: &[&str], dir: &Path) -> Run {
         // cargo rebuild the plugins after them (and so examples/flights/run.sh compile after
         // scripts/test.sh, which .ci/run refuses). Not one beside it either: the projects' paths
         // are new each run and cargo keys a target dir by workspace path.
-        .env("CARGO_TARGET_DIR", folder.join("cargo-target"))
-        .output()
-        .expect("run weir");
+        .env("CARGO_TARGET_DIR", folder.join("cargo-target"));
+    // A child that another test thread forks while this one writes its copy holds the copy
+    // open for writing until it execs, and exec then fails with ETXTBSY: retry.
+    let mut tries = 0;
+    let output = loop {
+        match command.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            result => break result.expect("run weir"),
+        }
+    };
     Run {
         code: output.status.code().expect("weir exited by a signal"),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -91,9 +103,13 @@ fn init_build_test(lang: &str, template: &str) -> (tempfile::TempDir, PathBuf) {
     }
     assert!(project.join("weir-sdk/wit").is_dir(), "init copied no SDK");
     // The SDK came out of the binary, into the fresh HOME's cache, one folder per Weir build.
-    let sdks: Vec<_> = std::fs::read_dir(temp.path().join("home/.cache/weir/sdk")).expect("no SDK written out").flatten().collect();
+    let sdks: Vec<_> =
+        std::fs::read_dir(temp.path().join("home/.cache/weir/sdk")).expect("no SDK written out").flatten().collect();
     assert_eq!(sdks.len(), 1, "one SDK folder per Weir build");
-    assert!(sdks[0].path().join("guest-sdk/wit/transform.wit").is_file() && sdks[0].path().join("scripts/setup.sh").is_file());
+    assert!(
+        sdks[0].path().join("guest-sdk/wit/transform.wit").is_file()
+            && sdks[0].path().join("scripts/setup.sh").is_file()
+    );
 
     let build = weir(&["transform", "build"], &project).expect(0, "build");
     let component = project.join(format!("target/{name}.wasm"));

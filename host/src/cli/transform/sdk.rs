@@ -8,10 +8,11 @@
 //! through `guest-sdk/<lang>/../../scripts/setup.sh`. `$WEIR_SDK_DIR` (a `guest-sdk` folder)
 //! overrides all of this, for developing the SDKs without rebuilding `weir`.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use rust_embed::Embed;
+use rust_embed::{Embed, EmbeddedFile};
 use sha2::{Digest, Sha256};
 
 /// `guest-sdk/`, without what builds and tests leave in it (npm packages, Python caches).
@@ -44,7 +45,10 @@ pub const SDK_DIR_ENV: &str = "WEIR_SDK_DIR";
 pub fn sdk_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os(SDK_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from) {
         if !dir.join("wit").is_dir() {
-            bail!("{SDK_DIR_ENV}={} is not a guest-sdk folder (it has no wit/): unset it to use the SDK built into weir", dir.display());
+            bail!(
+                "{SDK_DIR_ENV}={} is not a guest-sdk folder (it has no wit/): unset it to use the SDK built into weir",
+                dir.display()
+            );
         }
         return Ok(dir.canonicalize()?);
     }
@@ -61,14 +65,16 @@ pub fn sdk_dir() -> anyhow::Result<PathBuf> {
 /// Written last into a finished folder: a folder without it was interrupted and is redone.
 const COMPLETE: &str = ".complete";
 
+/// Every embedded file: its path below the SDK folder's root, and its contents.
+fn embedded() -> impl Iterator<Item = (Cow<'static, str>, EmbeddedFile)> {
+    let sdk = GuestSdk::iter().filter_map(|path| GuestSdk::get(&path).map(|file| (path, file)));
+    let setup = SetupScript::iter().filter_map(|path| SetupScript::get(&path).map(|file| (path, file)));
+    sdk.chain(setup)
+}
+
 /// A hash of every embedded file's path and contents, in path order.
 fn embedded_hash() -> String {
-    let mut files: Vec<(String, [u8; 32])> = GuestSdk::iter()
-        .filter_map(|path| GuestSdk::get(&path).map(|file| (path.into_owned(), file.metadata.sha256_hash())))
-        .chain(
-            SetupScript::iter().filter_map(|path| SetupScript::get(&path).map(|f| (path.into_owned(), f.metadata.sha256_hash()))),
-        )
-        .collect();
+    let mut files: Vec<_> = embedded().map(|(path, file)| (path, file.metadata.sha256_hash())).collect();
     files.sort();
     let mut hash = Sha256::new();
     for (path, contents) in files {
@@ -85,13 +91,10 @@ fn write_out(root: &Path) -> anyhow::Result<()> {
     let parent = root.parent().context("SDK folder without parent")?;
     std::fs::create_dir_all(parent)?;
     let staging = tempfile::Builder::new().prefix(".sdk-").tempdir_in(parent)?;
-    let files = GuestSdk::iter()
-        .filter_map(|path| GuestSdk::get(&path).map(|file| (path, file.data)))
-        .chain(SetupScript::iter().filter_map(|path| SetupScript::get(&path).map(|file| (path, file.data))));
-    for (path, data) in files {
+    for (path, file) in embedded() {
         let target = staging.path().join(&*path);
         std::fs::create_dir_all(target.parent().context("embedded file without folder")?)?;
-        std::fs::write(&target, &data)?;
+        std::fs::write(&target, &file.data)?;
         if path.ends_with(".sh") {
             // The build scripts are run directly (`#!/usr/bin/env bash`); git's modes are not embedded.
             use std::os::unix::fs::PermissionsExt;
@@ -99,7 +102,7 @@ fn write_out(root: &Path) -> anyhow::Result<()> {
         }
     }
     std::fs::write(staging.path().join(COMPLETE), "")?;
-    if root.is_dir() {
+    if root.is_dir() && !root.join(COMPLETE).is_file() {
         // Left incomplete (its marker deleted, say): replace it whole.
         std::fs::remove_dir_all(root)?;
     }
