@@ -7,17 +7,26 @@
 //! - [`SourceConfig`], [`TransformConfig`], [`SinkConfig`], [`CheckpointConfig`],
 //!   [`StateConfig`]: its tables. Each field's doc comment is the user documentation of its key
 //!   (unit and default); `docs/configuration.md` is the same reference for users.
-//! - [`ConfigError`]: why a file was refused, naming the key (`sink.guarantee`).
+//! - [`ConfigError`]: why a file was refused, naming the key (`sink.guarantee`) and its line;
+//!   [`ConfigError::Several`] when the file has several errors.
 //!
 //! # Rules
-//! Unknown keys are errors (`deny_unknown_fields` everywhere), so a typo never falls back to a
-//! default silently. Durations are `Duration` in code and `_ms` integers in the file. Defaults
-//! are the `DEFAULT_*` constants. [`PipelineConfig::validate`] checks every rule, once; among
-//! them, librdkafka properties that Weir sets itself ([`RESERVED_RDKAFKA_KEYS`]) cannot be
-//! overridden through `source.consumer` or `sink.producer`, and with exactly-once delivery
-//! `checkpoint.interval_ms + checkpoint.timeout_ms` must stay below
-//! `sink.transaction_timeout_ms`. What needs the outside world (wasm files exist, the broker's
-//! `transaction.max.timeout.ms`) is checked at start-up, not here.
+//! Unknown keys are errors, so a typo never falls back to a default silently; the message names
+//! the known key it is nearest to. Durations are `Duration` in code and `_ms` integers in the
+//! file. Defaults are the `DEFAULT_*` constants. [`PipelineConfig::validate`] checks every rule,
+//! once; among them, librdkafka properties that Weir sets itself ([`RESERVED_RDKAFKA_KEYS`])
+//! cannot be overridden through `source.consumer` or `sink.producer`, and with exactly-once
+//! delivery `checkpoint.interval_ms + checkpoint.timeout_ms` must stay below
+//! `sink.transaction_timeout_ms`. What needs the outside world is not checked here: the wasm
+//! files (at start-up, or by `weir validate` through [`PipelineConfig::from_file_with_checks`])
+//! and the broker's `transaction.max.timeout.ms` (at start-up).
+//!
+//! # Errors, all at once
+//! Reading a file does not stop at its first error: every unknown, missing or mistyped key and
+//! every broken rule is reported, in the order of the file (a syntax error stops the reading,
+//! with the other syntax errors found). A rule is not checked against a value that could not be
+//! read, nor reported again for a default taken from a faulty key (`sink.transactional_id_prefix`
+//! from a faulty `name`), so each mistake is reported once.
 //!
 //! # Example
 //! ```

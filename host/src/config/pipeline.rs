@@ -445,37 +445,49 @@ impl PipelineConfig {
     /// Reads, parses and validates; relative paths (transforms' wasm, state.dir) resolve against the file's directory.
     ///
     /// # Errors
-    /// [`ConfigError::Read`] if the file cannot be read, [`ConfigError::Parse`] (naming the file
-    /// and the key) if it is not a pipeline file, [`ConfigError::Invalid`] if [`validate`]
-    /// refuses it.
+    /// [`ConfigError::Read`] if the file cannot be read; else every error the file has:
+    /// [`ConfigError::Parse`] (naming the file, the key and its line) if it is not a pipeline
+    /// file, [`ConfigError::Invalid`] if it breaks a rule of [`validate`], or
+    /// [`ConfigError::Several`] holding them all when there are several.
     ///
     /// [`validate`]: PipelineConfig::validate
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        Self::from_file_with_checks(path, |_| Vec::new())
+    }
+
+    /// [`from_file`], with more checks: `checks` gets the configuration read and returns what
+    /// else is wrong with it, each error naming its key (e.g. a `transforms[0].wasm` that is not
+    /// a `weir:transform` component: `weir validate` checks the components so). It runs even on
+    /// a file with errors, so that one run reports them all, but what it says about a key that
+    /// already has an error, or whose value could not be read, is left out.
+    ///
+    /// # Errors
+    /// As [`from_file`], with the errors of `checks` among the others.
+    ///
+    /// [`from_file`]: PipelineConfig::from_file
+    pub fn from_file_with_checks(
+        path: &Path,
+        checks: impl FnOnce(&PipelineConfig) -> Vec<ConfigError>,
+    ) -> Result<Self, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         let base_dir = path.parent().unwrap_or(Path::new(""));
-        raw::parse(&text, Some(path))?.resolve(base_dir).and_validate()
+        raw::read(&text, Some(path), base_dir)?.finish(checks)
     }
 
     /// Parses and validates `text`; relative paths resolve against `base_dir`.
     ///
     /// # Errors
-    /// [`ConfigError::Parse`] (naming the key) if `text` is not a pipeline file,
-    /// [`ConfigError::Invalid`] if [`validate`] refuses it.
+    /// Every error `text` has, as [`from_file`] returns them (without a file).
     ///
-    /// [`validate`]: PipelineConfig::validate
+    /// [`from_file`]: PipelineConfig::from_file
     pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
-        raw::parse(text, None)?.resolve(base_dir).and_validate()
+        raw::read(text, None, base_dir)?.finish(|_| Vec::new())
     }
 
     /// Kafka consumer group of the pipeline: `source.group_id`, else `weir-<name>`.
     pub fn group_id(&self) -> String {
         self.source.group_id.clone().unwrap_or_else(|| format!("weir-{}", self.name))
-    }
-
-    fn and_validate(self) -> Result<Self, ConfigError> {
-        self.validate()?;
-        Ok(self)
     }
 }
 

@@ -265,11 +265,15 @@ fn unknown_key_names_its_path() {
     let (key_path, message) = parse_error(parse_with("sink", "guarantees = \"x\""));
     assert_eq!(key_path, "sink.guarantees");
     assert!(message.contains("`sink.guarantees`"), "{message}");
-    assert!(message.contains("unknown field `guarantees`"), "{message}");
-    assert!(message.contains("line "), "TOML location expected: {message}");
+    assert!(message.contains("unknown key; did you mean `guarantee`?"), "{message}");
+    assert!(message.contains("(line 13)"), "the key's line expected: {message}");
 
-    let (key_path, _) = parse_error(parse_with("", "nme = \"x\""));
+    let (key_path, message) = parse_error(parse_with("", "nme = \"x\""));
     assert_eq!(key_path, "nme");
+    assert!(message.contains("did you mean `name`?"), "{message}");
+    // Nothing near: the message lists the table's keys.
+    let (_, message) = parse_error(parse(&format!("{MINIMAL}\n[checkpoint]\nevery = 1\n")));
+    assert!(message.contains("remove it; the keys of [checkpoint] are interval_ms, timeout_ms"), "{message}");
     let (key_path, _) = parse_error(parse_with("transforms", "memory_limit = 3"));
     assert_eq!(key_path, "transforms[0].memory_limit");
     let (key_path, _) = parse_error(parse(&format!("{MINIMAL}\n[state]\ndirectory = \"x\"\n")));
@@ -300,10 +304,87 @@ fn bad_values_name_key_and_allowed_values() {
 #[test]
 fn missing_required_keys() {
     let (key_path, message) = parse_error(parse(&MINIMAL.replace("topic = \"flight-delays\"\n", "")));
+    assert_eq!(key_path, "sink.topic");
+    assert!(message.contains("missing `topic`, which is required: add it to [sink]"), "{message}");
+    let (key_path, message) = parse_error(parse(&MINIMAL.replace("name = \"flight-delays\"\n\n[source]", "[source]")));
+    assert_eq!(key_path, "name");
+    assert!(message.contains("add it to the top level"), "{message}");
+    // A missing table is one error, not one per key of it.
+    let (key_path, message) = parse_error(parse(MINIMAL.split("[sink]").next().unwrap()));
     assert_eq!(key_path, "sink");
-    assert!(message.contains("missing field `topic`"), "{message}");
-    let (_, message) = parse_error(parse(&MINIMAL.replace("name = \"flight-delays\"\n\n[source]", "[source]")));
-    assert!(message.contains("missing field `name`"), "{message}");
+    assert!(message.contains("missing table [sink]"), "{message}");
+}
+
+/// The file's errors, after checking there are several.
+fn several(result: Result<PipelineConfig, ConfigError>) -> Vec<(String, String)> {
+    match result {
+        Err(e @ ConfigError::Several { .. }) => {
+            e.errors().iter().map(|e| (e.key_path().unwrap_or("").to_owned(), e.to_string())).collect()
+        }
+        other => panic!("expected ConfigError::Several, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_error_is_reported_in_file_order() {
+    let text = MINIMAL
+        .replace("topics = [\"flights\"]", "topics = [\"flights\"]\nbatch_size = \"many\"\nstrat = \"latest\"")
+        .replace("[sink]\n", "[sink]\nproducer_slots = 99\n");
+    let text = format!("{text}\n[checkpoint]\ninterval_ms = 1\n");
+    let errors = several(parse(&text));
+    let keys: Vec<&str> = errors.iter().map(|(key, _)| key.as_str()).collect();
+    assert_eq!(keys, ["source.batch_size", "source.strat", "sink.producer_slots", "checkpoint.interval_ms"]);
+    assert!(errors[0].1.contains("(line 7)") && errors[0].1.contains("expected usize"), "{errors:?}");
+    assert!(errors[1].1.contains("did you mean `start`?"), "{errors:?}");
+    let message = parse(&text).unwrap_err().to_string();
+    assert!(message.starts_with("invalid pipeline file: 4 errors:\n  - `source.batch_size` (line 7): "), "{message}");
+}
+
+#[test]
+fn a_faulty_value_is_reported_once() {
+    // A name that is not a string: no second error for the transactional id prefix or the
+    // changelog topic, whose defaults derive from it.
+    let (key_path, _) = parse_error(parse(&MINIMAL.replacen("name = \"flight-delays\"", "name = 7", 1)));
+    assert_eq!(key_path, "name");
+    // The same for a name that breaks a rule.
+    let (key_path, _) = invalid(parse(&MINIMAL.replacen("name = \"flight-delays\"", "name = \"a b\"", 1)));
+    assert_eq!(key_path, "name");
+    // A source that is not a table: one error, not one per missing key.
+    let text = MINIMAL.replace("[source]\nbrokers = \"localhost:9092\"\ntopics = [\"flights\"]\n", "source = 5\n");
+    let (key_path, message) = parse_error(parse(&text));
+    assert_eq!(key_path, "source", "{message}");
+    // A transform that is not a table keeps the next one's index.
+    let rest = MINIMAL.replace("[[transforms]]\nname = \"flight-delays\"\nwasm = \"flight-delays.wasm\"\n", "");
+    let errors = several(parse(&format!("transforms = [5, {{ name = \"x\", wasm = \"x.wat\" }}]\n{rest}")));
+    let keys: Vec<&str> = errors.iter().map(|(key, _)| key.as_str()).collect();
+    assert_eq!(keys, ["transforms[0]", "transforms[1].wasm"], "{errors:?}");
+}
+
+#[test]
+fn checks_add_errors_but_none_for_a_faulty_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pipeline.toml");
+    let two = MINIMAL.replace("[sink]", "[[transforms]]\nname = \"second\"\nwasm = \"second.wat\"\n\n[sink]");
+    std::fs::write(&file, two.replace("topics = [\"flights\"]", "topics = [\"flights\"]\nbatch_size = 0")).unwrap();
+    let wasm = |config: &PipelineConfig| -> Vec<ConfigError> {
+        (0..config.transforms.len())
+            .map(|i| ConfigError::invalid(format!("transforms[{i}].wasm"), "no such file"))
+            .collect()
+    };
+    let err = PipelineConfig::from_file_with_checks(&file, wasm).unwrap_err();
+    let keys: Vec<&str> = err.errors().iter().filter_map(ConfigError::key_path).collect();
+    // transforms[1].wasm already breaks a rule (not .wasm): the check's error for it is left out.
+    assert_eq!(keys, ["source.batch_size", "transforms[0].wasm", "transforms[1].wasm"], "{err}");
+    assert!(err.errors()[1].to_string().contains("(line 11): no such file"), "{err}");
+    assert!(err.errors()[2].to_string().contains("must end in \".wasm\""), "{err}");
+    assert!(err.to_string().starts_with(&format!("invalid pipeline file {}: 3 errors:", file.display())), "{err}");
+}
+
+#[test]
+fn syntax_errors_stop_the_reading() {
+    let (key_path, message) = parse_error(parse(&format!("{MINIMAL}\nbatch_size = \n")));
+    assert_eq!(key_path, "");
+    assert!(message.contains("TOML parse error at line 15"), "{message}");
 }
 
 #[test]

@@ -12,137 +12,155 @@ const NAME_CHARS: &str = "ASCII letters, digits, '.', '_' and '-'";
 
 impl PipelineConfig {
     /// Checks every rule of the configuration reference (`docs/configuration.md`) and returns
-    /// the first broken one. [`from_file`] and [`from_toml_str`] call it; call it again after
+    /// every broken one. [`from_file`] and [`from_toml_str`] call it; call it again after
     /// changing a configuration in code.
     ///
-    /// Not checked here: that the wasm files exist and the broker's `transaction.max.timeout.ms`
-    /// (both at start-up).
+    /// Not checked here: that the wasm files are `weir:transform` components (`weir validate`
+    /// and the start-up check them) and the broker's `transaction.max.timeout.ms` (at
+    /// start-up).
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] naming the key at fault, the allowed values and the fix.
+    /// [`ConfigError::Invalid`] naming the key at fault, the allowed values and the fix; or
+    /// [`ConfigError::Several`] of them when several rules are broken.
     ///
     /// [`from_file`]: PipelineConfig::from_file
     /// [`from_toml_str`]: PipelineConfig::from_toml_str
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_name("name", &self.name, Some(MAX_NAME_LEN), "it becomes part of group and transactional ids")?;
-        self.validate_source()?;
-        self.validate_transforms()?;
-        self.validate_sink()?;
-        self.validate_tables()?;
-        self.validate_runtime()?;
-        self.validate_checkpoint()
+        ConfigError::from_list(None, self.broken_rules())
     }
 
-    fn validate_source(&self) -> Result<(), ConfigError> {
+    /// Every rule the configuration breaks, each a [`ConfigError::Invalid`], in the order of
+    /// the reference.
+    pub(super) fn broken_rules(&self) -> Vec<ConfigError> {
+        let mut broken = Broken::default();
+        broken.check(check_name(
+            "name",
+            &self.name,
+            Some(MAX_NAME_LEN),
+            "it becomes part of group and transactional ids",
+        ));
+        self.validate_source(&mut broken);
+        self.validate_transforms(&mut broken);
+        self.validate_sink(&mut broken);
+        self.validate_tables(&mut broken);
+        self.validate_runtime(&mut broken);
+        self.validate_checkpoint(&mut broken);
+        broken.0
+    }
+
+    fn validate_source(&self, broken: &mut Broken) {
         let source = &self.source;
-        check_not_blank("source.brokers", &source.brokers, "e.g. \"localhost:9092\"")?;
+        broken.check(check_not_blank("source.brokers", &source.brokers, "e.g. \"localhost:9092\""));
         if source.topics.is_empty() {
-            return Err(ConfigError::invalid("source.topics", "must name at least one topic"));
+            broken.push("source.topics", "must name at least one topic");
         }
         let mut seen = BTreeSet::new();
         for (i, topic) in source.topics.iter().enumerate() {
             let key_path = format!("source.topics[{i}]");
-            check_topic(&key_path, topic)?;
-            if !seen.insert(topic) {
-                return Err(ConfigError::invalid(key_path, format!("topic {topic:?} is listed twice")));
+            if broken.check(check_topic(&key_path, topic)) && !seen.insert(topic) {
+                broken.push(key_path, format!("topic {topic:?} is listed twice"));
             }
         }
         if let Some(group_id) = &source.group_id {
-            check_not_blank("source.group_id", group_id, "or leave it out to use \"weir-<name>\"")?;
+            broken.check(check_not_blank("source.group_id", group_id, "or leave it out to use \"weir-<name>\""));
         }
-        check_reserved("source.consumer", &source.consumer)?;
-        check_duration(
+        check_reserved(broken, "source.consumer", &source.consumer);
+        broken.check(check_duration(
             "source.partition_discovery_interval_ms",
             source.partition_discovery_interval,
             MIN_PARTITION_DISCOVERY_INTERVAL,
             Duration::MAX,
-        )?;
-        check_range("source.batch_size", source.batch_size, 1, MAX_BATCH_SIZE, "records")?;
+        ));
+        broken.check(check_range("source.batch_size", source.batch_size, 1, MAX_BATCH_SIZE, "records"));
         if let Some(watermark) = &source.watermark {
             if let Some(field) = &watermark.field {
-                check_not_blank(
+                broken.check(check_not_blank(
                     "source.watermark.field",
                     field,
                     "name the JSON field, or leave it out to use the record timestamp",
-                )?;
+                ));
             } else if watermark.format != TimeFormat::default() {
-                return Err(ConfigError::invalid(
+                broken.push(
                     "source.watermark.format",
                     "applies only to source.watermark.field; set the field too, or leave the format out",
-                ));
+                );
             }
             // i64 milliseconds: the watermark arithmetic must not overflow.
             let most = Duration::from_millis(i64::MAX as u64 / 4);
-            check_duration(
+            broken.check(check_duration(
                 "source.watermark.max_out_of_orderness_ms",
                 watermark.max_out_of_orderness,
                 Duration::ZERO,
                 most,
-            )?;
+            ));
             if let Some(idle) = watermark.idle_timeout {
-                check_duration("source.watermark.idle_timeout_ms", idle, Duration::from_millis(1), most)?;
+                broken.check(check_duration("source.watermark.idle_timeout_ms", idle, Duration::from_millis(1), most));
             }
         }
-        Ok(())
     }
 
-    fn validate_tables(&self) -> Result<(), ConfigError> {
+    fn validate_tables(&self, broken: &mut Broken) {
         let sink = &self.sink;
         let mut names = BTreeSet::new();
         for (i, table) in self.source.tables.iter().enumerate() {
             let key = |field: &str| format!("source.tables[{i}].{field}");
-            check_name(&key("name"), &table.name, None, "it names the header joined records get")?;
-            if !names.insert(&table.name) {
-                return Err(ConfigError::invalid(key("name"), format!("{:?} names another table too", table.name)));
+            if broken.check(check_name(&key("name"), &table.name, None, "it names the header joined records get"))
+                && !names.insert(&table.name)
+            {
+                broken.push(key("name"), format!("{:?} names another table too", table.name));
             }
-            check_topic(&key("topic"), &table.topic)?;
+            broken.check(check_topic(&key("topic"), &table.topic));
             let named = self.source.topics.iter().chain([&sink.topic]).chain(sink.outputs.values());
             if named
                 .chain(sink.dead_letter_topic.iter())
                 .chain([&self.state.changelog_topic])
                 .any(|t| *t == table.topic)
             {
-                return Err(ConfigError::invalid(
+                broken.push(
                     key("topic"),
                     format!(
                         "{:?} is also a source, sink, output, dead-letter or changelog topic; a table needs a topic of its own",
                         table.topic
                     ),
-                ));
+                );
             }
             if table.key_fields.is_empty() {
-                return Err(ConfigError::invalid(
+                broken.push(
                     key("key_fields"),
                     "must name at least one field of the source records' JSON value, e.g. [\"origin\", \"time_hour\"]",
-                ));
+                );
             }
             for (j, field) in table.key_fields.iter().enumerate() {
-                check_not_blank(&format!("source.tables[{i}].key_fields[{j}]"), field, "name a top-level JSON field")?;
+                broken.check(check_not_blank(
+                    &format!("source.tables[{i}].key_fields[{j}]"),
+                    field,
+                    "name a top-level JSON field",
+                ));
             }
-            check_range(&key("max_mb"), table.max_bytes / MIB, 1, MAX_MEMORY_LIMIT_BYTES / MIB, "MiB")?;
+            broken.check(check_range(&key("max_mb"), table.max_bytes / MIB, 1, MAX_MEMORY_LIMIT_BYTES / MIB, "MiB"));
         }
-        Ok(())
     }
 
-    fn validate_transforms(&self) -> Result<(), ConfigError> {
+    fn validate_transforms(&self, broken: &mut Broken) {
         if self.transforms.is_empty() {
-            return Err(ConfigError::invalid("transforms", "the pipeline needs at least one [[transforms]] table"));
+            broken.push("transforms", "the pipeline needs at least one [[transforms]] table");
         }
         let mut seen = BTreeSet::new();
         for (i, t) in self.transforms.iter().enumerate() {
             let key = |field: &str| format!("transforms[{i}].{field}");
-            check_name(&key("name"), &t.name, None, "operators are named by it in state and logs")?;
-            if !seen.insert(&t.name) {
-                return Err(ConfigError::invalid(
+            if broken.check(check_name(&key("name"), &t.name, None, "operators are named by it in state and logs"))
+                && !seen.insert(&t.name)
+            {
+                broken.push(
                     key("name"),
                     format!("{:?} names another transform too; operator names must be unique in the pipeline", t.name),
-                ));
+                );
             }
             if t.wasm.extension().is_none_or(|ext| ext != "wasm") {
-                return Err(ConfigError::invalid(
+                broken.push(
                     key("wasm"),
                     format!("{} is not a WebAssembly component: the path must end in \".wasm\"", t.wasm.display()),
-                ));
+                );
             }
             let bytes = t.memory_limit_bytes;
             if !(MIB..=MAX_MEMORY_LIMIT_BYTES).contains(&bytes) {
@@ -151,24 +169,23 @@ impl PipelineConfig {
                     _ if bytes % MIB == 0 => format!("{}", bytes / MIB),
                     _ => format!("{bytes} bytes"),
                 };
-                return Err(ConfigError::invalid(
+                broken.push(
                     key("memory_limit_mb"),
                     format!("must be within 1..={} (MiB), got {got}", MAX_MEMORY_LIMIT_BYTES / MIB),
-                ));
+                );
             }
-            check_duration(&key("deadline_ms"), t.deadline, Duration::from_millis(1), MAX_DEADLINE)?;
+            broken.check(check_duration(&key("deadline_ms"), t.deadline, Duration::from_millis(1), MAX_DEADLINE));
             if t.on_error == OnError::DeadLetter && self.sink.dead_letter_topic.is_none() {
-                return Err(ConfigError::invalid(
+                broken.push(
                     key("on_error"),
                     format!(
                         "transform {:?} sends failing records to a dead-letter topic, but sink.dead_letter_topic is not \
                          set: set sink.dead_letter_topic, or use on_error = \"fail\"",
                         t.name
                     ),
-                ));
+                );
             }
         }
-        Ok(())
     }
 
     /// Refuses an output topic that is also a source topic on the same brokers: the pipeline
@@ -189,29 +206,27 @@ impl PipelineConfig {
         }
     }
 
-    fn validate_sink(&self) -> Result<(), ConfigError> {
+    fn validate_sink(&self, broken: &mut Broken) {
         let sink = &self.sink;
-        check_not_blank("sink.brokers", &sink.brokers, "or leave it out to use source.brokers")?;
-        check_topic("sink.topic", &sink.topic)?;
-        self.check_not_source("sink.topic", &sink.topic)?;
+        broken.check(check_not_blank("sink.brokers", &sink.brokers, "or leave it out to use source.brokers"));
+        if broken.check(check_topic("sink.topic", &sink.topic)) {
+            broken.check(self.check_not_source("sink.topic", &sink.topic));
+        }
         for (output, topic) in &sink.outputs {
             let mut key_path = String::from("sink.outputs");
             push_key(&mut key_path, output);
             if !is_name(output) {
-                return Err(ConfigError::invalid(
-                    key_path,
-                    format!("output name {output:?} must be made of {NAME_CHARS}"),
-                ));
+                broken.push(&key_path, format!("output name {output:?} must be made of {NAME_CHARS}"));
+            } else if broken.check(check_topic(&key_path, topic)) {
+                broken.check(self.check_not_source(&key_path, topic));
             }
-            check_topic(&key_path, topic)?;
-            self.check_not_source(&key_path, topic)?;
         }
-        check_name(
+        broken.check(check_name(
             "sink.transactional_id_prefix",
             &sink.transactional_id_prefix,
             Some(MAX_NAME_LEN),
             "transactional ids are \"<prefix>-<slot>\"",
-        )?;
+        ));
         let min_slots = if sink.guarantee == Guarantee::ExactlyOnce { 2 } else { 1 };
         if sink.producer_slots < min_slots || sink.producer_slots > MAX_PRODUCER_SLOTS {
             let why = if sink.guarantee == Guarantee::ExactlyOnce {
@@ -219,21 +234,22 @@ impl PipelineConfig {
             } else {
                 ""
             };
-            return Err(ConfigError::invalid(
+            broken.push(
                 "sink.producer_slots",
                 format!("must be within {min_slots}..={MAX_PRODUCER_SLOTS}{why}, got {}", sink.producer_slots),
-            ));
+            );
         }
-        check_duration(
+        broken.check(check_duration(
             "sink.transaction_timeout_ms",
             sink.transaction_timeout,
             MIN_TRANSACTION_TIMEOUT,
             MAX_TRANSACTION_TIMEOUT,
-        )?;
-        check_reserved("sink.producer", &sink.producer)?;
-        check_producer_queue(&sink.producer)?;
-        if let Some(dead) = &sink.dead_letter_topic {
-            check_topic("sink.dead_letter_topic", dead)?;
+        ));
+        check_reserved(broken, "sink.producer", &sink.producer);
+        broken.check(check_producer_queue(&sink.producer));
+        if let Some(dead) = &sink.dead_letter_topic
+            && broken.check(check_topic("sink.dead_letter_topic", dead))
+        {
             let clash = if *dead == sink.topic {
                 Some("sink.topic".to_owned())
             } else if let Some(i) = self.source.topics.iter().position(|t| t == dead) {
@@ -246,66 +262,74 @@ impl PipelineConfig {
                 })
             };
             if let Some(other) = clash {
-                return Err(ConfigError::invalid(
+                broken.push(
                     "sink.dead_letter_topic",
                     format!("{dead:?} is also {other}; dead letters need a topic of their own"),
-                ));
+                );
             }
         }
         if self.state.max_bytes == Some(0) {
-            return Err(ConfigError::invalid("state.max_bytes", "must be at least 1; leave it out for no limit"));
+            broken.push("state.max_bytes", "must be at least 1; leave it out for no limit");
         }
         let changelog = &self.state.changelog_topic;
-        check_topic("state.changelog_topic", changelog)?;
         let named = self.source.topics.iter().chain([&sink.topic]).chain(sink.outputs.values());
-        if named.chain(sink.dead_letter_topic.iter()).any(|t| t == changelog) {
-            return Err(ConfigError::invalid(
+        if broken.check(check_topic("state.changelog_topic", changelog))
+            && named.chain(sink.dead_letter_topic.iter()).any(|t| t == changelog)
+        {
+            broken.push(
                 "state.changelog_topic",
                 format!(
                     "{changelog:?} is also a source, sink, output or dead-letter topic; the changelog needs a topic of its own"
                 ),
-            ));
+            );
         }
         if let Some(partitions) = sink.partitions
             && partitions < 1
         {
-            return Err(ConfigError::invalid(
+            broken.push(
                 "sink.partitions",
                 format!("must be at least 1, got {partitions}; or leave it out to match the source"),
-            ));
+            );
         }
-        Ok(())
     }
 
-    fn validate_runtime(&self) -> Result<(), ConfigError> {
-        match self.runtime.workers {
-            Some(workers) if !(1..=MAX_WORKERS).contains(&workers) => Err(ConfigError::invalid(
+    fn validate_runtime(&self, broken: &mut Broken) {
+        if let Some(workers) = self.runtime.workers
+            && !(1..=MAX_WORKERS).contains(&workers)
+        {
+            broken.push(
                 "runtime.workers",
                 format!("must be 1 to {MAX_WORKERS}, got {workers}; or leave it out for one per available core"),
-            )),
-            _ => check_duration(
-                "runtime.shutdown_grace_ms",
-                self.runtime.shutdown_grace,
-                MIN_SHUTDOWN_GRACE,
-                MAX_SHUTDOWN_GRACE,
-            ),
+            );
         }
+        let grace = self.runtime.shutdown_grace;
+        broken.check(check_duration("runtime.shutdown_grace_ms", grace, MIN_SHUTDOWN_GRACE, MAX_SHUTDOWN_GRACE));
     }
 
-    fn validate_checkpoint(&self) -> Result<(), ConfigError> {
+    fn validate_checkpoint(&self, broken: &mut Broken) {
         let checkpoint = &self.checkpoint;
-        check_duration("checkpoint.interval_ms", checkpoint.interval, MIN_CHECKPOINT_INTERVAL, Duration::MAX)?;
-        check_duration("checkpoint.timeout_ms", checkpoint.timeout, MIN_CHECKPOINT_TIMEOUT, Duration::MAX)?;
+        broken.check(check_duration(
+            "checkpoint.interval_ms",
+            checkpoint.interval,
+            MIN_CHECKPOINT_INTERVAL,
+            Duration::MAX,
+        ));
+        broken.check(check_duration(
+            "checkpoint.timeout_ms",
+            checkpoint.timeout,
+            MIN_CHECKPOINT_TIMEOUT,
+            Duration::MAX,
+        ));
         if checkpoint.max_epoch_bytes < MIN_MAX_EPOCH_BYTES {
-            return Err(ConfigError::invalid(
+            broken.push(
                 "checkpoint.max_epoch_bytes",
                 format!("must be at least {MIN_MAX_EPOCH_BYTES} (1 MiB), got {}", checkpoint.max_epoch_bytes),
-            ));
+            );
         }
         let (interval, timeout) = (checkpoint.interval, checkpoint.timeout);
         let transaction_timeout = self.sink.transaction_timeout;
         if self.sink.guarantee == Guarantee::ExactlyOnce && interval.saturating_add(timeout) >= transaction_timeout {
-            return Err(ConfigError::invalid(
+            broken.push(
                 "sink.transaction_timeout_ms",
                 format!(
                     "with sink.guarantee = \"exactly-once\", checkpoint.interval_ms ({}) + checkpoint.timeout_ms ({}) \
@@ -319,9 +343,26 @@ impl PipelineConfig {
                     transaction_timeout.as_millis(),
                     BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT.as_millis(),
                 ),
-            ));
+            );
         }
-        Ok(())
+    }
+}
+
+/// The rules a configuration breaks, in the order they are found.
+#[derive(Default)]
+struct Broken(Vec<ConfigError>);
+
+impl Broken {
+    fn push(&mut self, key_path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigError::invalid(key_path, message));
+    }
+
+    /// Records the error of `result`; returns whether there was none (so that a rule that
+    /// needs a valid value can be checked only then).
+    fn check(&mut self, result: Result<(), ConfigError>) -> bool {
+        let ok = result.is_ok();
+        self.0.extend(result.err());
+        ok
     }
 }
 
@@ -415,7 +456,7 @@ fn check_producer_queue(producer: &std::collections::BTreeMap<String, String>) -
 }
 
 /// Refuses librdkafka keys that Weir sets itself, naming the typed option to use instead.
-fn check_reserved(table: &str, properties: &std::collections::BTreeMap<String, String>) -> Result<(), ConfigError> {
+fn check_reserved(broken: &mut Broken, table: &str, properties: &std::collections::BTreeMap<String, String>) {
     for key in properties.keys() {
         let Some(reserved) = RESERVED_RDKAFKA_KEYS.iter().find(|r| key.trim().eq_ignore_ascii_case(r)) else {
             continue;
@@ -433,14 +474,13 @@ fn check_reserved(table: &str, properties: &std::collections::BTreeMap<String, S
         };
         let mut key_path = table.to_owned();
         push_key(&mut key_path, key);
-        return Err(ConfigError::invalid(
+        broken.push(
             key_path,
             format!(
                 "Weir sets the librdkafka property {reserved:?} itself, for exactly-once to hold; remove it from \
                  [{table}] ({instead}). Reserved: {}",
                 RESERVED_RDKAFKA_KEYS.join(", ")
             ),
-        ));
+        );
     }
-    Ok(())
 }
