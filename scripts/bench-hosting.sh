@@ -61,7 +61,7 @@ EOF
     local started; started=$(date +%s.%N)
     WEIR_TOKEN="$token" "$weir" deploy "$work/$name.toml" > /dev/null
     while :; do
-        summary=$(WEIR_TOKEN="$token" "$weir" pipelines show "$name" \
+        summary=$(WEIR_TOKEN="$token" "$weir" pipelines show "$name" --output json \
             | python3 -c 'import json,sys; s=json.load(sys.stdin); m=s.get("metrics") or {}; print(s["state"], m.get("records_in", 0), m.get("lag_records"))')
         read -r state records lag <<< "$summary"
         [ "$records" = "$flights" ] && [ "$lag" = "0" ] && break
@@ -86,7 +86,7 @@ for percent in ${NOISY_CPU_PERCENT:-50}; do
     done
     solo=$(delays "$b" "$tb" solo)
 
-    WEIR_TOKEN="$a" "$weir" transforms push misbehave "$root/target/plugins/misbehave.wasm" > /dev/null
+    WEIR_TOKEN="$a" "$weir" hosted-transforms push misbehave "$root/target/plugins/misbehave.wasm" > /dev/null
     for word in loop alloc error; do
         python3 -c "print('\\n'.join(['\"$word\"'] * 100000))" > "$work/$word.jsonl"
         "$weir" produce --topic "$ta.$word-in" --partitions 2 "$work/$word.jsonl" > /dev/null

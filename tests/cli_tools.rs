@@ -216,3 +216,133 @@ async fn consume_with_a_short_timeout_reads_what_the_topic_holds() {
     assert!(output.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 3, "{stderr}");
 }
+
+/// Runs `weir` with `args`; returns its exit code, stdout and stderr.
+fn weir_exit(args: &[&OsStr]) -> (Option<i32>, String, String) {
+    let output = Command::new(weir_binary()).args(args).output().expect("run weir");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+/// `weir validate` accepts the examples' pipeline files and sums each up in one line. They name
+/// their components relative to the repository's `target/plugins`; a copy names where
+/// `scripts/build-plugins.sh` put them.
+#[test]
+fn validate_accepts_the_example_pipelines() {
+    let dir = tempfile::tempdir().unwrap();
+    for (example, component, summary) in [
+        ("flights", "flight-delays", "flight-delays: source flights → operators flight-delays → sink flight-delays"),
+        (
+            "flights-hourly",
+            "flights-hourly",
+            "flights-hourly: source flights-by-origin → operators flights-hourly → sink flights-hourly, late: \
+             flights-hourly-late",
+        ),
+        (
+            "flights-weather",
+            "flights-weather",
+            "flights-weather: source flights → operators flights-weather → sink flights-weather",
+        ),
+    ] {
+        let text = std::fs::read_to_string(weir_tests::repo_root().join(format!("examples/{example}/pipeline.toml")))
+            .expect("example pipeline file");
+        let wasm = format!("../../target/plugins/{component}.wasm");
+        assert!(text.contains(&wasm), "{example} names {wasm}");
+        let file = dir.path().join(format!("{example}.toml"));
+        std::fs::write(&file, text.replace(&wasm, &plugin(component).display().to_string())).unwrap();
+        let (code, stdout, stderr) = weir_exit(&[OsStr::new("validate"), file.as_os_str()]);
+        assert_eq!(code, Some(0), "{example}: {stderr}");
+        let expected = format!("{}: valid: pipeline {summary} (exactly-once)\n", file.display());
+        assert_eq!(stdout, expected);
+    }
+}
+
+/// A file with many kinds of mistakes gets every one of them reported at once, each naming its
+/// key and line, in the order of the file, and exit status 1.
+#[test]
+fn validate_reports_every_error_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &file,
+        r#"name = "bad pipeline"
+
+[source]
+brokers = "127.0.0.1:9092"
+topics = ["in"]
+batch_size = "many"
+strat = "latest"
+
+[[transforms]]
+name = "missing"
+wasm = "missing.wasm"
+
+[[transforms]]
+name = "core"
+wasm = "core.wasm"
+
+[sink]
+topic = "in"
+producer_slots = 1
+"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = weir_exit(&[OsStr::new("validate"), file.as_os_str()]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.starts_with(&format!("error: invalid pipeline file {}: 7 errors:\n", file.display())), "{stderr}");
+    let expected = [
+        ("`name` (line 1)", "must be 1 to 200 characters"),
+        ("`source.batch_size` (line 6)", "invalid type: string \"many\", expected usize"),
+        ("`source.strat` (line 7)", "unknown key; did you mean `start`?"),
+        ("`transforms[0].wasm` (line 11)", "cannot read transform"),
+        ("`transforms[1].wasm` (line 15)", "core WebAssembly module, not a component"),
+        ("`sink.topic` (line 18)", "read its own output back"),
+        ("`sink.producer_slots` (line 19)", "must be within 2..=16"),
+    ];
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("  - ")).collect();
+    assert_eq!(lines.len(), expected.len(), "{stderr}");
+    for (line, (key, message)) in lines.iter().zip(expected) {
+        assert!(line.starts_with(&format!("  - {key}: ")) && line.contains(message), "{key} {message:?}: {line}");
+    }
+    // What to do: the missing file says how to fix it, the module how to look at it.
+    assert!(
+        lines[3].contains(&*dir.path().join("missing.wasm").to_string_lossy()) && lines[3].contains("fix the path")
+    );
+    assert!(lines[4].contains("weir transform check"), "{}", lines[4]);
+
+    // A file that is not TOML: its syntax errors, nothing else.
+    std::fs::write(&file, "name = [\n").unwrap();
+    let (code, _, stderr) = weir_exit(&[OsStr::new("validate"), file.as_os_str()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("TOML parse error at line 1"), "{stderr}");
+    // No file at all.
+    let (code, _, stderr) = weir_exit(&[OsStr::new("validate"), dir.path().join("none.toml").as_os_str()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot read pipeline file") && stderr.contains("none.toml"), "{stderr}");
+}
+
+/// `weir status --output json` prints one JSON object; `--json`, its old spelling, the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_prints_one_json_object_with_output_json_and_json() {
+    let pipeline = TestPipeline::new("weir-status-output", &Spec::new("passthrough"));
+    weir_tests::create_topic(&pipeline.source, 2).await;
+    let status = |format: &[&str]| {
+        let mut args = vec![OsStr::new("status")];
+        args.extend(format.iter().map(OsStr::new));
+        args.push(pipeline.file.as_os_str());
+        let (code, stdout, stderr) = weir_exit(&args);
+        assert_eq!(code, Some(0), "{format:?}: {stderr}");
+        stdout
+    };
+    for format in [&["--output", "json"][..], &["-o", "json"], &["--json"]] {
+        let json: serde_json::Value = serde_json::from_str(&status(format)).expect("one JSON document");
+        assert_eq!(json["pipeline"], pipeline.name.as_str(), "{format:?}");
+        assert_eq!(json["committed_checkpoint"], 0, "{format:?}");
+        assert_eq!(json["partitions"].as_array().map(Vec::len), Some(2), "{format:?}");
+    }
+    let table = status(&["--output", "table"]);
+    assert!(table.contains("last committed checkpoint: 0\n"), "{table}");
+    assert_eq!(table, status(&[]), "table is the default");
+}

@@ -166,17 +166,50 @@ fn toml_body(text: &str) -> Option<(&'static str, Vec<u8>)> {
     Some(("application/toml", text.as_bytes().to_vec()))
 }
 
-/// Runs the `weir` client with `args`, the server and `token` in the environment.
-fn client(serve: &Serve, token: &str, args: &[&str]) -> String {
+/// Runs the `weir` client with `args`, the server and `token` in the environment; returns its
+/// stdout and stderr.
+fn client(serve: &Serve, token: &str, args: &[&str]) -> (String, String) {
     let output = Command::new(weir_binary())
         .args(args)
         .env("WEIR_SERVER", &serve.base)
         .env("WEIR_TOKEN", token)
         .output()
         .expect("run the weir client");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "weir {args:?} failed:\n{text}");
-    text
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "weir {args:?} failed:\n{stdout}{stderr}");
+    (stdout.into_owned(), stderr.into_owned())
+}
+
+/// Runs the `weir` client with `args` (a list or show command with `--output json`); returns
+/// the one JSON document it prints.
+fn client_json(serve: &Serve, token: &str, args: &[&str]) -> Value {
+    let (stdout, stderr) = client(serve, token, args);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("weir {args:?}: {e}:\n{stdout}{stderr}"))
+}
+
+/// The client's list and show commands, with acme's pipeline `delays` (writing `sink`) and
+/// transform `flight-delays` deployed, and tenants acme and globex: one JSON document with
+/// `--output json`, a table by default; `weir transforms`, the former name of `weir
+/// hosted-transforms`, still works.
+fn client_lists_and_shows(serve: &Serve, token: &str, sink: &str) {
+    let pipelines = client_json(serve, token, &["pipelines", "ls", "--output", "json"]);
+    assert_eq!(pipelines.as_array().map(Vec::len), Some(1), "{pipelines}");
+    assert_eq!(pipelines[0]["name"], "delays", "{pipelines}");
+    let shown = client_json(serve, token, &["pipelines", "show", "delays", "-o", "json"]);
+    assert_eq!(shown["spec"]["sink"]["topic"], sink, "{shown}");
+    for group in ["hosted-transforms", "transforms"] {
+        let transforms = client_json(serve, token, &[group, "ls", "--output", "json"]);
+        let latest = (&transforms[0]["name"], &transforms[0]["versions"][0]["version"]);
+        assert_eq!(latest, (&json!("flight-delays"), &json!(1)), "{group}: {transforms}");
+        let shown = client_json(serve, token, &[group, "show", "flight-delays", "--output", "json"]);
+        assert_eq!(shown["versions"], transforms[0]["versions"], "{group}");
+    }
+    let tenants = client_json(serve, ADMIN, &["tenants", "ls", "--output", "json"]);
+    let names: Vec<&str> = tenants.as_array().expect("an array").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["acme", "globex"], "{tenants}");
+    let (table, _) = client(serve, token, &["pipelines", "ls"]);
+    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!((&rows[0][..2], rows[1][0]), (&["NAME", "STATE"][..], "delays"), "{table}");
 }
 
 /// Writes `rows` to `topic` about 1000 a second, on a thread.
@@ -221,7 +254,7 @@ async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
     let spec = flight_delays_spec(acme_source, acme_sink, None)
         .replace("transform = \"flight-delays\"\n", &format!("wasm = \"{}\"\n", plugin("flight-delays").display()));
     std::fs::write(&file, format!("name = \"delays\"\n{spec}")).expect("acme.toml");
-    let deployed = client(&serve, acme_token, &["deploy", file.to_str().expect("path")]);
+    let (_, deployed) = client(&serve, acme_token, &["deploy", file.to_str().expect("path")]);
     assert!(deployed.contains("transform flight-delays version 1"), "{deployed}");
     let (_, globex_token, globex_source, globex_sink) = &tenants[1];
     let bytes = std::fs::read(plugin("flight-delays")).expect("flight-delays.wasm");
@@ -230,6 +263,7 @@ async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
     let spec = flight_delays_spec(globex_source, globex_sink, None);
     serve.ok("PUT", "/v1/pipelines/delays", globex_token, toml_body(&spec));
 
+    client_lists_and_shows(&serve, acme_token, acme_sink);
     let mut readers: Vec<Reader> =
         tenants.iter().map(|(_, _, _, sink)| Reader::new(sink, PARTITIONS, Isolation::ReadCommitted)).collect();
     for reader in &mut readers {

@@ -40,7 +40,7 @@ done
 started=$(date +%s)
 for tenant in acme globex; do
     while :; do
-        status=$(WEIR_TOKEN="${tokens[$tenant]}" "$weir" pipelines show flight-delays)
+        status=$(WEIR_TOKEN="${tokens[$tenant]}" "$weir" pipelines show flight-delays --output json)
         summary=$(python3 -c 'import json,sys; s=json.load(sys.stdin); m=s.get("metrics") or {}; print(s["state"], m.get("records_in", 0), m.get("lag_records"))' <<< "$status")
         echo "  $tenant: state, records in, lag: $summary"
         [ "$(cut -d' ' -f2 <<< "$summary")" = "336776" ] && [ "$(cut -d' ' -f3 <<< "$summary")" = "0" ] && break

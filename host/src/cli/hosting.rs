@@ -1,7 +1,12 @@
 //! The client of `weir serve`, like `rpk transform`: `weir deploy`, `weir pipelines …`,
-//! `weir logs`, `weir transforms …` and, for the admin, `weir tenants …`. The server comes from
-//! `--server` / `$WEIR_SERVER`, the token from `$WEIR_TOKEN` (a tenant's, or the admin's for
-//! `weir tenants`).
+//! `weir logs`, `weir hosted-transforms …` (formerly `weir transforms …`) and, for the admin,
+//! `weir tenants …`. The server comes from `--server` / `$WEIR_SERVER`, the token from
+//! `$WEIR_TOKEN` (a tenant's, or the admin's for `weir tenants`).
+//!
+//! The list and show commands print a table, or with `--output json` the server's answer as it
+//! is: the `/v1` API's objects (docs/hosting.md lists their fields; `/v1/openapi.json` describes
+//! them), an array for `ls` and an object for `show`. Other commands print the server's answer
+//! as JSON.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -11,6 +16,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+
+use super::output::{self, OutputArgs, Table, cell};
 
 /// Where the server is and who is asking.
 #[derive(Debug, Args)]
@@ -36,7 +43,7 @@ pub enum TenantsCommand {
         quotas: QuotaArgs,
     },
     /// List tenants.
-    Ls,
+    Ls(OutputArgs),
     /// Replace a tenant's token and print the new one (the old one stops working).
     RotateToken { name: String },
     /// Revoke a tenant's token.
@@ -76,13 +83,17 @@ pub struct QuotaArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum TransformsCommand {
+pub enum HostedTransformsCommand {
     /// Upload a component as the transform's next version.
     Push { name: String, wasm: PathBuf },
     /// List your transforms.
-    Ls,
+    Ls(OutputArgs),
     /// Show a transform's versions (hash, size, contract, imports, exports).
-    Show { name: String },
+    Show {
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Delete a transform (refused while a pipeline uses it).
     Rm { name: String },
 }
@@ -90,9 +101,13 @@ pub enum TransformsCommand {
 #[derive(Debug, Subcommand)]
 pub enum PipelinesCommand {
     /// List your pipelines and their state.
-    Ls,
+    Ls(OutputArgs),
     /// Show a pipeline: spec, state, last error, lag, last checkpoint.
-    Show { name: String },
+    Show {
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Stop a pipeline after committing its open epoch.
     Stop { name: String },
     /// Start a stopped or failed pipeline.
@@ -172,8 +187,9 @@ impl Client {
     }
 }
 
-/// Prints the server's answer as JSON (nothing for an empty 204 answer).
-fn print(value: &Value) -> anyhow::Result<ExitCode> {
+/// Prints the answer of a command that is not a list or show, as JSON (nothing for an empty
+/// 204 answer).
+fn print_answer(value: &Value) -> anyhow::Result<ExitCode> {
     if !value.is_null() {
         writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(value)?)?;
     }
@@ -189,50 +205,83 @@ pub fn tenants(command: TenantsCommand, server: &ServerArgs) -> anyhow::Result<E
             if quotas.as_object().is_some_and(|q| !q.is_empty()) {
                 request["quotas"] = quotas;
             }
-            print(&client.call("POST", "/tenants", Some(("application/json", serde_json::to_vec(&request)?)))?)
+            print_answer(&client.call("POST", "/tenants", Some(("application/json", serde_json::to_vec(&request)?)))?)
         }
-        TenantsCommand::Ls => {
-            for tenant in client.call("GET", "/tenants", None)?.as_array().into_iter().flatten() {
-                writeln!(
-                    std::io::stdout(),
-                    "{}\tprefix {}\t{} pipelines\ttoken {}",
-                    tenant["name"].as_str().unwrap_or("?"),
-                    tenant["topic_prefix"].as_str().unwrap_or("?"),
-                    tenant["pipelines"],
-                    if tenant["token_active"] == true { "active" } else { "revoked" }
-                )?;
-            }
-            Ok(ExitCode::SUCCESS)
+        TenantsCommand::Ls(args) => {
+            output::print(args.output, &client.call("GET", "/tenants", None)?, |out, tenants| {
+                let mut table = Table::new(&["NAME", "TOPIC PREFIX", "PIPELINES", "TOKEN"]);
+                for tenant in items(tenants) {
+                    let token = if tenant["token_active"] == true { "active" } else { "revoked" };
+                    table.row([
+                        cell(&tenant["name"]),
+                        cell(&tenant["topic_prefix"]),
+                        cell(&tenant["pipelines"]),
+                        token.into(),
+                    ]);
+                }
+                table.write(out)
+            })
         }
-        TenantsCommand::RotateToken { name } => print(&client.call("POST", &format!("/tenants/{name}/token"), None)?),
+        TenantsCommand::RotateToken { name } => {
+            print_answer(&client.call("POST", &format!("/tenants/{name}/token"), None)?)
+        }
         TenantsCommand::RevokeToken { name } => {
-            print(&client.call("DELETE", &format!("/tenants/{name}/token"), None)?)
+            print_answer(&client.call("DELETE", &format!("/tenants/{name}/token"), None)?)
         }
-        TenantsCommand::Rm { name } => print(&client.call("DELETE", &format!("/tenants/{name}"), None)?),
+        TenantsCommand::Rm { name } => print_answer(&client.call("DELETE", &format!("/tenants/{name}"), None)?),
     }
 }
 
-pub fn transforms(command: TransformsCommand, server: &ServerArgs) -> anyhow::Result<ExitCode> {
+pub fn hosted_transforms(command: HostedTransformsCommand, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(server)?;
     match command {
-        TransformsCommand::Push { name, wasm } => print(&push(&client, &name, &wasm)?),
-        TransformsCommand::Ls => {
-            for transform in client.call("GET", "/transforms", None)?.as_array().into_iter().flatten() {
-                let latest = transform["versions"].as_array().and_then(|v| v.last()).cloned().unwrap_or_default();
-                writeln!(
-                    std::io::stdout(),
-                    "{}\tversion {}\t{} bytes\t{}",
-                    transform["name"].as_str().unwrap_or("?"),
-                    latest["version"],
-                    latest["size"],
-                    latest["sha256"].as_str().unwrap_or("?")
-                )?;
-            }
-            Ok(ExitCode::SUCCESS)
+        HostedTransformsCommand::Push { name, wasm } => print_answer(&push(&client, &name, &wasm)?),
+        HostedTransformsCommand::Ls(args) => {
+            output::print(args.output, &client.call("GET", "/transforms", None)?, |out, transforms| {
+                let mut table = Table::new(&["NAME", "VERSIONS", "LATEST", "SIZE", "CONTRACT", "SHA256"]);
+                for transform in items(transforms) {
+                    let versions = items(&transform["versions"]);
+                    let latest = versions.last().copied().unwrap_or(&Value::Null);
+                    table.row([
+                        cell(&transform["name"]),
+                        versions.len().to_string(),
+                        cell(&latest["version"]),
+                        cell(&latest["size"]),
+                        cell(&latest["contract"]),
+                        cell(&latest["sha256"]),
+                    ]);
+                }
+                table.write(out)
+            })
         }
-        TransformsCommand::Show { name } => print(&client.call("GET", &format!("/transforms/{name}"), None)?),
-        TransformsCommand::Rm { name } => print(&client.call("DELETE", &format!("/transforms/{name}"), None)?),
+        HostedTransformsCommand::Show { name, output } => {
+            let transform = client.call("GET", &format!("/transforms/{name}"), None)?;
+            output::print(output.output, &transform, |out, transform| {
+                writeln!(out, "transform {}", cell(&transform["name"]))?;
+                let mut table = Table::new(&["VERSION", "SIZE", "CONTRACT", "UPLOADED AT (MS)", "SHA256"]);
+                for version in items(&transform["versions"]) {
+                    table.row(["version", "size", "contract", "uploaded_at_ms", "sha256"].map(|f| cell(&version[f])));
+                }
+                table.write(out)?;
+                for version in items(&transform["versions"]) {
+                    writeln!(out, "version {}:", cell(&version["version"]))?;
+                    for list in ["exports", "imports"] {
+                        let names: Vec<String> = items(&version[list]).into_iter().map(cell).collect();
+                        writeln!(out, "  {list}: {}", names.join(", "))?;
+                    }
+                }
+                Ok(())
+            })
+        }
+        HostedTransformsCommand::Rm { name } => {
+            print_answer(&client.call("DELETE", &format!("/transforms/{name}"), None)?)
+        }
     }
+}
+
+/// The items of a JSON array (none for anything else).
+fn items(value: &Value) -> Vec<&Value> {
+    value.as_array().map(|items| items.iter().collect()).unwrap_or_default()
 }
 
 /// Uploads `wasm` as transform `name`, unless a version with the same bytes exists; returns
@@ -273,28 +322,64 @@ pub fn deploy(args: DeployArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let body = serde_json::to_vec(&spec)?;
-    print(&client.call("PUT", &format!("/pipelines/{name}"), Some(("application/json", body)))?)
+    print_answer(&client.call("PUT", &format!("/pipelines/{name}"), Some(("application/json", body)))?)
 }
 
 pub fn pipelines(command: PipelinesCommand, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(server)?;
     match command {
-        PipelinesCommand::Ls => {
-            for pipeline in client.call("GET", "/pipelines", None)?.as_array().into_iter().flatten() {
-                writeln!(
-                    std::io::stdout(),
-                    "{}\t{}\t{}",
-                    pipeline["name"].as_str().unwrap_or("?"),
-                    pipeline["state"].as_str().unwrap_or("?"),
-                    pipeline["last_error"].as_str().unwrap_or("")
-                )?;
-            }
-            Ok(ExitCode::SUCCESS)
+        PipelinesCommand::Ls(args) => {
+            output::print(args.output, &client.call("GET", "/pipelines", None)?, |out, pipelines| {
+                let mut table = Table::new(&["NAME", "STATE", "DESIRED", "RECORDS/S", "LAG", "LAST ERROR"]);
+                for pipeline in items(pipelines) {
+                    table.row([
+                        cell(&pipeline["name"]),
+                        cell(&pipeline["state"]),
+                        cell(&pipeline["desired"]),
+                        cell(&pipeline["records_per_second"]),
+                        cell(&pipeline["metrics"]["lag_records"]),
+                        cell(&pipeline["last_error"]),
+                    ]);
+                }
+                table.write(out)
+            })
         }
-        PipelinesCommand::Show { name } => print(&client.call("GET", &format!("/pipelines/{name}"), None)?),
-        PipelinesCommand::Stop { name } => print(&client.call("POST", &format!("/pipelines/{name}/stop"), None)?),
-        PipelinesCommand::Start { name } => print(&client.call("POST", &format!("/pipelines/{name}/start"), None)?),
-        PipelinesCommand::Rm { name } => print(&client.call("DELETE", &format!("/pipelines/{name}"), None)?),
+        PipelinesCommand::Show { name, output } => {
+            let pipeline = client.call("GET", &format!("/pipelines/{name}"), None)?;
+            output::print(output.output, &pipeline, |out, pipeline| {
+                let metrics = &pipeline["metrics"];
+                let mut table = Table::new(&[]);
+                for (field, value) in [
+                    ("name", &pipeline["name"]),
+                    ("state", &pipeline["state"]),
+                    ("desired", &pipeline["desired"]),
+                    ("records/s", &pipeline["records_per_second"]),
+                    ("records in", &metrics["records_in"]),
+                    ("records out", &metrics["records_out"]),
+                    ("lag", &metrics["lag_records"]),
+                    ("last checkpoint", &metrics["last_checkpoint"]["id"]),
+                    ("last error", &pipeline["last_error"]),
+                ] {
+                    table.row([field.to_owned(), cell(value)]);
+                }
+                table.write(out)?;
+                // The spec as TOML, the form a tenant writes (the server keeps it as a TOML table, so it
+                // has no nulls that TOML could not write).
+                let spec = toml::to_string(&pipeline["spec"]).unwrap_or_else(|_| pipeline["spec"].to_string());
+                writeln!(out, "spec:")?;
+                for line in spec.lines() {
+                    writeln!(out, "{}", if line.is_empty() { String::new() } else { format!("  {line}") })?;
+                }
+                Ok(())
+            })
+        }
+        PipelinesCommand::Stop { name } => {
+            print_answer(&client.call("POST", &format!("/pipelines/{name}/stop"), None)?)
+        }
+        PipelinesCommand::Start { name } => {
+            print_answer(&client.call("POST", &format!("/pipelines/{name}/start"), None)?)
+        }
+        PipelinesCommand::Rm { name } => print_answer(&client.call("DELETE", &format!("/pipelines/{name}"), None)?),
     }
 }
 

@@ -3,6 +3,7 @@
 mod bytes;
 mod consume;
 mod hosting;
+mod output;
 mod produce;
 mod run;
 mod savepoint;
@@ -10,6 +11,7 @@ mod serve;
 mod status;
 mod transform;
 mod txn;
+mod validate;
 
 use std::process::ExitCode;
 
@@ -28,6 +30,8 @@ enum Command {
     /// Check, inspect and run transforms (WebAssembly components) locally, without Kafka.
     #[command(subcommand)]
     Transform(transform::TransformCommand),
+    /// Check a pipeline file without a broker (keys, values, components); report every error.
+    Validate(validate::ValidateArgs),
     /// Run a pipeline exactly-once until SIGINT/SIGTERM, then commit the open epoch and exit.
     Run(run::RunArgs),
     /// Copy a pipeline's committed state (from its changelog) into a portable directory.
@@ -54,10 +58,12 @@ enum Command {
     },
     /// Print a pipeline's log lines from a `weir serve`.
     Logs(hosting::LogsArgs),
-    /// Upload, list or delete your transforms on a `weir serve`.
-    Transforms {
+    /// Upload, list, show or delete your transforms on a `weir serve` (`weir transforms`, its
+    /// former name, still works in this release and goes in the next).
+    #[command(name = "hosted-transforms", alias = "transforms")]
+    HostedTransforms {
         #[command(subcommand)]
-        command: hosting::TransformsCommand,
+        command: hosting::HostedTransformsCommand,
         #[command(flatten)]
         server: hosting::ServerArgs,
     },
@@ -74,6 +80,7 @@ enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Transform(command) => transform::run(command),
+        Command::Validate(args) => validate::execute(args),
         Command::Run(args) => run::execute(args),
         Command::Savepoint(args) => savepoint::execute(args),
         Command::Status(args) => status::execute(args),
@@ -84,7 +91,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deploy(args) => hosting::deploy(args),
         Command::Pipelines { command, server } => hosting::pipelines(command, &server),
         Command::Logs(args) => hosting::logs(args),
-        Command::Transforms { command, server } => hosting::transforms(command, &server),
+        Command::HostedTransforms { command, server } => hosting::hosted_transforms(command, &server),
         Command::Tenants { command, server } => hosting::tenants(command, &server),
     }
 }

@@ -1,6 +1,8 @@
-//! `weir status <pipeline.toml> [--json]`: last committed checkpoint, offsets per partition, the
-//! instance that committed each partition and the one that owns it now, and lag per partition
-//! and per instance, as text or as JSON (field names documented in docs/observability.md).
+//! `weir status <pipeline.toml> [--output table|json]`: last committed checkpoint, offsets per
+//! partition, the instance that committed each partition and the one that owns it now, and lag
+//! per partition and per instance, as text or as one JSON object (field names documented in
+//! docs/observability.md). `--json`, its spelling before `--output`, is a hidden alias of
+//! `--output json`.
 //!
 //! The consumer group's committed offsets are the pipeline's truth on every instance: each
 //! carries the checkpoint and the transactional id `<prefix>-<instance>-<slot>` that committed
@@ -13,6 +15,8 @@ use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
+
+use super::output::{self, Format, OutputArgs};
 use weir::config::PipelineConfig;
 use weir::kafka::{Admin, CheckpointMetadata, Source, TopicCheck};
 use weir::types::TaskId;
@@ -23,8 +27,10 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 pub struct StatusArgs {
     /// The pipeline file.
     pipeline: PathBuf,
-    /// Print one JSON object instead of text (fields: docs/observability.md).
-    #[arg(long)]
+    #[command(flatten)]
+    output: OutputArgs,
+    /// The same as `--output json` (its spelling before `--output`).
+    #[arg(long, hide = true, conflicts_with = "output")]
     json: bool,
 }
 
@@ -85,15 +91,8 @@ struct PartitionStatus {
 
 pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let status = read_status(&PipelineConfig::from_file(&args.pipeline)?)?;
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        // As an I/O error, so that a closed stdout (`| head`) ends the command quietly.
-        serde_json::to_writer_pretty(&mut out, &status).map_err(std::io::Error::from)?;
-        writeln!(out)?;
-    } else {
-        write_text(&mut out, &status)?;
-    }
-    Ok(ExitCode::SUCCESS)
+    let format = if args.json { Format::Json } else { args.output.output };
+    output::print(format, &status, write_text)
 }
 
 fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
@@ -166,7 +165,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
     })
 }
 
-fn write_text(out: &mut impl Write, status: &Status) -> std::io::Result<()> {
+fn write_text(out: &mut dyn Write, status: &Status) -> std::io::Result<()> {
     writeln!(
         out,
         "pipeline {} (state {}, changelog {})",

@@ -1,5 +1,6 @@
 //! `weir txn list|abort --prefix P [--instance ID]… [--group G --source-topic T…]`: a dead
-//! pipeline's transactions, or those of a pipeline's departed instances.
+//! pipeline's transactions, or those of a pipeline's departed instances. `list` prints text, or
+//! with `--output json` one JSON object ([`TxnList`]'s fields).
 //!
 //! An open transaction pins the last stable offset (LSO) of every partition it wrote to, so
 //! read_committed consumers stall there until the broker times it out
@@ -22,16 +23,24 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use serde::Serialize;
 use weir::kafka::{Admin, CheckpointMetadata, ProducerSlot, Source, TopicCheck, instance_of};
 use weir::pipeline::{default_instance, transactional_id};
 use weir::types::TaskId;
+
+use super::output::{self, OutputArgs};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Subcommand)]
 pub enum TxnCommand {
     /// Show a pipeline's transactional ids and the partitions an open transaction pins.
-    List(TxnArgs),
+    List {
+        #[command(flatten)]
+        args: TxnArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Abort whatever the pipeline's transactional ids left open (fences them).
     Abort(TxnArgs),
 }
@@ -72,7 +81,7 @@ pub struct TxnArgs {
 
 pub fn execute(command: TxnCommand) -> anyhow::Result<ExitCode> {
     match command {
-        TxnCommand::List(args) => list(&args),
+        TxnCommand::List { args, output } => list(&args, &output),
         TxnCommand::Abort(args) => abort(&args),
     }
 }
@@ -148,34 +157,68 @@ fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-fn list(args: &TxnArgs) -> anyhow::Result<ExitCode> {
-    writeln!(std::io::stdout(), "transactional ids: {}", ids(args, &instances(args)?).join(", "))?;
+/// What `weir txn list` reports; its JSON form is this, serialised.
+#[derive(Debug, Serialize)]
+struct TxnList {
+    /// The transactional ids of the pipeline's instances, then those of Weir versions before
+    /// instances (`<prefix>-<slot>`).
+    transactional_ids: Vec<String>,
+    /// The `--topic`s that do not exist.
+    missing_topics: Vec<String>,
+    /// The partitions of the `--topic`s pinned by an open transaction, in topic and partition
+    /// order.
+    pinned: Vec<Pinned>,
+}
+
+/// A partition whose last stable offset lags its high watermark: an open transaction wrote to
+/// it.
+#[derive(Debug, Serialize)]
+struct Pinned {
+    topic: String,
+    partition: i32,
+    /// Where read_committed consumers stop.
+    last_stable_offset: i64,
+    /// The end of the log.
+    high_watermark: i64,
+}
+
+fn list(args: &TxnArgs, output: &OutputArgs) -> anyhow::Result<ExitCode> {
+    let mut report =
+        TxnList { transactional_ids: ids(args, &instances(args)?), missing_topics: Vec::new(), pinned: Vec::new() };
     let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer> {
         Ok(ClientConfig::new().set("bootstrap.servers", &args.brokers).set("isolation.level", isolation).create()?)
     };
     let (committed, uncommitted) = (consumer("read_committed")?, consumer("read_uncommitted")?);
     let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
     let names: Vec<&str> = args.topics.iter().map(String::as_str).collect();
-    let mut pinned = 0;
     for (topic, check) in admin.topics(&names)? {
         let TopicCheck::Exists(partitions) = check else {
-            writeln!(std::io::stdout(), "{topic}: no such topic")?;
+            report.missing_topics.push(topic);
             continue;
         };
         for partition in 0..partitions {
             let (_, stable) = committed.fetch_watermarks(&topic, partition, TIMEOUT)?;
             let (_, high) = uncommitted.fetch_watermarks(&topic, partition, TIMEOUT)?;
             if stable < high {
-                pinned += 1;
-                writeln!(
-                    std::io::stdout(),
-                    "{topic}[{partition}]: last stable offset {stable} < high watermark {high}: pinned by an open transaction"
-                )?;
+                let topic = topic.clone();
+                report.pinned.push(Pinned { topic, partition, last_stable_offset: stable, high_watermark: high });
             }
         }
     }
-    writeln!(std::io::stdout(), "{pinned} partition(s) pinned by open transactions")?;
-    Ok(ExitCode::SUCCESS)
+    output::print(output.output, &report, |out, report| {
+        writeln!(out, "transactional ids: {}", report.transactional_ids.join(", "))?;
+        for topic in &report.missing_topics {
+            writeln!(out, "{topic}: no such topic")?;
+        }
+        for p in &report.pinned {
+            writeln!(
+                out,
+                "{}[{}]: last stable offset {} < high watermark {}: pinned by an open transaction",
+                p.topic, p.partition, p.last_stable_offset, p.high_watermark
+            )?;
+        }
+        writeln!(out, "{} partition(s) pinned by open transactions", report.pinned.len())
+    })
 }
 
 fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
