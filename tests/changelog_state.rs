@@ -1,13 +1,15 @@
 //! State in Kafka (issue 13): the changelog topic is the truth and the state directory a cache.
 //! A deleted state directory costs a restore, a restored state equals the one that was kept, and
-//! a state directory or changelog topic that is not the pipeline's own is refused.
+//! a state directory or changelog topic that is not the pipeline's own is refused; a state
+//! directory that may have missed deletes compaction purged is restored from scratch, never
+//! reused (issue 46, item 1).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use weir::kafka::Admin;
-use weir::state::{Committed, Entries, StateDb};
+use weir::state::{ChangelogEntry, Committed, Entries, StateDb};
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{
     RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, keyed, produce, run_to_completion, wait_exit,
@@ -219,6 +221,139 @@ async fn a_pipeline_started_from_a_savepoint_under_a_new_name_goes_on_like_the_o
     copy.wait_for_log("--from-savepoint is ignored", RUN_TIMEOUT);
     assert!(copy.stop(&mut child, Duration::from_secs(60)).success(), "{}", copy.log_text());
     assert_eq!(copied.drain(Duration::from_secs(2)), seen, "nothing was replayed");
+}
+
+/// A flight of hour `hour` (0..) of 2013-01-01 or later, keyed by its origin.
+fn hourly_flight(hour: u64, dep_delay: i64) -> (Option<String>, String) {
+    let time = hour_of(hour);
+    let value = serde_json::json!({"origin": "EWR", "time_hour": time, "dep_delay": dep_delay});
+    (Some("EWR".to_owned()), value.to_string())
+}
+
+/// `2013-01-01T00:00:00Z` plus `hour` hours, as RFC 3339.
+fn hour_of(hour: u64) -> String {
+    let (day, hour) = (1 + hour / 24, hour % 24);
+    let (month, day) = (1 + (day - 1) / 28, 1 + (day - 1) % 28);
+    format!("2013-{month:02}-{day:02}T{hour:02}:00:00Z")
+}
+
+/// Every record of `changelog` (one partition) a read_committed reader sees from its start:
+/// state key (without the changelog's `s`) → whether its last record is a tombstone.
+fn changelog_state_keys(changelog: &str) -> BTreeMap<Vec<u8>, bool> {
+    let mut keys = BTreeMap::new();
+    for record in weir_tests::records::read_raw(changelog, 1, 1, Duration::from_secs(30)) {
+        let (key, value) = (record.record.key.unwrap_or_default(), record.record.value);
+        if let Some(ChangelogEntry::State { key, value }) = ChangelogEntry::decode(&key, value.as_deref()) {
+            keys.insert(key, value.is_none());
+        }
+    }
+    keys
+}
+
+/// The hour of each flights-hourly output in `reader`.
+fn output_hours(reader: &Reader) -> Vec<String> {
+    let hour = |r: &weir_tests::Consumed| {
+        let value: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap_or("null")).unwrap();
+        value["hour"].as_str().unwrap_or_default().to_owned()
+    };
+    reader.records.iter().map(hour).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_state_directory_never_resurrects_state_whose_deletes_compaction_purged() {
+    // Two instances of a flights-hourly pipeline on one partition, one at a time.
+    let mut spec = Spec::new("flights-hourly");
+    spec.source = "batch_size = 64\n[source.watermark]\nfield = \"time_hour\"\nformat = \"rfc3339\"\n\
+                   max_out_of_orderness_ms = 0\n[source.consumer]\n\"session.timeout.ms\" = \"6000\"\n\
+                   \"heartbeat.interval.ms\" = \"500\""
+        .into();
+    spec.checkpoint = "interval_ms = 200\ntimeout_ms = 10000".into();
+    let pipeline = TestPipeline::new("weir-purged", &spec);
+    // A changelog the broker compacts at once and whose tombstones it purges 100 ms later.
+    let changelog = format!("{}-changelog", pipeline.name);
+    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    let configs = [
+        ("cleanup.policy", "compact"),
+        ("delete.retention.ms", "100"),
+        ("segment.ms", "100"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("min.compaction.lag.ms", "0"),
+    ];
+    admin.create_topic_with(&changelog, 1, &configs).await.unwrap();
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+
+    // a reads one flight of hour 0 and stops: its state holds the hour's window and timer.
+    produce(&pipeline.source, 1, &[hourly_flight(0, 5)]).await;
+    let mut a = pipeline.spawn_instance("a", &[]);
+    let a_dir = pipeline.dir().join("state/a");
+    let a_state =
+        || StateDb::open_read_only(&a_dir).map(|db| db.scan_prefix(b"", usize::MAX).unwrap()).unwrap_or_default();
+    let started = std::time::Instant::now();
+    while a_state().is_empty() {
+        assert!(started.elapsed() < RUN_TIMEOUT, "a never committed hour 0:\n{}", pipeline.instance_log("a"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(pipeline.stop(&mut a, Duration::from_secs(60)).success(), "{}", pipeline.instance_log("a"));
+    let held: Vec<Vec<u8>> = a_state().into_iter().map(|(key, _)| key).collect();
+
+    // b takes the partition over and closes hour 0, deleting its window and timer.
+    let mut b = pipeline.spawn_instance("b", &[]);
+    produce(&pipeline.source, 1, &[hourly_flight(1, 7)]).await;
+    reader.read_until(1, RUN_TIMEOUT);
+    assert_eq!(output_hours(&reader), [hour_of(0)], "{}", pipeline.instance_log("b"));
+    let deleted: Vec<Vec<u8>> = {
+        let started = std::time::Instant::now();
+        loop {
+            let keys = changelog_state_keys(&changelog);
+            let deleted: Vec<Vec<u8>> = held.iter().filter(|k| keys.get(*k) == Some(&true)).cloned().collect();
+            if !deleted.is_empty() {
+                break deleted;
+            }
+            assert!(
+                started.elapsed() < RUN_TIMEOUT,
+                "b never deleted a's hour-0 state:\n{}",
+                pipeline.instance_log("b")
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+
+    // b goes on writing (rolling segments) until the broker compacted the changelog and purged
+    // the tombstones: none of the deleted keys is in it any more.
+    let (started, mut hour) = (std::time::Instant::now(), 2);
+    loop {
+        let keys = changelog_state_keys(&changelog);
+        if deleted.iter().all(|k| !keys.contains_key(k)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the broker did not purge the tombstones of changelog {changelog} within 300 s (its log cleaner runs every \
+             log.cleaner.backoff.ms, 15 s by default; is log.cleaner.enable off?)"
+        );
+        let flights: Vec<_> = (hour..hour + 5).map(|h| hourly_flight(h, 1)).collect();
+        produce(&pipeline.source, 1, &flights).await;
+        hour += 5;
+    }
+    let closed = hour as usize - 1;
+    reader.read_until(closed, RUN_TIMEOUT);
+    assert!(pipeline.stop(&mut b, Duration::from_secs(60)).success(), "{}", pipeline.instance_log("b"));
+
+    // a comes back: its state directory still holds hour 0, whose deletes it can never read.
+    let mut a = pipeline.spawn_instance("a", &[]);
+    produce(&pipeline.source, 1, &[hourly_flight(hour + 1, 3)]).await;
+    reader.read_until(closed + 1, RUN_TIMEOUT);
+    reader.drain(Duration::from_secs(3));
+    assert!(pipeline.stop(&mut a, Duration::from_secs(60)).success(), "{}", pipeline.instance_log("a"));
+    let hours = output_hours(&reader);
+    let zero = hours.iter().filter(|h| **h == hour_of(0)).count();
+    assert_eq!(zero, 1, "hour 0 came out {zero} times; a's log:\n{}", pipeline.instance_log("a"));
+    assert_eq!(hours.len(), closed + 1, "every hour once: {hours:?}");
+    assert!(
+        pipeline.instance_log("a").contains("compaction may have purged deletes"),
+        "{}",
+        pipeline.instance_log("a")
+    );
 }
 
 /// Pre-creates `pipeline`'s changelog topic (one partition per task) with topic `configs`.

@@ -1,13 +1,17 @@
 //! Recovery takes its evidence from Kafka alone (the changelog and the group's offsets are
 //! committed in one transaction), whatever the configuration is now, and fences every producer
-//! an earlier run used (issue 11, cases 4, 6 and 8; issue 13).
+//! an earlier run used (issue 11, cases 4, 6 and 8; issue 13); a changelog topic deleted under
+//! a running pipeline never costs the state directory's copy of the state (issue 46, item 4).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use weir::state::StateDb;
 use weir_tests::Isolation;
-use weir_tests::admin::{delete_group, open_transaction_in};
-use weir_tests::pipeline::{Reader, Spec, TestPipeline, crash_while_feeding, run_to_completion};
+use weir_tests::admin::{delete_group, delete_topic, open_transaction_in};
+use weir_tests::pipeline::{
+    RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, produce, run_to_completion, wait_exit,
+};
 
 const PARTITIONS: i32 = 2;
 
@@ -89,4 +93,71 @@ async fn fewer_producer_slots_after_a_crash_still_fence_the_slot_left_open() {
     let counts = counts(&reader);
     assert_eq!(counts.len(), input.len());
     assert!(counts.values().all(|n| *n == 1), "exactly once");
+}
+
+/// `(key, value)` records of keys `k<from>..k<to>`, values `<tag>-<n>`.
+fn keys(from: usize, to: usize, tag: &str) -> Vec<(Option<String>, String)> {
+    (from..to).map(|i| (Some(format!("k{i}")), format!("{tag}-{i}"))).collect()
+}
+
+/// A dedup pipeline that passes each key once: a key repeated after a loss of state comes out
+/// again.
+fn dedup(prefix: &str) -> TestPipeline {
+    let mut spec = Spec::new("dedup");
+    spec.transform = "config = { window_records = \"1000000\" }".into();
+    TestPipeline::new(prefix, &spec)
+}
+
+/// Expects `child` to stop refusing, its log naming every one of `parts` and the way on, with
+/// nothing wiped: the state directory still holds the `held` keys seen.
+fn expect_kept(pipeline: &TestPipeline, child: &mut std::process::Child, parts: &[&str], held: usize) {
+    let status = wait_exit(child, Duration::from_secs(300)).expect("the pipeline stops");
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{log}");
+    for part in parts.iter().chain(&["--reseed-changelog"]) {
+        assert!(log.contains(part), "the refusal names {part:?}:\n{log}");
+    }
+    assert!(!log.contains("changed outside Weir") && !log.contains("from scratch"), "nothing was wiped:\n{log}");
+    let dir = pipeline.dir().join("state").join(weir::pipeline::default_instance());
+    let state = StateDb::open_read_only(&dir).unwrap().scan_prefix(b"", usize::MAX).unwrap();
+    let kept = state.iter().filter(|(key, _)| key.windows(5).any(|w| w == b"key:k")).count();
+    assert_eq!(kept, held, "the state directory keeps the keys the changelog lost");
+}
+
+/// Runs `pipeline` (with `args`) over keys `k0..k<to>` again, and checks that `reader` then
+/// holds each of them exactly once.
+async fn run_over_keys(pipeline: &TestPipeline, reader: &mut Reader, args: &[&str], to: usize, tag: &str) {
+    let mut child = pipeline.spawn_with(args, &[]);
+    produce(&pipeline.source, PARTITIONS, &keys(0, to, tag)).await;
+    reader.read_until(to, RUN_TIMEOUT);
+    reader.drain(Duration::from_secs(3));
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success(), "{}", pipeline.log_text());
+    let mut counts = BTreeMap::<String, usize>::new();
+    for record in &reader.records {
+        *counts.entry(record.key.clone().unwrap_or_default()).or_default() += 1;
+    }
+    assert_eq!(counts.len(), to, "every key came out; log:\n{}", pipeline.log_text());
+    assert!(counts.values().all(|n| *n == 1), "and once: {counts:?}\nlog:\n{}", pipeline.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_changelog_is_refused_by_name_keeping_the_state_directory_which_reseeds_it() {
+    let pipeline = dedup("weir-cl-deleted");
+    let changelog = format!("{}-changelog", pipeline.name);
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    produce(&pipeline.source, PARTITIONS, &keys(0, 100, "first")).await;
+    let mut child = pipeline.spawn(&[]);
+    assert_eq!(reader.read_until(100, RUN_TIMEOUT), 100, "{}", pipeline.log_text());
+
+    // The changelog topic is deleted under the running pipeline, which then has to write it.
+    delete_topic(&changelog).await;
+    produce(&pipeline.source, PARTITIONS, &keys(100, 105, "second")).await;
+    expect_kept(&pipeline, &mut child, &[&format!("changelog topic {changelog} was deleted and created again")], 100);
+
+    // The documented way on keeps the state: repeats of the first keys stay dropped.
+    run_over_keys(&pipeline, &mut reader, &["--reseed-changelog"], 110, "third").await;
+    assert!(pipeline.log_text().contains("is in the changelog again"), "{}", pipeline.log_text());
+    // The changelog holds the state again: restored from it alone, repeats are still dropped.
+    std::fs::remove_dir_all(pipeline.dir().join("state")).unwrap();
+    run_over_keys(&pipeline, &mut reader, &[], 111, "fourth").await;
 }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::fault::{FaultPoint, inject};
-use super::restore::{self, Restored};
+use super::restore::{self, LostChangelog, Restored};
 use crate::error::PipelineError;
 use crate::kafka::{Changelog, ChangelogReader, CheckpointMetadata, GroupOffset, Lineage, ProducerSlot, Source};
 use crate::state::{ChangelogEntry, Checkpoint, Committed, Owner, Position, StateDb, TaskOverlays};
@@ -63,7 +63,8 @@ pub fn barrier(
     recorded: &BTreeMap<TaskId, i64>,
     lineage: &Lineage,
 ) -> Sealed {
-    let mut checkpoint = Checkpoint { id, ..Checkpoint::default() };
+    let sealed_unix_ms = restore::unix_ms(std::time::SystemTime::now());
+    let mut checkpoint = Checkpoint { id, sealed_unix_ms, ..Checkpoint::default() };
     let mut changelog = Vec::new();
     for task in tasks {
         let writes_before = changelog.len();
@@ -204,6 +205,11 @@ pub struct Recovered {
     pub next: CheckpointId,
     /// The group's committed offsets of the tasks, as fetched (stable, KIP-447).
     pub group: BTreeMap<TaskId, GroupOffset>,
+    /// Tasks whose local state the changelog lost and which the next checkpoint writes into it
+    /// ([`LostChangelog::Reseed`]); their state agrees with the group's offsets.
+    pub reseed: Vec<TaskId>,
+    /// The changelog topic's id (KIP-516), to record once the reseeded state is in it.
+    pub changelog_topic_id: String,
 }
 
 /// The options of [`recover_tasks`].
@@ -219,6 +225,8 @@ pub struct RecoverOptions {
     /// `source.start = "group"`: on the first start the group's offsets are where to begin, not
     /// a disagreement.
     pub start_from_group: bool,
+    /// What to do with local state the changelog lost (see [`LostChangelog`]).
+    pub lost: LostChangelog,
 }
 
 /// Fences every producer the process used (`fence`: this configuration's slots and every
@@ -237,7 +245,7 @@ pub fn fence(fence: &[&ProducerSlot], timeout: Duration) -> Result<(), PipelineE
 
 /// Longest wait in recovery for the changelog to catch up with the group's offsets (at most
 /// `checkpoint.timeout_ms`): transaction markers land on each partition shortly after a commit.
-const MARKER_WAIT: Duration = Duration::from_secs(10);
+pub(super) const MARKER_WAIT: Duration = Duration::from_secs(10);
 
 /// Recovery of the tasks the group gives this process (every start, and every assignment):
 /// reads the group's committed offsets of `tasks` (read_committed asks for stable offsets,
@@ -268,14 +276,14 @@ pub fn recover_tasks(
     let group =
         source.group_offsets(tasks, timeout).map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
     let started = Instant::now();
-    let committed = loop {
-        let committed = restore_tasks(db, reader, tasks, owner, lineage, adoptable, timeout)?;
+    let (committed, Restored { reseed, topic_id, .. }) = loop {
+        let (committed, restored) = restore_tasks(db, reader, tasks, owner, lineage, adoptable, options)?;
         let first_start = committed.offsets.is_empty() && !group.values().any(|g| is_ours(g, lineage));
         if !options.check_group || options.ignore_group_offsets || (first_start && options.start_from_group) {
-            break committed;
+            break (committed, restored);
         }
         match check_group_agrees(&committed, &group, lineage, &reader.changelog().topic) {
-            Ok(()) => break committed,
+            Ok(()) => break (committed, restored),
             // The previous owner's last commit may still have its transaction markers on the
             // way to some changelog partitions: the last stable offset stops before its records
             // until they land, while the group's offsets (fetched stable) already name it. Read
@@ -284,7 +292,13 @@ pub fn recover_tasks(
                 tracing::debug!(%error, "the group's offsets are ahead of the changelog; reading it again");
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Err(error) => return Err(error),
+            Err(error) if restored.reseed.is_empty() => return Err(error),
+            Err(error) => {
+                return Err(PipelineError::Refused(format!(
+                    "--reseed-changelog: the state directory {} does not hold the checkpoint the consumer group committed, so it cannot be written into the changelog: {error}",
+                    db.dir().display()
+                )));
+            }
         }
     };
     // A checkpoint that moved no position (an idle keep-alive) is only in the group's metadata.
@@ -298,11 +312,12 @@ pub fn recover_tasks(
         db.raise_epoch_floor(id)?;
     }
     let next = db.epoch_floor()?.max(committed.id).next();
-    Ok(Recovered { committed, next, group })
+    Ok(Recovered { committed, next, group, reseed, changelog_topic_id: topic_id })
 }
 
 /// Restores `tasks` from the changelog up to its last stable offsets ([`restore::restore`]),
-/// adopting the changelog's lineage when `adoptable`; returns what it committed for them.
+/// adopting the changelog's lineage when `adoptable`; returns what it committed for them, and
+/// what the restore found.
 fn restore_tasks(
     db: &StateDb,
     reader: &ChangelogReader,
@@ -310,10 +325,10 @@ fn restore_tasks(
     owner: &Owner,
     lineage: &mut Lineage,
     adoptable: bool,
-    timeout: Duration,
-) -> Result<Committed, PipelineError> {
-    let Restored { lineage: found } = restore::restore(db, reader, tasks, &lineage.lineage, timeout)?;
-    if let Some(found) = found.filter(|found| *found != lineage.lineage) {
+    options: &RecoverOptions,
+) -> Result<(Committed, Restored), PipelineError> {
+    let restored = restore::restore(db, reader, tasks, &lineage.lineage, options.lost, options.timeout)?;
+    if let Some(found) = restored.lineage.clone().filter(|found| *found != lineage.lineage) {
         if !adoptable {
             return Err(PipelineError::Inconsistent(format!(
                 "changelog topic {} names lineage {found} for some of {} task(s), but the pipeline runs as lineage {}: the changelog topic was recreated while the pipeline ran; stop every instance and start again",
@@ -326,12 +341,13 @@ fn restore_tasks(
         db.set_owner(Some(owner), &lineage.lineage)?;
     }
     let all = db.committed()?;
-    Ok(Committed {
+    let committed = Committed {
         id: all.id,
         offsets: all.offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
         snapshots: all.snapshots.into_iter().filter(|((_, t), _)| tasks.contains(t)).collect(),
         changelog_offsets: all.changelog_offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
-    })
+    };
+    Ok((committed, restored))
 }
 
 /// Whether `offset` was committed by a checkpoint of `lineage`.

@@ -12,7 +12,7 @@ use super::task::{DeadLetter, Task};
 use super::workers::Workers;
 use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
-use crate::checkpoint::restore;
+use crate::checkpoint::restore::{self, LostChangelog};
 use crate::checkpoint::savepoint::{self, Savepoint};
 use crate::config::{Guarantee, OffsetReset, PipelineConfig, SinkConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
@@ -61,6 +61,11 @@ pub struct RunOptions {
     /// pipeline whose lineage is already the savepoint's id started from it before and ignores it.
     /// Only a process that is given every partition of the pipeline loads it.
     pub from_savepoint: Option<Savepoint>,
+    /// When the changelog topic lost state that the state directory still holds (it was deleted
+    /// and created again), write that state into it with the next checkpoint, once it agrees
+    /// with the consumer group's offsets (`weir run --reseed-changelog`); otherwise such a start
+    /// is refused and the state directory kept.
+    pub reseed_changelog: bool,
     /// Where the pipeline reports its metrics and state (see [`crate::metrics`]).
     pub metrics: Arc<Metrics>,
     /// This process's instance id (`weir run --instance`; [`default_instance`] when `None`): its
@@ -348,6 +353,9 @@ struct Runner<'a> {
     /// A savepoint being loaded: the database is released from its owner until the first
     /// checkpoint writes the savepoint to the changelog.
     loading_savepoint: bool,
+    /// The id of a changelog topic that lost state being written into it from the state
+    /// directory (`--reseed-changelog`): recorded in the state directory once that commits.
+    reseeding: Option<String>,
     last_commit: Instant,
     /// When tasks were last checked for idleness (it asks the broker for end offsets).
     last_idle_check: Instant,
@@ -442,6 +450,7 @@ impl<'a> Runner<'a> {
             floor: next,
             recorded: BTreeMap::new(),
             loading_savepoint: false,
+            reseeding: None,
             last_commit: Instant::now(),
             last_idle_check: Instant::now(),
             last_ownership_check: Instant::now(),
@@ -670,15 +679,21 @@ impl<'a> Runner<'a> {
         let all = self.source_tasks()?;
         let known = all.iter().chain(assigned.iter());
         ensure_changelog_partitions(config, &self.changelog, self.changelog.partitions_needed(known))?;
+        let from_savepoint = self.savepoint().is_some();
         let recover = RecoverOptions {
             timeout: config.checkpoint.timeout,
             check_group: config.sink.guarantee == Guarantee::ExactlyOnce,
-            // A savepoint's positions replace the group's offsets.
-            ignore_group_offsets: self.options.ignore_group_offsets || self.savepoint().is_some(),
+            // A savepoint's positions replace the group's offsets, and its state the local one.
+            ignore_group_offsets: self.options.ignore_group_offsets || from_savepoint,
             start_from_group: config.source.start == StartPosition::Group,
+            lost: match (from_savepoint, self.options.reseed_changelog) {
+                (true, _) => LostChangelog::Discard,
+                (false, true) => LostChangelog::Reseed,
+                (false, false) => LostChangelog::Refuse,
+            },
         };
         let adoptable = self.tasks.is_empty() && (!self.lineage_from_group || recover.ignore_group_offsets);
-        let Recovered { mut committed, next, group } = protocol::recover_tasks(
+        let Recovered { mut committed, next, group, reseed, changelog_topic_id } = protocol::recover_tasks(
             &self.db,
             &self.source,
             &self.reader,
@@ -702,6 +717,12 @@ impl<'a> Runner<'a> {
             committed.offsets.is_empty() && protocol::group_lineage(&pipeline_group, &config.name).is_none();
 
         let mut seeds = BTreeMap::new();
+        for task in &reseed {
+            seeds.insert(task.clone(), restore::reseed_writes(&self.db, task)?);
+        }
+        if !reseed.is_empty() {
+            self.reseeding = Some(changelog_topic_id);
+        }
         if let Some(savepoint) = self.savepoint() {
             if !self.tasks.is_empty() || all.iter().any(|t| !assigned.contains(t)) {
                 return Err(PipelineError::Refused(format!(
@@ -743,8 +764,9 @@ impl<'a> Runner<'a> {
             self.tasks.push(task);
         }
         if !self.loading_savepoint {
-            self.recorded
-                .extend(committed.offsets.iter().filter(|(t, _)| assigned.contains(t)).map(|(t, o)| (t.clone(), *o)));
+            // A reseeded task's position is written with its state, as on a first start.
+            let kept = |t: &TaskId| assigned.contains(t) && !reseed.contains(t);
+            self.recorded.extend(committed.offsets.iter().filter(|(t, _)| kept(t)).map(|(t, o)| (t.clone(), *o)));
         }
         self.reindex();
         self.source.assign_more(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
@@ -754,7 +776,7 @@ impl<'a> Runner<'a> {
         // expired): they are the next recovery's evidence.
         let moved = assigned.iter().any(|t| positions.get(t) != self.recorded.get(t));
         let lost = recover.check_group && assigned.iter().any(|t| !group.contains_key(t));
-        if moved || lost || self.loading_savepoint {
+        if moved || lost || self.loading_savepoint || self.reseeding.is_some() {
             self.checkpoint()?;
         }
         Ok(())
@@ -1129,6 +1151,10 @@ impl<'a> Runner<'a> {
             // The changelog now holds the savepoint: the state directory mirrors it again.
             self.db.set_owner(Some(&self.owner), &self.lineage.lineage)?;
             self.loading_savepoint = false;
+        }
+        if let Some(topic_id) = self.reseeding.take() {
+            self.db.set_changelog_topic_id(&topic_id)?;
+            tracing::info!(changelog = %self.changelog.topic, checkpoint = %id, "the state directory's state is in the changelog again (--reseed-changelog)");
         }
         self.begin_epoch(id.next().max(self.floor))
     }

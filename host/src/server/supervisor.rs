@@ -81,6 +81,7 @@ impl Supervisor {
         let options = RunOptions {
             ignore_group_offsets: false,
             from_savepoint: None,
+            reseed_changelog: false,
             metrics: self.metrics.clone(),
             instance: self.instance.clone(),
             max_identical_failures: Some(self.max_identical_failures),

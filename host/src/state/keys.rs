@@ -35,6 +35,14 @@ pub(super) const META_COMPONENT: &[u8] = b"component/";
 /// `meta` key prefix of how far the state reflects each task's changelog partition:
 /// `changelog/<topic>\0<partition BE u32>` → next changelog offset to read, i64 BE.
 pub(super) const META_CHANGELOG_OFFSET: &[u8] = b"changelog/";
+/// `meta` key prefix of when each task's state was last caught up with its changelog partition:
+/// `caught_up/<topic>\0<partition BE u32>` → milliseconds since the Unix epoch, i64 BE, a time
+/// before which no record at or after the task's changelog offset was committed (see
+/// [`crate::checkpoint::restore`]).
+pub(super) const META_CAUGHT_UP: &[u8] = b"caught_up/";
+/// `meta` key of the topic id (KIP-516, 32 hex digits) of the changelog topic the state reflects:
+/// a topic deleted and created again has another.
+pub(super) const META_CHANGELOG_TOPIC_ID: &[u8] = b"changelog_topic_id";
 
 /// Key prefix scoping state to one operator of one task: `<operator>\0<topic>\0<partition as 4
 /// bytes BE>\0`.

@@ -13,8 +13,8 @@ use rocksdb::{
 
 use super::changelog::{ChangelogEntry, Position};
 use super::keys::{
-    self, META_CHANGELOG_OFFSET, META_CHANGELOG_TOPIC, META_CHECKPOINT, META_COMPONENT, META_EPOCH_FLOOR, META_LINEAGE,
-    META_OFFSET, META_PIPELINE, META_SNAPSHOT, META_TRANSACTIONAL_IDS,
+    self, META_CAUGHT_UP, META_CHANGELOG_OFFSET, META_CHANGELOG_TOPIC, META_CHANGELOG_TOPIC_ID, META_CHECKPOINT,
+    META_COMPONENT, META_EPOCH_FLOOR, META_LINEAGE, META_OFFSET, META_PIPELINE, META_SNAPSHOT, META_TRANSACTIONAL_IDS,
 };
 use super::{Entries, StateError, StateQuota};
 use crate::types::{CheckpointId, TaskId};
@@ -56,6 +56,11 @@ pub struct Checkpoint {
     pub writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// Next changelog offset of each task whose changelog partition the checkpoint wrote.
     pub changelog_offsets: BTreeMap<TaskId, i64>,
+    /// When its barrier sealed it, in milliseconds since the Unix epoch: every changelog record
+    /// at or after `changelog_offsets` was committed later (by a later checkpoint, or by the
+    /// partition's next owner once this one committed). Recorded as the tasks' caught-up time
+    /// ([`StateDb::caught_up`]).
+    pub sealed_unix_ms: i64,
 }
 
 /// Who a database belongs to: a start of another pipeline, or with another changelog, is refused.
@@ -260,6 +265,7 @@ impl StateDb {
         }
         for (task, offset) in &checkpoint.changelog_offsets {
             batch.put_cf(meta, task_key(META_CHANGELOG_OFFSET, task), offset.to_be_bytes());
+            batch.put_cf(meta, task_key(META_CAUGHT_UP, task), checkpoint.sealed_unix_ms.to_be_bytes());
         }
         self.put_checkpoint(&mut batch, checkpoint.id)?;
         let id = checkpoint.id;
@@ -323,8 +329,8 @@ impl StateDb {
         self.db.write(batch).map_err(|e| self.error(format!("cannot wipe the state: {e}")))
     }
 
-    /// Deletes the state, offsets, snapshots and changelog offsets of `tasks`, in one write
-    /// batch, before they are restored from scratch. Other tasks, the checkpoint id, the owner
+    /// Deletes the state, offsets, snapshots, changelog offsets and caught-up times of `tasks`,
+    /// in one write batch, before they are restored from scratch. Other tasks, the checkpoint id, the owner
     /// and the lineage are kept.
     ///
     /// # Errors
@@ -348,8 +354,59 @@ impl StateDb {
         for task in tasks {
             batch.delete_cf(meta, task_key(META_OFFSET, task));
             batch.delete_cf(meta, task_key(META_CHANGELOG_OFFSET, task));
+            batch.delete_cf(meta, task_key(META_CAUGHT_UP, task));
         }
         self.db.write(batch).map_err(|e| self.error(format!("cannot wipe the state of {} task(s): {e}", tasks.len())))
+    }
+
+    /// When each task's state was last caught up with its changelog partition, in milliseconds
+    /// since the Unix epoch: no record at or after the task's changelog offset
+    /// ([`Committed::changelog_offsets`]) was committed before. Set by [`apply`](Self::apply) and
+    /// [`mark_caught_up`](Self::mark_caught_up); a task of a database of an earlier Weir has none.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read or `meta` holds an entry Weir did not write.
+    pub fn caught_up(&self) -> Result<BTreeMap<TaskId, i64>, StateError> {
+        let mut times = BTreeMap::new();
+        self.for_each(self.cf(CF_META), META_CAUGHT_UP, |key, value| {
+            match (keys::decode_task(&key[META_CAUGHT_UP.len()..]), keys::decode_i64(value)) {
+                (Some(task), Some(ms)) => times.insert(task, ms),
+                _ => return Err(self.corrupt("caught-up time", key)),
+            };
+            Ok(true)
+        })?;
+        Ok(times)
+    }
+
+    /// Records that the state of `tasks` was caught up with their changelog partitions as of
+    /// `unix_ms` (a restore read them to the last stable offset it fetched then), one write batch.
+    ///
+    /// # Errors
+    /// When RocksDB cannot be written.
+    pub fn mark_caught_up(&self, tasks: &[TaskId], unix_ms: i64) -> Result<(), StateError> {
+        let meta = self.cf(CF_META);
+        let mut batch = WriteBatch::default();
+        for task in tasks {
+            batch.put_cf(meta, task_key(META_CAUGHT_UP, task), unix_ms.to_be_bytes());
+        }
+        self.db.write(batch).map_err(|e| self.error(format!("cannot write meta: {e}")))
+    }
+
+    /// The topic id (KIP-516) of the changelog topic the state reflects; `None` when none was
+    /// recorded (a new database, or one of an earlier Weir).
+    ///
+    /// # Errors
+    /// When RocksDB cannot be read.
+    pub fn changelog_topic_id(&self) -> Result<Option<String>, StateError> {
+        Ok(self.read_meta(META_CHANGELOG_TOPIC_ID)?.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// Records that the state reflects the changelog topic with id `id` (one synced write).
+    ///
+    /// # Errors
+    /// When RocksDB cannot be written.
+    pub fn set_changelog_topic_id(&self, id: &str) -> Result<(), StateError> {
+        self.put_meta(META_CHANGELOG_TOPIC_ID, id.as_bytes(), true)
     }
 
     /// The pipeline and changelog topic the database caches; `None` when no pipeline claimed it
@@ -665,6 +722,7 @@ mod tests {
             snapshots: BTreeMap::from([(("dedupe".to_owned(), task("orders", 0)), format!("snap{id}").into_bytes())]),
             writes,
             changelog_offsets: BTreeMap::from([(task("orders", 0), 100 * id as i64)]),
+            sealed_unix_ms: 1_000 * id as i64,
         }
     }
 
