@@ -262,8 +262,8 @@ async fn two_tenants_stay_exact_through_a_server_kill_and_an_upgrade() {
     assert_eq!(status, 201, "{uploaded}");
     let spec = flight_delays_spec(globex_source, globex_sink, None);
     serve.ok("PUT", "/v1/pipelines/delays", globex_token, toml_body(&spec));
-
     client_lists_and_shows(&serve, acme_token, acme_sink);
+
     let mut readers: Vec<Reader> =
         tenants.iter().map(|(_, _, _, sink)| Reader::new(sink, PARTITIONS, Isolation::ReadCommitted)).collect();
     for reader in &mut readers {
