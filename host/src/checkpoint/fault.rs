@@ -4,7 +4,9 @@
 //! reaches `<point>` (of that checkpoint, when given) — or, with `:sleep=<ms>`, stalls there
 //! that long once (to let the broker time a transaction out, or a test look at an open one).
 //! Points: `mid-epoch` (after a batch of an epoch, before its barrier), `after-pre-commit`,
-//! `after-commit` (before apply). Unset, it costs one branch per call.
+//! `after-commit` (before apply), `restore` (before changelog records are replayed into the
+//! state of assigned partitions; its checkpoint is the one the state directory held, 0 for an
+//! empty one). Unset, it costs one branch per call.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +27,8 @@ pub enum FaultPoint {
     AfterPreCommit,
     /// After `commit_transaction` succeeded, before the checkpoint is applied to RocksDB.
     AfterCommit,
+    /// Before a restore replays changelog records into the state (only when there are some).
+    Restore,
 }
 
 impl FaultPoint {
@@ -33,6 +37,7 @@ impl FaultPoint {
             FaultPoint::MidEpoch => "mid-epoch",
             FaultPoint::AfterPreCommit => "after-pre-commit",
             FaultPoint::AfterCommit => "after-commit",
+            FaultPoint::Restore => "restore",
         }
     }
 }

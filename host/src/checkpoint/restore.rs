@@ -37,6 +37,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::fault::{FaultPoint, inject};
 use super::protocol::MARKER_WAIT;
 use crate::error::PipelineError;
 use crate::kafka::{ChangelogReader, RecordBatch};
@@ -479,6 +480,7 @@ fn replay(
     if from.is_empty() {
         return Ok(Replay::Done(replayed));
     }
+    inject(FaultPoint::Restore, committed.id);
     let topic = &changelog.topic;
     let mut stopped = None;
     let kafka = |error| PipelineError::kafka(format!("reading changelog topic {topic}"))(error);

@@ -69,6 +69,28 @@ pub fn classify_code(code: RDKafkaErrorCode) -> ErrorClass {
     }
 }
 
+/// Whether `error` says the cluster did not answer at all: every broker connection is down, a
+/// connection failed or broke, a broker's address does not resolve, or the request timed out.
+/// Each of these is [`ErrorClass::Transient`]; readiness reports a pipeline's broker unreachable
+/// when the metrics sampler's request to the cluster fails with one
+/// ([`crate::metrics::PipelineMetrics::broker_unreachable`]). A request the cluster answered
+/// with an error (a missing topic, a refused ACL) is not one.
+pub fn is_unreachable(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::AllBrokersDown
+                | Code::BrokerTransportFailure
+                | Code::Resolve
+                | Code::OperationTimedOut
+                | Code::RequestTimedOut
+                | Code::BrokerNotAvailable
+                | Code::NetworkException
+        )
+    )
+}
+
 /// What to do about an error of `class`, as a sentence to append to its message (empty for
 /// errors that recovery handles).
 pub fn hint(class: ErrorClass) -> &'static str {
@@ -183,6 +205,27 @@ mod tests {
             assert_eq!(classify(&KafkaError::MessageConsumption(code)), ErrorClass::Transient, "{code:?}");
         }
         assert_eq!(classify(&KafkaError::Canceled), ErrorClass::Transient);
+    }
+
+    #[test]
+    fn only_errors_without_an_answer_make_the_cluster_unreachable() {
+        for code in [
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::OperationTimedOut,
+            RDKafkaErrorCode::Resolve,
+        ] {
+            assert!(is_unreachable(&KafkaError::MetadataFetch(code)), "{code:?}");
+            assert!(is_unreachable(&KafkaError::MessageConsumption(code)), "{code:?}");
+        }
+        for code in [
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+        ] {
+            assert!(!is_unreachable(&KafkaError::MetadataFetch(code)), "{code:?}");
+        }
+        assert!(!is_unreachable(&KafkaError::ClientCreation("bad".into())));
     }
 
     #[test]
