@@ -1,8 +1,9 @@
-//! Weir's HTTP endpoints: Prometheus metrics, the dashboard and its JSON, served by
-//! `weir run --metrics <address>` (and, later, mounted by `weir serve`).
+//! Weir's HTTP endpoints: Prometheus metrics, the dashboard and its JSON, liveness and
+//! readiness, served by `weir run --metrics <address>` and mounted by `weir serve`.
 //!
-//! - [`router`]: the routes over a shared [`Metrics`]; a server with more routes (tenants,
-//!   authentication) merges or nests it.
+//! - [`router`]: the routes over a shared [`Metrics`], `/readyz` judging every pipeline in it.
+//! - [`shared_router`]: the same without `/readyz`, for a server with more routes (tenants,
+//!   authentication) that judges readiness over its own set of pipelines (`weir serve`).
 //! - [`serve`]: binds an address and serves [`router`] on a thread of its own.
 //!
 //! # Routes
@@ -11,17 +12,19 @@
 //! | `GET /` | the dashboard: one static page (`dashboard.html`, compiled in) that polls `api/pipelines` |
 //! | `GET /api/pipelines` | [`crate::metrics::DashboardView`] as JSON |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
+//! | `GET /healthz` | liveness: 200 `ok` while the process serves |
+//! | `GET /readyz` | readiness: [`crate::metrics::Readiness`] as JSON, 200 when ready, else 503 (not in [`shared_router`]) |
 //!
 //! # Threads
 //! The server runs on its own single-threaded tokio runtime; handlers only read atomics and
 //! short-held locks, never the pipelines' threads, so a scrape cannot stall the record path.
 
-mod routes;
+pub(crate) mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use routes::router;
+pub use routes::{router, shared_router};
 
 use crate::metrics::Metrics;
 

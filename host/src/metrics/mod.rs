@@ -7,7 +7,10 @@
 //!   checkpoints to it.
 //! - [`TaskMetrics`], [`OperatorMetrics`]: handles looked up once per task, so that the record
 //!   path only adds to atomic counters (no label lookup per record or batch).
-//! - The sampler ([`start_sampler`]): once a second, lag per partition and a history sample.
+//! - The sampler ([`start_sampler`]): once a second, lag per partition and a history sample,
+//!   and whether each pipeline's cluster answers.
+//! - [`Readiness`]: whether the pipelines do their work now, judged from the above
+//!   (`GET /readyz`), with its rules; [`PipelineMetrics::readiness`] for one pipeline.
 //! - [`RecentLog`]: a `tracing` layer keeping the last log lines; [`PipelineLog`]: the same per
 //!   pipeline (`weir serve`'s `GET /v1/pipelines/{name}/logs`).
 //!
@@ -26,6 +29,7 @@ mod families;
 mod history;
 mod log;
 mod pipeline;
+mod readiness;
 mod registry;
 mod sampler;
 mod task;
@@ -34,6 +38,7 @@ mod view;
 pub use history::{HISTORY_SAMPLES, Sample};
 pub use log::{NumberedLine, PIPELINE_LINES, PipelineLog, RECENT_LINES, RecentLog};
 pub use pipeline::{CheckpointFigures, PipelineMetrics, PipelineState};
+pub use readiness::{MIN_OVERDUE, OVERDUE_INTERVALS, PipelineReadiness, Readiness, Reason, overdue_after};
 pub use registry::Metrics;
 pub use sampler::{SAMPLE_INTERVAL, start_sampler};
 pub use task::{BatchFigures, OperatorMetrics, TaskMetrics};

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::families::Families;
 use super::history::{History, Totals};
+use super::readiness::{PipelineReadiness, Signals, Unreachable};
 use super::task::{OperatorMetrics, TaskMetrics};
 use super::view::{CheckpointView, ErrorView, PartitionView, PipelineView};
 use crate::config::PipelineConfig;
@@ -80,12 +81,14 @@ struct Partition {
     records_out: IntCounter,
 }
 
-/// What changes at a lower rate than records: state, errors, checkpoints, history.
+/// What changes at a lower rate than records: state, errors, checkpoints, history, and what
+/// readiness needs besides.
 struct Live {
     state: PipelineState,
     last_error: Option<ErrorView>,
     last_checkpoint: Option<CheckpointView>,
     history: History,
+    signals: Signals,
 }
 
 /// The source the sampler reads end offsets from.
@@ -94,6 +97,9 @@ pub(super) struct SourceAddress {
     pub brokers: String,
     pub consumer: BTreeMap<String, String>,
     pub group_id: String,
+    /// `source.topics`: asked for their metadata when there is no partition to measure, so
+    /// that the cluster's reachability is known.
+    pub topics: Vec<String>,
 }
 
 /// The metrics of one pipeline. Handles that the record path uses are looked up once per task
@@ -127,6 +133,7 @@ impl PipelineMetrics {
                 brokers: config.source.brokers.clone(),
                 consumer: config.source.consumer.clone(),
                 group_id: config.group_id(),
+                topics: config.source.topics.clone(),
             },
             batch: families.batch_seconds.with_label_values(&[name]),
             checkpoint_phases: PHASES.map(|phase| families.checkpoint_seconds.with_label_values(&[name, phase])),
@@ -142,6 +149,7 @@ impl PipelineMetrics {
                 last_error: None,
                 last_checkpoint: None,
                 history: History::default(),
+                signals: Signals::new(config.checkpoint.interval),
             }),
             families,
         };
@@ -190,9 +198,17 @@ impl PipelineMetrics {
         }
     }
 
+    /// Takes a redeployed pipeline's configuration (`weir serve`): its checkpoint interval.
+    pub(super) fn reconfigure(&self, config: &PipelineConfig) {
+        lock(&self.live).signals.checkpoint_interval = config.checkpoint.interval;
+    }
+
     /// Sets the pipeline's state.
     pub fn set_state(&self, state: PipelineState) {
-        lock(&self.live).state = state;
+        let mut live = lock(&self.live);
+        live.state = state;
+        live.signals.entered(state);
+        drop(live);
         self.publish_state(state);
     }
 
@@ -216,9 +232,7 @@ impl PipelineMetrics {
         if retrying {
             self.recoveries.inc();
         }
-        let state = if retrying { PipelineState::Recovering } else { PipelineState::Failed };
-        lock(&self.live).state = state;
-        self.publish_state(state);
+        self.set_state(if retrying { PipelineState::Recovering } else { PipelineState::Failed });
     }
 
     /// Records `error` as the last error, leaving the state as it is: for a failure met while
@@ -254,7 +268,9 @@ impl PipelineMetrics {
         self.epoch_bytes.observe(figures.output_bytes as f64);
         self.checkpoint_id.set(figures.id.0 as i64);
         self.state_written.inc_by(figures.state_bytes);
-        lock(&self.live).last_checkpoint = Some(CheckpointView {
+        let mut live = lock(&self.live);
+        live.signals.current_at = Instant::now();
+        live.last_checkpoint = Some(CheckpointView {
             id: figures.id.0,
             at_ms: now_ms(),
             duration_seconds: figures.total.as_secs_f64(),
@@ -265,6 +281,66 @@ impl PipelineMetrics {
             records: figures.records,
             output_bytes: figures.output_bytes,
         });
+    }
+
+    /// The runner restores the state of `partitions` partitions the consumer group assigned,
+    /// from the changelog: the pipeline is not ready ([`super::Reason::Restoring`]) until
+    /// [`Self::assigned`] (or a state change, when the restore fails).
+    pub fn restoring(&self, partitions: usize) {
+        lock(&self.live).signals.restoring = Some((partitions, Instant::now()));
+    }
+
+    /// The consumer group's assignment is applied: the pipeline has tasks, their state restored,
+    /// for `partitions` source partitions (0 for an instance the group gives none). The restore
+    /// before it held the runner, and its tasks start at committed positions, so the time since
+    /// the pipeline's work was last all committed starts again.
+    pub fn assigned(&self, partitions: usize) {
+        let mut live = lock(&self.live);
+        live.signals.assigned = Some(partitions);
+        live.signals.restoring = None;
+        live.signals.current_at = Instant::now();
+    }
+
+    /// The runner found nothing to commit at a checkpoint's due time: every record it read is
+    /// committed, so the pipeline is current although it commits no checkpoint.
+    pub fn caught_up(&self) {
+        lock(&self.live).signals.current_at = Instant::now();
+    }
+
+    /// A request to the pipeline's cluster found no broker to answer
+    /// ([`crate::kafka::is_unreachable`]): the pipeline is not ready
+    /// ([`super::Reason::BrokerUnreachable`]) until a request sent later is answered
+    /// ([`Self::broker_reachable`]).
+    pub fn broker_unreachable(&self, error: &impl std::fmt::Display) {
+        let now = Instant::now();
+        let mut live = lock(&self.live);
+        let since = live.signals.unreachable.as_ref().map_or(now, |u| u.since);
+        live.signals.unreachable = Some(Unreachable { since, last: now, error: error.to_string() });
+    }
+
+    /// The cluster answered a request sent at `asked`: it is reachable again, unless a request
+    /// found it unreachable after `asked` (the answer is then older news).
+    pub fn broker_reachable(&self, asked: Instant) {
+        let mut live = lock(&self.live);
+        if live.signals.unreachable.as_ref().is_some_and(|u| u.last < asked) {
+            live.signals.unreachable = None;
+        }
+    }
+
+    /// Whether the pipeline is ready now, and if not, why (the rules: [`super::Readiness`]).
+    pub fn readiness(&self) -> PipelineReadiness {
+        self.readiness_at(Instant::now())
+    }
+
+    fn readiness_at(&self, now: Instant) -> PipelineReadiness {
+        let live = lock(&self.live);
+        let verdict = live.signals.judge(live.state, live.last_error.as_ref(), now);
+        PipelineReadiness {
+            name: self.name.clone(),
+            ready: verdict.is_none(),
+            reason: verdict.as_ref().map(|(reason, _)| *reason),
+            detail: verdict.map(|(_, detail)| detail),
+        }
     }
 
     /// The partitions (task ids) the pipeline has tasks for.

@@ -7,6 +7,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use super::families::Families;
 use super::log::RecentLog;
 use super::pipeline::{PipelineMetrics, lock};
+use super::readiness::Readiness;
 use super::view::DashboardView;
 use crate::config::PipelineConfig;
 
@@ -34,10 +35,11 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     /// The metrics of the pipeline of `config`, created at its first start (a pipeline that
-    /// recovers keeps its counters).
+    /// recovers, or is deployed again, keeps its counters).
     pub fn pipeline(&self, config: &PipelineConfig) -> Arc<PipelineMetrics> {
         let mut pipelines = lock(&self.pipelines);
         if let Some(found) = pipelines.iter().find(|p| p.name() == config.name) {
+            found.reconfigure(config);
             return found.clone();
         }
         let pipeline = Arc::new(PipelineMetrics::new(config, self.families.clone()));
@@ -65,6 +67,16 @@ impl Metrics {
     /// When a metric of the same name is registered already.
     pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) -> prometheus::Result<()> {
         self.registry.register(collector)
+    }
+
+    /// Whether every pipeline of the process is ready (`weir run --metrics`'s `GET /readyz`;
+    /// the rules: [`Readiness`]). A process whose pipeline has not registered yet is starting.
+    pub fn readiness(&self) -> Readiness {
+        let pipelines = self.pipelines();
+        if pipelines.is_empty() {
+            return Readiness::starting();
+        }
+        Readiness::of(pipelines.iter().map(|p| p.readiness()).collect())
     }
 
     /// The pipelines and recent log lines, as the dashboard's JSON.

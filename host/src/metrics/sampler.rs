@@ -1,18 +1,21 @@
 //! The sampler: once a second, each pipeline's lag (from the source partitions' last stable
 //! offsets) and a history sample. It runs on its own thread with its own Kafka client, so the
-//! broker round trip it needs never delays the record path.
+//! broker round trip it needs never delays the record path. That round trip also tells whether
+//! the pipeline's cluster answers, for readiness: a pipeline without partitions to measure asks
+//! for its source topics' metadata instead.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::pipeline::PipelineMetrics;
 use super::registry::Metrics;
-use crate::kafka::Source;
+use crate::kafka::{Source, is_unreachable};
 use crate::types::TaskId;
 
 /// Time between two samples.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
-/// How long one end-offset request may take.
+/// How long one end-offset (or metadata) request may take.
 const END_OFFSETS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts the sampler thread; it ends when `metrics` is dropped.
@@ -44,7 +47,7 @@ fn run(metrics: &Weak<Metrics>) {
                     }
                 }
             };
-            let ends = source.and_then(|source| end_offsets(source, &partitions, pipeline.name()));
+            let ends = source.and_then(|source| end_offsets(source, &partitions, &pipeline));
             pipeline.sample(ends.as_ref());
         }
         drop(metrics);
@@ -54,15 +57,25 @@ fn run(metrics: &Weak<Metrics>) {
 }
 
 /// The last stable offset of each of `partitions`, or `None` (logged) when the brokers do not
-/// answer in time.
-fn end_offsets(source: &Source, partitions: &[TaskId], pipeline: &str) -> Option<BTreeMap<TaskId, i64>> {
-    if partitions.is_empty() {
-        return Some(BTreeMap::new());
-    }
-    match source.end_offsets(partitions, END_OFFSETS_TIMEOUT) {
-        Ok(ends) => Some(ends),
+/// answer in time. Tells `pipeline` whether its cluster answered.
+fn end_offsets(source: &Source, partitions: &[TaskId], pipeline: &PipelineMetrics) -> Option<BTreeMap<TaskId, i64>> {
+    let asked = Instant::now();
+    let answer = if partitions.is_empty() {
+        // No lag to measure, but the cluster's answer is the pipeline's readiness.
+        source.partition_counts(&pipeline.source.topics, END_OFFSETS_TIMEOUT).map(|_| BTreeMap::new())
+    } else {
+        source.end_offsets(partitions, END_OFFSETS_TIMEOUT)
+    };
+    match answer {
+        Ok(ends) => {
+            pipeline.broker_reachable(asked);
+            Some(ends)
+        }
         Err(error) => {
-            tracing::debug!(pipeline, %error, "metrics: cannot read the source's end offsets; lag is left as it was");
+            tracing::debug!(pipeline = pipeline.name(), %error, "metrics: cannot read the source's end offsets; lag is left as it was");
+            if is_unreachable(&error) {
+                pipeline.broker_unreachable(&error);
+            }
             None
         }
     }

@@ -501,8 +501,12 @@ impl<'a> Runner<'a> {
             }
             let max_bytes = self.config.checkpoint.max_epoch_bytes;
             let overlay_full = self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes);
-            if (overlay_full || self.epoch.started.elapsed() >= self.config.checkpoint.interval) && self.has_work()? {
-                self.checkpoint()?;
+            if overlay_full || self.epoch.started.elapsed() >= self.config.checkpoint.interval {
+                if self.has_work()? {
+                    self.checkpoint()?;
+                } else {
+                    self.metrics.caught_up();
+                }
             }
         }
         self.finish()
@@ -642,6 +646,7 @@ impl<'a> Runner<'a> {
         self.recorded.retain(|t, _| !revoked.contains(t));
         self.reindex();
         self.source.unassign(revoked).map_err(PipelineError::kafka("giving up revoked source partitions"))?;
+        self.metrics.assigned(self.tasks.len());
         tracing::info!(partitions = ?revoked.iter().map(ToString::to_string).collect::<Vec<_>>(), kept = self.tasks.len(), "partitions revoked by the consumer group; their open epoch committed");
         Ok(())
     }
@@ -669,10 +674,11 @@ impl<'a> Runner<'a> {
         let assigned: Vec<TaskId> =
             assigned.into_iter().filter(|t| self.index_of(&t.topic, t.partition).is_none()).collect();
         if assigned.is_empty() {
-            return self
-                .source
+            self.source
                 .assign_more(&BTreeMap::new())
-                .map_err(PipelineError::kafka("acknowledging an empty assignment"));
+                .map_err(PipelineError::kafka("acknowledging an empty assignment"))?;
+            self.metrics.assigned(self.tasks.len());
+            return Ok(());
         }
         let config = self.config;
         // Partitions added to a source topic while running need changelog partitions.
@@ -693,6 +699,7 @@ impl<'a> Runner<'a> {
             },
         };
         let adoptable = self.tasks.is_empty() && (!self.lineage_from_group || recover.ignore_group_offsets);
+        self.metrics.restoring(assigned.len());
         let Recovered { mut committed, next, group, reseed, changelog_topic_id } = protocol::recover_tasks(
             &self.db,
             &self.source,
@@ -772,6 +779,7 @@ impl<'a> Runner<'a> {
         self.source.assign_more(&positions).map_err(PipelineError::kafka("assigning the source partitions"))?;
         tracing::info!(partitions = ?assigned.iter().map(ToString::to_string).collect::<Vec<_>>(), tasks = self.tasks.len(), checkpoint = %committed.id, "partitions assigned by the consumer group; their state is restored");
         self.metrics.restored(committed.id);
+        self.metrics.assigned(self.tasks.len());
         // Commit at once positions that are new or moved, and offsets the group lost (deleted,
         // expired): they are the next recovery's evidence.
         let moved = assigned.iter().any(|t| positions.get(t) != self.recorded.get(t));
@@ -904,6 +912,14 @@ impl<'a> Runner<'a> {
                 // comes back as an empty poll, and ends it.
                 let streaming = !dry || (flow.away > 0 && !self.source.rebalance_pending());
                 polling = streaming && on_time && !shutdown.load(Ordering::Relaxed);
+                // Every broker connection down (one lost connection alone is no outage):
+                // readiness reports the broker unreachable until the metrics sampler reaches the
+                // cluster again.
+                if let Some(Err(error)) = &polled
+                    && error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown)
+                {
+                    self.metrics.broker_unreachable(error);
+                }
                 match polled {
                     Some(Ok(message)) => match self.task_of(&message, &mut last) {
                         Ok(index) => {

@@ -1,10 +1,12 @@
 //! The HTTP API under `/v1` (JSON; errors `{code, message, field?}`), its OpenAPI description at
-//! `GET /v1/openapi.json` (generated from these handlers by utoipa), and the metrics and
-//! dashboard of [`crate::http`] at `/metrics` and `/`.
+//! `GET /v1/openapi.json` (generated from these handlers by utoipa), the metrics, dashboard and
+//! liveness of [`crate::http`] at `/metrics`, `/` and `/healthz`, and the node's readiness at
+//! `/readyz`.
 //!
 //! Every `/v1` route but the description checks the bearer token: a missing or wrong one gets
 //! 401, a tenant on an admin route 403, another tenant's object 404 (tenants only ever see
-//! their own).
+//! their own). `/healthz` and `/readyz` take no token (probes send none); `/readyz` names the
+//! pipelines only to the admin token, and answers anyone else with counts by reason.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
 use super::error::ErrorBody;
 use super::registry::{Desired, Transform};
 use super::{ApiError, Caller, NewTenant, PipelineStatus, Server, TenantView, TokenView, Uploaded};
-use crate::metrics::{Metrics, NumberedLine};
+use crate::metrics::{Metrics, NumberedLine, PipelineReadiness, Readiness, Reason};
 
 /// The routes over `server` (see the module's documentation), with bodies up to the server's
 /// `max_upload_mb`.
@@ -48,8 +50,9 @@ pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
         .route("/pipelines/{name}/logs", get(pipeline_logs))
         .fallback(|| async { ApiError::not_found("no such route: see GET /v1/openapi.json") })
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(server);
-    Router::new().nest("/v1", v1).merge(crate::http::router(metrics))
+        .with_state(server.clone());
+    let probes = Router::new().route("/readyz", get(readyz)).with_state(server);
+    Router::new().nest("/v1", v1).merge(probes).merge(crate::http::shared_router(metrics))
 }
 
 #[derive(OpenApi)]
@@ -59,14 +62,18 @@ pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
         create_tenant, list_tenants, delete_tenant, rotate_token, revoke_token,
         upload_transform, list_transforms, show_transform, delete_transform,
         deploy_pipeline, list_pipelines, show_pipeline, stop_pipeline, start_pipeline, delete_pipeline, pipeline_logs,
+        crate::http::routes::healthz, readyz,
     ),
-    components(schemas(ErrorBody, NewTenant, TenantView, TokenView, Uploaded, Transform, PipelineStatus, NumberedLine, Desired)),
+    components(schemas(
+        ErrorBody, NewTenant, TenantView, TokenView, Uploaded, Transform, PipelineStatus, NumberedLine, Desired,
+        Readiness, PipelineReadiness, Reason,
+    )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
 )]
 struct ApiDoc;
 
-/// Declares the bearer scheme every route but the description uses.
+/// Declares the bearer scheme every route but the description and the probes uses.
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -89,6 +96,23 @@ async fn openapi() -> Response {
 }
 
 type Result<T> = std::result::Result<T, ApiError>;
+
+/// Readiness of this node: 200 when every pipeline that should run here (desired `running`;
+/// one its tenant stopped does not count) is running with its partitions assigned and restored,
+/// reaches the broker, and has committed its work within 3 checkpoint intervals (at least
+/// 10 s); 503 otherwise. No token needed: the answer then holds the verdict, the first reason
+/// and the counts by reason; with the admin token it also lists each pipeline
+/// (`<tenant>.<pipeline>`) with its reason and detail.
+#[utoipa::path(get, path = "/readyz", tag = "probes", security(()),
+    responses((status = 200, body = Readiness, description = "every pipeline is ready"),
+        (status = 503, body = Readiness, description = "a pipeline is not ready; `reason` says why")))]
+async fn readyz(State(server): State<Arc<Server>>, headers: HeaderMap) -> Readiness {
+    let readiness = server.readiness().await;
+    match caller(&server, &headers).await {
+        Ok(Caller::Admin) => readiness,
+        _ => readiness.without_pipelines(),
+    }
+}
 
 async fn caller(server: &Server, headers: &HeaderMap) -> Result<Caller> {
     server.authenticate(headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())).await
@@ -360,10 +384,23 @@ mod tests {
     fn the_description_names_every_route() {
         let description: serde_json::Value = serde_json::from_str(&super::openapi_json()).unwrap();
         let paths = description["paths"].as_object().unwrap();
-        for path in ["/v1/tenants", "/v1/transforms/{name}", "/v1/pipelines/{name}/logs", "/v1/tenants/{tenant}/token"]
-        {
+        for path in [
+            "/v1/tenants",
+            "/v1/transforms/{name}",
+            "/v1/pipelines/{name}/logs",
+            "/v1/tenants/{tenant}/token",
+            "/healthz",
+            "/readyz",
+        ] {
             assert!(paths.contains_key(path), "{path} missing from {:?}", paths.keys());
         }
         assert!(description["components"]["securitySchemes"]["bearer"].is_object());
+        for probe in ["/healthz", "/readyz"] {
+            assert_eq!(
+                description["paths"][probe]["get"]["security"],
+                serde_json::json!([{}]),
+                "{probe} takes no token"
+            );
+        }
     }
 }

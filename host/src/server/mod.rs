@@ -34,7 +34,7 @@ use utoipa::ToSchema;
 pub use config::{Quotas, ServeConfig};
 pub use error::ApiError;
 
-use crate::metrics::{Metrics, NumberedLine, PipelineLog, PipelineState};
+use crate::metrics::{Metrics, NumberedLine, PipelineLog, PipelineReadiness, PipelineState, Readiness};
 use crate::wasm::{EngineConfig, WasmEngine};
 use registry::{Desired, Pipeline, Registry, Tenant, TenantEntry, Transform, TransformVersion, component_path};
 use store::Store;
@@ -631,6 +631,31 @@ impl Server {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Whether this node's pipelines are ready (`GET /readyz`; the rules: [`Readiness`]): those
+    /// whose desired state is running, each judged by its metrics; one that has not started on
+    /// this node yet is `starting`. A pipeline its tenant stopped does not count, nor does a
+    /// deleted one, whose metrics stay until the server restarts.
+    pub async fn readiness(&self) -> Readiness {
+        let registry = self.registry.lock().await;
+        let live = self.supervisor.metrics().pipelines();
+        let judged = registry
+            .tenants
+            .values()
+            .flat_map(|entry| {
+                entry
+                    .pipelines
+                    .values()
+                    .filter(|p| p.desired == Desired::Running)
+                    .map(|p| spec::qualified_name(&entry.tenant.name, &p.name))
+            })
+            .map(|name| match live.iter().find(|p| p.name() == name) {
+                Some(pipeline) => pipeline.readiness(),
+                None => PipelineReadiness::not_started(name),
+            })
+            .collect();
+        Readiness::of(judged)
     }
 
     fn status(&self, tenant: &str, pipeline: &Pipeline) -> PipelineStatus {

@@ -1,7 +1,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::metrics::{BatchFigures, Metrics};
+use crate::metrics::{BatchFigures, MIN_OVERDUE, Metrics, Reason};
 
 fn config(name: &str) -> PipelineConfig {
     let text = format!(
@@ -81,4 +81,48 @@ fn a_pipeline_that_starts_again_keeps_its_counters() {
     assert_eq!(again.view().records_in, 5);
     metrics.pipeline(&config("q"));
     assert_eq!(metrics.view().pipelines.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["p", "q"]);
+}
+
+#[test]
+fn readiness_follows_what_the_runner_and_the_sampler_report() {
+    let metrics = Metrics::default();
+    let pipeline = metrics.pipeline(&config("p"));
+    let reason = |pipeline: &PipelineMetrics| pipeline.readiness().reason;
+    assert_eq!(reason(&pipeline), Some(Reason::Starting));
+    pipeline.set_state(PipelineState::Running);
+    assert_eq!(reason(&pipeline), Some(Reason::Joining));
+    pipeline.restoring(2);
+    assert_eq!(reason(&pipeline), Some(Reason::Restoring));
+    pipeline.assigned(2);
+    let ready = pipeline.readiness();
+    assert!(ready.ready && ready.reason.is_none() && ready.detail.is_none(), "{ready:?}");
+    assert_eq!(metrics.readiness().total, 1);
+    assert!(metrics.readiness().ready);
+
+    // An answer to a request sent before the cluster was found unreachable is older news.
+    let asked = Instant::now();
+    pipeline.broker_unreachable(&"Local: All broker connections are down");
+    pipeline.broker_reachable(asked);
+    let unreachable = pipeline.readiness();
+    assert_eq!(unreachable.reason, Some(Reason::BrokerUnreachable));
+    assert!(unreachable.detail.expect("detail").contains("All broker connections are down"));
+    pipeline.broker_reachable(Instant::now());
+    assert!(pipeline.readiness().ready);
+
+    // Work left uncommitted past the limit; a round with nothing to commit makes it current.
+    let later = Instant::now() + MIN_OVERDUE + Duration::from_secs(1);
+    assert_eq!(pipeline.readiness_at(later).reason, Some(Reason::CheckpointOverdue));
+    pipeline.caught_up();
+    assert!(pipeline.readiness_at(Instant::now()).ready);
+
+    pipeline.failed(&PipelineError::Refused("no".into()), false);
+    let failed = metrics.readiness();
+    assert_eq!(failed.reason, Some(Reason::Failed));
+    assert_eq!(failed.pipelines.expect("pipelines")[0].detail.as_deref(), Some("refusing to start: no"));
+}
+
+#[test]
+fn a_process_without_its_pipeline_yet_is_not_ready() {
+    let readiness = Metrics::default().readiness();
+    assert_eq!((readiness.ready, readiness.reason), (false, Some(Reason::Starting)));
 }
