@@ -7,14 +7,45 @@
 //!
 //! `WEIR_CHAOS_KILLS` sets the number of kills (default 20); `scripts/chaos.sh` runs this test
 //! with its summary line shown.
+//!
+//! Also here, because it stops the broker: `/readyz` reporting the broker unreachable while it
+//! is stopped, and ready again once it is back. The tests take turns ([`broker_turn`]).
 
 use std::process::Child;
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use weir_tests::broker::{Transaction, kafka_sh, transactions};
 use weir_tests::flights::verify;
-use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, produce, signal};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, http_get, poll_until, produce, signal};
 use weir_tests::{Isolation, flight_rows};
+
+/// Whether a test of this binary has its turn with the broker ([`broker_turn`]).
+static BROKER_TAKEN: Mutex<bool> = Mutex::new(false);
+/// Signalled when a turn ends.
+static BROKER_FREED: Condvar = Condvar::new();
+
+/// A test's turn with the broker, until dropped: the tests of this binary stop the broker, and
+/// none expects another to stop it meanwhile. A turn, not a `MutexGuard` held for the whole
+/// test, since the tests await while they hold it.
+struct BrokerTurn;
+
+/// Waits until no other test of this binary has its turn with the broker, and takes it.
+fn broker_turn() -> BrokerTurn {
+    let mut taken = BROKER_TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
+    while *taken {
+        taken = BROKER_FREED.wait(taken).unwrap_or_else(PoisonError::into_inner);
+    }
+    *taken = true;
+    BrokerTurn
+}
+
+impl Drop for BrokerTurn {
+    fn drop(&mut self) {
+        *BROKER_TAKEN.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        BROKER_FREED.notify_one();
+    }
+}
 
 const PARTITIONS: i32 = 8;
 const TRANSACTION_TIMEOUT_MS: u64 = 6_000;
@@ -124,6 +155,7 @@ const RESTORED: &str = "restored the state from the changelog";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts() {
+    let _turn = broker_turn();
     let kills: u32 = std::env::var("WEIR_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let seed = std::env::var("WEIR_CHAOS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
@@ -203,4 +235,48 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
     );
     assert!(verdict.is_exactly_once(), "{verdict:?}");
     assert!(wiped >= kills / 3 && restores >= wiped, "every deleted state directory was restored: {restores} restores");
+}
+
+/// Starts the broker when dropped: a test that fails while the broker is stopped must not leave
+/// it stopped for the tests after it (`scripts/kafka.sh start` does nothing when it runs).
+struct StartBrokerOnDrop;
+
+impl Drop for StartBrokerOnDrop {
+    fn drop(&mut self) {
+        kafka_sh(&["start"]);
+    }
+}
+
+/// `weir run --metrics`'s `/readyz` with the broker stopped: 503 `broker_unreachable` (seen by
+/// the runner's consumer or the metrics sampler) while `/healthz` stays 200, and 200 again once
+/// the broker is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_reports_the_broker_unreachable_while_it_is_stopped_and_ready_once_it_is_back() {
+    let _turn = broker_turn();
+    let pipeline = TestPipeline::new("weir-ready-broker", &Spec::new("passthrough"));
+    let values: Vec<(Option<String>, String)> = (0..200).map(|i| (Some(format!("k{i}")), format!("v{i}"))).collect();
+    produce(&pipeline.source, 2, &values).await;
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = pipeline.metrics_address(&mut run);
+    assert_eq!(reader.read_until(values.len(), RUN_TIMEOUT), values.len(), "{}", pipeline.log_text());
+    let readyz = format!("http://{address}/readyz");
+    poll_until(&readyz, "200 before the broker stops", RUN_TIMEOUT, |status, _| status == 200);
+
+    let restart = StartBrokerOnDrop;
+    kafka_sh(&["stop"]);
+    let (_, down) = poll_until(&readyz, "503 broker_unreachable", RUN_TIMEOUT, |status, body| {
+        status == 503 && body["reason"] == "broker_unreachable"
+    });
+    let shown = &down["pipelines"][0];
+    assert_eq!(shown["name"], pipeline.name.as_str(), "{down}");
+    assert!(shown["detail"].as_str().is_some_and(|d| d.starts_with("no broker has answered")), "{down}");
+    assert_eq!(http_get(&format!("http://{address}/healthz")).0, 200, "alive without a broker");
+    drop(restart);
+
+    // Back: the sampler reaches the cluster; the pipeline may go through recovery first.
+    let (_, back) = poll_until(&readyz, "200 once the broker is back", RUN_TIMEOUT * 2, |status, _| status == 200);
+    assert_eq!(back["not_ready"], serde_json::json!({}), "{back}");
+    let status = pipeline.stop(&mut run, Duration::from_secs(120));
+    assert!(status.success(), "{status}; log:\n{}", pipeline.log_text());
 }

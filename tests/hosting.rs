@@ -1,7 +1,8 @@
 //! `weir serve` (issue 15): tenants upload transforms and deploy pipelines over real HTTP on
 //! loopback, against the real broker. Two tenants' flight-delays stay exact through a SIGKILL of
 //! the server and an upgrade; every route refuses missing, bad and foreign tokens; hostile
-//! uploads get a 4xx and the server stays up.
+//! uploads get a 4xx and the server stays up; `/readyz` counts a failed pipeline without naming
+//! it to anonymous callers.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::{Value, json};
 use weir_tests::flights::verify;
-use weir_tests::pipeline::{RUN_TIMEOUT, Reader, keyed, produce, signal, wait_exit};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, keyed, poll_until, produce, signal, wait_exit};
 use weir_tests::{Isolation, bootstrap, flight_rows, plugin, unique_name, weir_binary};
 
 const ADMIN: &str = "admin-token-for-the-hosting-tests";
@@ -721,4 +722,57 @@ async fn a_slow_stop_holds_up_neither_the_registry_nor_other_pipelines() {
         stop.join().expect("stop")
     });
     assert_eq!(stopping["desired"], "stopped", "{stopping}");
+}
+
+/// `/healthz` and `/readyz` take no token: ready with nothing deployed; 503 `failed` once a
+/// pipeline failed for good (beside a healthy one), by counts only to anonymous callers and
+/// tenants, naming the pipeline and its error to the admin; ready again once its tenant stops it.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_counts_a_failed_pipeline_names_it_only_to_the_admin_and_forgets_it_once_stopped() {
+    let serve = Serve::start("max_identical_failures = 2");
+    let health = serve.call("GET", "/healthz", None, None);
+    assert_eq!(health, (200, Value::String("ok\n".into())));
+    let (status, empty) = serve.call("GET", "/readyz", None, None);
+    assert_eq!((status, &empty["ready"], &empty["total"]), (200, &json!(true), &json!(0)), "{empty}");
+
+    let run = unique_name("weir-probed");
+    let token = serve.tenant("probed", &format!("{run}."), None);
+    for transform in ["misbehave", "passthrough"] {
+        let bytes = std::fs::read(plugin(transform)).expect("plugin");
+        assert_eq!(serve.upload(&token, transform, bytes).0, 201);
+    }
+    for (name, transform, input) in [("poison", "misbehave", "error"), ("healthy", "passthrough", "fine")] {
+        let (source, sink) = (format!("{run}.{name}-in"), format!("{run}.{name}-out"));
+        produce(&source, 1, &[(None, input.to_owned())]).await;
+        let spec = format!(
+            "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"t\"\ntransform = \"{transform}\"\n\
+             [sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
+        );
+        serve.ok("PUT", &format!("/v1/pipelines/{name}"), &token, toml_body(&spec));
+    }
+    let readyz = format!("{}/readyz", serve.base);
+    let (_, failed) = poll_until(&readyz, "503: one failed, one ready", RUN_TIMEOUT, |status, body| {
+        status == 503 && body["not_ready"] == json!({ "failed": 1 }) && body["total"] == 2
+    });
+    assert_eq!(failed["reason"], "failed");
+    for (who, body) in
+        [("anonymous", failed.clone()), ("the tenant", serve.call("GET", "/readyz", Some(&token), None).1)]
+    {
+        assert!(body.get("pipelines").is_none(), "{who} sees no pipelines: {body}");
+        let text = body.to_string();
+        assert!(!text.contains("poison") && !text.contains("probed"), "{who} learns no names: {text}");
+    }
+    let (status, admin) = serve.call("GET", "/readyz", Some(ADMIN), None);
+    assert_eq!(status, 503);
+    let listed = admin["pipelines"].as_array().expect("the admin sees the pipelines");
+    let poison = listed.iter().find(|p| p["name"] == "probed.poison").unwrap_or_else(|| panic!("{admin}"));
+    assert_eq!(poison["reason"], "failed");
+    assert!(poison["detail"].as_str().is_some_and(|d| d.contains("misbehave: error at offset 0")), "{admin}");
+    let healthy = listed.iter().find(|p| p["name"] == "probed.healthy").unwrap_or_else(|| panic!("{admin}"));
+    assert_eq!((&healthy["ready"], &healthy["reason"]), (&json!(true), &Value::Null));
+
+    serve.ok("POST", "/v1/pipelines/poison/stop", &token, None);
+    let (_, ready) =
+        poll_until(&readyz, "200 once the failed pipeline is stopped", RUN_TIMEOUT, |status, _| status == 200);
+    assert_eq!((&ready["total"], &ready["not_ready"]), (&json!(1), &json!({})), "{ready}");
 }

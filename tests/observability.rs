@@ -1,41 +1,22 @@
 //! Observability (issue 16) on the real broker with real components: `weir run --metrics`
-//! serves Prometheus metrics and a dashboard that a real headless Chromium shows live, and
-//! `weir status --json` carries the text form's facts.
+//! serves Prometheus metrics and a dashboard that a real headless Chromium shows live, liveness
+//! and readiness probes (issue 47) that follow a restore and a failing pipeline, and
+//! `weir status --json` carries the text form's facts. The broker-stopped readiness case is in
+//! `chaos_flights.rs`, the binary allowed to stop the broker; `weir serve`'s probes in
+//! `hosting.rs`.
 
-use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::Value;
-use weir_tests::pipeline::{Reader, Spec, TestPipeline, produce, run_to_completion};
+use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, http_get, poll_until, produce, run_to_completion};
 use weir_tests::webdriver::{Browser, artifact};
 use weir_tests::{Isolation, create_topic};
 
 /// Generous: the machine may be busy with builds; conditions are waited for, never slept on.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// The address `weir run --metrics 127.0.0.1:0` (process `run`) bound, read from its log.
-fn metrics_address(pipeline: &TestPipeline, run: &mut Child) -> String {
-    let marker = "serving metrics at http://";
-    let started = Instant::now();
-    loop {
-        let log = pipeline.log_text();
-        if let Some(at) = log.find(marker) {
-            let rest = &log[at + marker.len()..];
-            return rest[..rest.find('/').expect("address ends with /metrics")].to_owned();
-        }
-        if let Some(status) = run.try_wait().expect("try_wait") {
-            panic!("weir run exited with {status} before serving metrics; log:\n{log}");
-        }
-        assert!(
-            started.elapsed() < PAGE_TIMEOUT,
-            "weir run did not serve metrics within {PAGE_TIMEOUT:?}; log:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// GET `url`'s body as text.
 fn get(url: &str) -> String {
@@ -121,8 +102,8 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
     let metrics_args = ["--metrics", "127.0.0.1:0"];
     let mut live_run = live.spawn_with(&metrics_args, &[]);
     let mut failing_run = failing.spawn_with(&metrics_args, &[]);
-    let live_address = metrics_address(&live, &mut live_run);
-    let failing_address = metrics_address(&failing, &mut failing_run);
+    let live_address = live.metrics_address(&mut live_run);
+    let failing_address = failing.metrics_address(&mut failing_run);
 
     let browser = Browser::start();
     browser.open(&format!("http://{live_address}/"));
@@ -175,7 +156,7 @@ async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
         (0..500).map(|i| (Some(format!("k{}", i % 7)), format!("v{i}"))).collect();
     produce(&good.source, 2, &values).await;
     let mut run = good.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
-    let address = metrics_address(&good, &mut run);
+    let address = good.metrics_address(&mut run);
     let name = &good.name;
     let partition = |p: i32| format!("partition=\"{}[{p}]\",pipeline=\"{name}\"", good.source);
     let metrics = wait_for_metrics(&address, "500 records in, lag measured 0", |m| {
@@ -202,7 +183,7 @@ async fn metrics_count_records_checkpoints_lag_and_guest_errors() {
     let failing = TestPipeline::new("weir-metrics-failing", &Spec::new("misbehave"));
     produce(&failing.source, 1, &[(None, "panic".into()), (None, "after".into())]).await;
     let mut run = failing.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
-    let address = metrics_address(&failing, &mut run);
+    let address = failing.metrics_address(&mut run);
     let labels = format!("kind=\"panic\",operator=\"misbehave\",pipeline=\"{}\"", failing.name);
     let pipeline = format!("pipeline=\"{}\"", failing.name);
     let lag = format!("partition=\"{}[0]\",{pipeline}", failing.source);
@@ -240,7 +221,7 @@ async fn an_operator_after_one_that_dropped_a_whole_batch_is_not_called() {
     let dropped: Vec<(Option<String>, String)> = (0..300).map(|i| (None, format!("{{\"n\":{i}}}"))).collect();
     produce(&pipeline.source, 1, &dropped).await;
     let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
-    let address = metrics_address(&pipeline, &mut run);
+    let address = pipeline.metrics_address(&mut run);
     let name = &pipeline.name;
     let records = format!("partition=\"{}[0]\",pipeline=\"{name}\"", pipeline.source);
     let calls = |metrics: &str, operator: &str| {
@@ -282,7 +263,7 @@ async fn lag_reaches_zero_after_transaction_markers_and_aborted_records() {
     weir_tests::admin::produce_in_transaction(&pipeline.source, 0, &values("kept", 50), true);
     weir_tests::admin::produce_in_transaction(&pipeline.source, 0, &values("aborted", 10), false);
     let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
-    let address = metrics_address(&pipeline, &mut run);
+    let address = pipeline.metrics_address(&mut run);
     let started = Instant::now();
     // When the position was first seen at the end: a sample taken after it must show lag 0.
     let mut at_end: Option<u64> = None;
@@ -381,4 +362,68 @@ async fn status_json_has_the_facts_of_the_text_form() {
     assert_eq!(partitions[1]["lag"], 2, "the two records produced after the run");
     assert_eq!(json["total_lag"], total);
     assert!(text.contains(&format!("total lag: {total} ")), "{text}");
+}
+
+/// `/readyz` of a `weir run` whose state directory was deleted: 503 `restoring` while the state
+/// comes back from a changelog of 20,000 keys, then 200; `/healthz` 200 throughout. The restore
+/// is stalled 5 s (`WEIR_FAULT=restore:sleep=5000`) so that polling sees it however fast the
+/// machine restores.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_is_restoring_while_the_state_comes_back_from_the_changelog_then_ready() {
+    const KEYS: usize = 20_000;
+    let mut spec = Spec::new("dedup");
+    // Every key is new, so every record goes out and leaves one state entry.
+    spec.transform = "config = { window_records = \"1000000\" }".into();
+    let pipeline = TestPipeline::new("weir-ready-restore", &spec);
+    let values: Vec<(Option<String>, String)> = (0..KEYS).map(|i| (Some(format!("k{i}")), format!("v{i}"))).collect();
+    produce(&pipeline.source, 2, &values).await;
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, KEYS, &[]);
+    std::fs::remove_dir_all(pipeline.dir().join("state")).expect("delete the state directory");
+
+    let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[("WEIR_FAULT", "restore:sleep=5000")]);
+    let address = pipeline.metrics_address(&mut run);
+    let readyz = format!("http://{address}/readyz");
+    let (before, ready) = poll_until(&readyz, "200 after the restore", RUN_TIMEOUT, |status, body| {
+        if body["reason"] == "restoring" {
+            let (health, text) = http_get(&format!("http://{address}/healthz"));
+            assert_eq!((health, text.as_str()), (200, Some("ok\n")), "alive while restoring");
+        }
+        status == 200
+    });
+    let restoring = before
+        .iter()
+        .find(|b| b["reason"] == "restoring")
+        .unwrap_or_else(|| panic!("no `restoring` answer before 200: {before:?}\nlog:\n{}", pipeline.log_text()));
+    assert_eq!(restoring["ready"], false);
+    assert_eq!(restoring["not_ready"], serde_json::json!({ "restoring": 1 }), "{restoring}");
+    let shown = &restoring["pipelines"][0];
+    assert_eq!((shown["name"].as_str(), shown["reason"].as_str()), (Some(pipeline.name.as_str()), Some("restoring")));
+    assert!(shown["detail"].as_str().is_some_and(|d| d.contains("2 partition(s) from the changelog")), "{shown}");
+    let log = pipeline.log_text();
+    assert!(log.contains("WEIR_FAULT: stalling") && log.contains("restored the state from the changelog"), "{log}");
+    assert_eq!(ready["reason"], Value::Null, "{ready}");
+    assert_eq!(ready["pipelines"][0]["ready"], true, "{ready}");
+    let status = pipeline.stop(&mut run, Duration::from_secs(60));
+    assert!(status.success(), "{status}; log:\n{}", pipeline.log_text());
+}
+
+/// A `weir run` whose transform fails on a record under `on_error = "fail"` keeps recovering
+/// (it does not exit, so it keeps serving): `/readyz` answers 503 `recovering` with the
+/// transform's error, `/healthz` 200.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_reports_a_pipeline_failing_on_a_record_as_recovering_with_its_error() {
+    let pipeline = TestPipeline::new("weir-ready-failing", &Spec::new("misbehave"));
+    produce(&pipeline.source, 1, &[(None, "fine".into()), (None, "error".into())]).await;
+    let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let address = pipeline.metrics_address(&mut run);
+    let (_, failing) =
+        poll_until(&format!("http://{address}/readyz"), "503 recovering", RUN_TIMEOUT, |status, body| {
+            status == 503 && body["reason"] == "recovering"
+        });
+    let shown = &failing["pipelines"][0];
+    assert_eq!(shown["name"], pipeline.name.as_str());
+    assert!(shown["detail"].as_str().is_some_and(|d| d.contains("misbehave: error at offset 1")), "{failing}");
+    assert_eq!(http_get(&format!("http://{address}/healthz")).0, 200);
+    assert!(run.try_wait().expect("try_wait").is_none(), "weir run keeps running (and recovering)");
 }

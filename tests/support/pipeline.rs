@@ -241,6 +241,31 @@ impl TestPipeline {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The address `weir run --metrics 127.0.0.1:0` (process `run`, logging to [`Self::log`])
+    /// bound, read from its log.
+    ///
+    /// # Panics
+    /// When the process exits first, or logs no address within [`RUN_TIMEOUT`].
+    pub fn metrics_address(&self, run: &mut Child) -> String {
+        let marker = "serving metrics at http://";
+        let started = Instant::now();
+        loop {
+            let log = self.log_text();
+            if let Some(at) = log.find(marker) {
+                let rest = &log[at + marker.len()..];
+                return rest[..rest.find('/').expect("address ends with /metrics")].to_owned();
+            }
+            if let Some(status) = run.try_wait().expect("try_wait") {
+                panic!("weir run exited with {status} before serving metrics; log:\n{log}");
+            }
+            assert!(
+                started.elapsed() < RUN_TIMEOUT,
+                "weir run did not serve metrics within {RUN_TIMEOUT:?}; log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Sends SIGTERM and waits for the exit (at most `timeout`).
     pub fn stop(&self, child: &mut Child, timeout: Duration) -> ExitStatus {
         signal(child, "TERM");
@@ -259,6 +284,43 @@ impl Drop for TestPipeline {
                 let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
             }
         }
+    }
+}
+
+/// GETs `url` (a route of `weir run --metrics` or `weir serve`) without a token; returns the
+/// status, 5xx included, and the body as JSON (as a JSON string when it is not JSON).
+///
+/// # Panics
+/// When the request gets no answer.
+pub fn http_get(url: &str) -> (u16, serde_json::Value) {
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(RUN_TIMEOUT)).build().into();
+    let mut response = agent.get(url).call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let text = response.body_mut().read_to_string().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    (response.status().as_u16(), serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+}
+
+/// Polls `GET url` every 50 ms until `done(status, body)`; returns the bodies seen before, in
+/// order, and the last one.
+///
+/// # Panics
+/// When it does not happen within `timeout`, naming `what` and the last answer.
+pub fn poll_until(
+    url: &str,
+    what: &str,
+    timeout: Duration,
+    mut done: impl FnMut(u16, &serde_json::Value) -> bool,
+) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let (status, body) = http_get(url);
+        if done(status, &body) {
+            return (seen, body);
+        }
+        assert!(started.elapsed() < timeout, "GET {url} never answered {what}; last: {status} {body}");
+        seen.push(body);
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
