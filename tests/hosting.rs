@@ -393,7 +393,7 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
             "set by the server",
         ),
         (format!("{good}\n[state]\ndir = \"/tmp\"\n"), "state.dir", "set by the server"),
-        (good.replace("batch_size = 64", "batch_size = 64\nbogus = 1"), "source.bogus", "unknown field"),
+        (good.replace("batch_size = 64", "batch_size = 64\nbogus = 1"), "source.bogus", "unknown key"),
         (good.replace("transform = \"flight-delays\"", "wasm = \"/etc/passwd\""), "transforms[0].wasm", "upload"),
         (
             good.replace("transform = \"flight-delays\"", "transform = \"nope\""),

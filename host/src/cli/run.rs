@@ -33,9 +33,10 @@ pub struct RunArgs {
     /// refused and the state directory kept (docs/configuration.md).
     #[arg(long)]
     reseed_changelog: bool,
-    /// Serve Prometheus metrics (`/metrics`), the dashboard (`/`) and its JSON
-    /// (`/api/pipelines`) at ADDRESS, e.g. `127.0.0.1:9464` (port 0 picks a free port; the log
-    /// says which). See docs/observability.md.
+    /// Serve Prometheus metrics (`/metrics`), the dashboard (`/`), its JSON (`/api/pipelines`)
+    /// and the probes `/healthz` (alive) and `/readyz` (running, assigned, checkpoints current)
+    /// at ADDRESS, e.g. `127.0.0.1:9464` (port 0 picks a free port; the log says which). See
+    /// docs/observability.md.
     #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
     metrics: Option<SocketAddr>,
     /// This process's instance id, to run the pipeline in several processes (on one machine or
