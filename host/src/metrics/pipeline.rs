@@ -270,6 +270,7 @@ impl PipelineMetrics {
         self.state_written.inc_by(figures.state_bytes);
         let mut live = lock(&self.live);
         live.signals.current_at = Instant::now();
+        live.signals.checkpointed = true;
         live.last_checkpoint = Some(CheckpointView {
             id: figures.id.0,
             at_ms: now_ms(),
@@ -304,7 +305,9 @@ impl PipelineMetrics {
     /// The runner found nothing to commit at a checkpoint's due time: every record it read is
     /// committed, so the pipeline is current although it commits no checkpoint.
     pub fn caught_up(&self) {
-        lock(&self.live).signals.current_at = Instant::now();
+        let mut live = lock(&self.live);
+        live.signals.current_at = Instant::now();
+        live.signals.checkpointed = true;
     }
 
     /// A request to the pipeline's cluster found no broker to answer

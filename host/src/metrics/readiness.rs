@@ -95,7 +95,8 @@ impl PipelineReadiness {
 ///
 /// Rules: a pipeline is ready when it is `running`, the consumer group has given it its
 /// partitions (possibly none: an instance beyond the partition count stands by) and their state
-/// is restored, its cluster answers, and none of its work has been left uncommitted for longer
+/// is restored, it has completed a checkpoint round since it started (committed, or found
+/// nothing to commit), its cluster answers, and none of its work has been left uncommitted for longer
 /// than 3 checkpoint intervals, at least 10 s (`overdue_after`). An idle pipeline commits no
 /// checkpoint, yet is current: the runner reports each round in which it finds nothing to
 /// commit. Otherwise its reason is the first `Reason` that applies. A process is ready when
@@ -172,6 +173,11 @@ pub(super) struct Signals {
     /// When the pipeline last had no work uncommitted: a checkpoint committed, the runner found
     /// nothing to commit, or an assignment was applied.
     pub current_at: Instant,
+    /// Whether a checkpoint round (a commit, or a round with nothing to commit) has completed
+    /// since the pipeline last entered a state: until then a start that fails again within the
+    /// overdue limit (a transform failing every record, say) would read as ready between its
+    /// recoveries.
+    pub checkpointed: bool,
     /// The cluster did not answer: since when, when last, and the last error.
     pub unreachable: Option<Unreachable>,
     /// `checkpoint.interval_ms`.
@@ -188,13 +194,21 @@ pub(super) struct Unreachable {
 
 impl Signals {
     pub fn new(checkpoint_interval: Duration) -> Self {
-        Self { assigned: None, restoring: None, current_at: Instant::now(), unreachable: None, checkpoint_interval }
+        Self {
+            assigned: None,
+            restoring: None,
+            current_at: Instant::now(),
+            checkpointed: false,
+            unreachable: None,
+            checkpoint_interval,
+        }
     }
 
     /// The pipeline entered `state`: what the runner reported of its previous run no longer
     /// holds.
     pub fn entered(&mut self, state: PipelineState) {
         self.restoring = None;
+        self.checkpointed = false;
         if state == PipelineState::Running {
             self.current_at = Instant::now();
         } else {
@@ -241,6 +255,13 @@ impl Signals {
         }
         if self.assigned.is_none() {
             return Some((Reason::Joining, "waiting for the consumer group to assign partitions".to_owned()));
+        }
+        if !self.checkpointed {
+            let detail = format!(
+                "running; ready after its first checkpoint round since the start (checkpoint.interval_ms = {})",
+                self.checkpoint_interval.as_millis()
+            );
+            return Some((Reason::Starting, detail));
         }
         let limit = overdue_after(self.checkpoint_interval);
         let uncommitted = now.saturating_duration_since(self.current_at);

@@ -94,6 +94,8 @@ fn readiness_follows_what_the_runner_and_the_sampler_report() {
     pipeline.restoring(2);
     assert_eq!(reason(&pipeline), Some(Reason::Restoring));
     pipeline.assigned(2);
+    assert_eq!(reason(&pipeline), Some(Reason::Starting), "before its first checkpoint round");
+    pipeline.caught_up();
     let ready = pipeline.readiness();
     assert!(ready.ready && ready.reason.is_none() && ready.detail.is_none(), "{ready:?}");
     assert_eq!(metrics.readiness().total, 1);

@@ -4,6 +4,7 @@ fn running(interval_ms: u64) -> Signals {
     let mut signals = Signals::new(Duration::from_millis(interval_ms));
     signals.entered(PipelineState::Running);
     signals.assigned = Some(2);
+    signals.checkpointed = true;
     signals
 }
 
@@ -48,6 +49,22 @@ fn each_reason_applies_in_its_order() {
     let (reason, detail) = signals.judge(PipelineState::Recovering, Some(&error), now).expect("not ready");
     assert_eq!(reason, Reason::Recovering);
     assert!(detail.contains("misbehave: error at offset 1"), "{detail}");
+}
+
+#[test]
+fn a_start_is_not_ready_before_its_first_checkpoint_round() {
+    // A transform failing every record fails each start within the overdue limit: between its
+    // recoveries it must not read as ready.
+    let mut signals = running(1000);
+    signals.entered(PipelineState::Recovering);
+    signals.entered(PipelineState::Running);
+    signals.assigned = Some(2);
+    let now = Instant::now();
+    let (reason, detail) = signals.judge(PipelineState::Running, None, now).expect("not ready yet");
+    assert_eq!(reason, Reason::Starting);
+    assert!(detail.contains("first checkpoint round"), "{detail}");
+    signals.checkpointed = true;
+    assert_eq!(signals.judge(PipelineState::Running, None, now), None);
 }
 
 #[test]
