@@ -4,7 +4,7 @@
 #
 #   weir-<version>-<target>/
 #     bin/weir                    the binary, debug info stripped (the guest SDKs are inside it)
-#     LICENSE README.md BUILDING.md BENCHMARKS.md docs/
+#     LICENSE README.md BUILDING.md BENCHMARKS.md DESIGN.md docs/
 #     examples/                   the example pipeline files, and flights/run.sh, the main job,
 #                                 which runs from here against a broker you name
 #     plugins/*.wasm              the example transforms the pipeline files name
@@ -21,6 +21,11 @@ source scripts/setup.sh host guests
 
 "${WEIR_HOST_BUILD[@]}"
 scripts/build-plugins.sh plugins >&2
+# It packs the working tree as it is: say so when that differs from a commit.
+if changed=$(git status --porcelain 2>/dev/null) && [[ -n $changed ]]; then
+    echo "dist: warning: packing uncommitted changes:" >&2
+    printf '%s\n' "$changed" >&2
+fi
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 target=$(rustc -vV | sed -n 's/^host: //p')
@@ -33,7 +38,7 @@ mkdir -p "$out/bin" "$out/plugins" "$out/share/systemd" "$out/data" "$dist"
 
 objcopy --only-keep-debug "$CARGO_TARGET_DIR/release/weir" "$dist/$name.debug"
 objcopy --strip-debug --add-gnu-debuglink="$dist/$name.debug" "$CARGO_TARGET_DIR/release/weir" "$out/bin/weir"
-cp LICENSE README.md BUILDING.md BENCHMARKS.md "$out/"
+cp LICENSE README.md BUILDING.md BENCHMARKS.md DESIGN.md "$out/"
 cp -r docs "$out/docs"
 cp -r data/nycflights13 "$out/data/"
 cp dist/systemd/*.service "$out/share/systemd/"

@@ -80,6 +80,7 @@ fn the_unpacked_release_runs_the_main_job_exactly_once_without_a_checkout() {
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", &home)
+        .env("TMPDIR", temp.path())
         .env("RUN", &run)
         .env("WEIR_KAFKA_BOOTSTRAP", bootstrap())
         .output()

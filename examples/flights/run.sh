@@ -6,7 +6,8 @@
 #
 # From an unpacked release (scripts/dist.sh: bin/weir beside examples/), it builds and starts
 # nothing: it runs that weir against the broker at $WEIR_KAFKA_BOOTSTRAP (default
-# 127.0.0.1:$WEIR_KAFKA_PORT, port 9092), which must allow transactions.
+# 127.0.0.1:$WEIR_KAFKA_PORT, port 9092), which must allow transactions; its files go to
+# ${TMPDIR:-/tmp}/weir-examples.
 #
 # Each run uses fresh topics and state (suffix $RUN, by default the current time), so it can be
 # repeated. The broker is left running; stop it with `scripts/kafka.sh stop`.
@@ -26,6 +27,8 @@ if [ -x bin/weir ]; then
     # An unpacked release: its own weir and components, the caller's broker.
     weir="$root/bin/weir"
     plugins="$root/plugins"
+    # Its runs' files go to a temporary folder: the release may be read-only (/opt/weir).
+    work_root="${TMPDIR:-/tmp}/weir-examples"
     echo "running the release in $root against the broker at $WEIR_KAFKA_BOOTSTRAP"
 else
     # Installs what is missing and sets the cargo target directory scripts/test.sh shares.
@@ -36,10 +39,11 @@ else
     "${WEIR_HOST_BUILD[@]}"
     weir="$CARGO_TARGET_DIR/release/weir"
     plugins="$root/target/plugins"
+    work_root="$root/target/examples"
 fi
 
 # A per-run copy of the pipeline file: own topics, own state directory.
-work="$root/target/examples/flights-$run"
+work="$work_root/flights-$run"
 mkdir -p "$work"
 sed -e "s|topics = \[\"flights\"\]|topics = [\"flights-$run\"]|" \
     -e "s|^topic = \"flight-delays\"|topic = \"flight-delays-$run\"|" \

@@ -25,13 +25,18 @@ cache=${WEIR_CACHE:-$HOME/.cache/weir}/polyglot
 venv=$cache/venv
 pin=$(sed -n 's/^componentize-py==//p' "$sdk/requirements-build.txt")
 
+# One install at a time: builds started together (several projects, test threads) would create
+# the venv twice, or reinstall componentize-py under one that is running.
+mkdir -p "$cache"
+exec {lock}>"$cache/.install.lock"
+flock "$lock"
 if [[ $("$venv/bin/componentize-py" --version 2>/dev/null) != "componentize-py $pin" ]]; then
     echo "weir-build-py: installing componentize-py $pin into $venv" >&2
     source "$sdk/../../scripts/setup.sh" python # venv and ensurepip
-    mkdir -p "$cache"
     [[ -x $venv/bin/pip ]] || python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$sdk/requirements-build.txt" >&2
 fi
+flock -u "$lock"
 
 # The app's own copy of the SDK and its WIT (weir-sdk/, as `weir transform init` writes it)
 # when it has one, else this SDK.

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use rust_embed::{Embed, EmbeddedFile};
 use sha2::{Digest, Sha256};
 
-/// `guest-sdk/`, without what builds and tests leave in it (npm packages, Python caches).
+/// `guest-sdk/`, without what builds and tests leave in it (npm packages, Python caches, locks).
 #[derive(Embed)]
 #[folder = "../guest-sdk/"]
 #[prefix = "guest-sdk/"]
@@ -23,6 +23,7 @@ use sha2::{Digest, Sha256};
 #[exclude = "**/__pycache__/**"]
 #[exclude = "**/.pytest_cache/**"]
 #[exclude = "**/target/**"]
+#[exclude = "**/.install.lock"]
 struct GuestSdk;
 
 /// The one machine set-up the build scripts source (installs their toolchains when missing).
