@@ -94,10 +94,14 @@ weir_setup() {
 }
 
 # weir_cli: runs the host build (WEIR_HOST_BUILD: nothing to do when it is built) and sets WEIR_CLI
-# to its `weir`, for the scripts that build transforms with `weir transform build`.
+# to its `weir`, for the scripts that build the repository's transforms with `weir transform
+# build`. Those import the SDKs in place, by relative path, so WEIR_SDK_DIR points `weir` at this
+# checkout's guest-sdk rather than at the copy built into it.
 weir_cli() {
     "${WEIR_HOST_BUILD[@]}" >&2
     WEIR_CLI=$CARGO_TARGET_DIR/release/weir
+    WEIR_SDK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../guest-sdk" && pwd)
+    export WEIR_SDK_DIR
 }
 
 # weir_serve WEIR CONFIG LOG: starts `WEIR serve --config CONFIG` (the admin token from
