@@ -1,7 +1,8 @@
 //! Observability (issue 16) on the real broker with real components: `weir run --metrics`
 //! serves Prometheus metrics and a dashboard that a real headless Chromium shows live, liveness
 //! and readiness probes (issue 47) that follow a restore and a failing pipeline, and
-//! `weir status --json` carries the text form's facts. The broker-stopped readiness case is in
+//! `weir status --json` carries the text form's facts and the records open transactions hold
+//! back. The broker-stopped readiness case is in
 //! `chaos_flights.rs`, the binary allowed to stop the broker; `weir serve`'s probes in
 //! `hosting.rs`.
 
@@ -355,13 +356,84 @@ async fn status_json_has_the_facts_of_the_text_form() {
         assert!(owner == instance || owner == unknown, "owner {owner} of {row}, committed by {instance}");
         assert_eq!(
             cells[1..],
-            [checkpoint.to_string(), checkpoint.to_string(), end.to_string(), lag.to_string(), instance, owner]
+            [
+                checkpoint.to_string(),
+                checkpoint.to_string(),
+                end.to_string(),
+                lag.to_string(),
+                "0".to_owned(),
+                instance,
+                owner
+            ]
         );
+        assert_eq!(p["held_back"], 0, "no open transaction");
         total += lag;
     }
     assert_eq!(partitions[1]["lag"], 2, "the two records produced after the run");
     assert_eq!(json["total_lag"], total);
     assert!(text.contains(&format!("total lag: {total} ")), "{text}");
+    assert_eq!(json["total_held_back"], 0);
+}
+
+/// `weir status --output json` of `pipeline`, parsed.
+fn status_json(pipeline: &TestPipeline) -> Value {
+    let output = std::process::Command::new(weir_tests::weir_binary())
+        .args(["status", "--output", "json"])
+        .arg(&pipeline.file)
+        .output()
+        .expect("weir status --output json");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("weir status --output json prints JSON")
+}
+
+/// Another producer's open transaction of 50 records on a source partition: `weir status`
+/// shows them held back (high watermark minus last stable offset, as the broker reports them),
+/// not as lag, which stays 0; once the transaction commits they are lag and nothing is held
+/// back; an aborted one leaves neither.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_shows_records_held_back_by_an_open_transaction() {
+    let pipeline = TestPipeline::new("weir-status-held", &Spec::new("passthrough"));
+    let values: Vec<(Option<String>, String)> = (0..20).map(|i| (Some(format!("k{i}")), format!("v{i}"))).collect();
+    produce(&pipeline.source, 2, &values).await;
+    let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, values.len(), &[]);
+    let held = |json: &Value, partition: usize| json["partitions"][partition]["held_back"].as_i64().expect("held_back");
+    let lag = |json: &Value, partition: usize| json["partitions"][partition]["lag"].as_i64().expect("lag");
+
+    // Offsets past the last checkpoint (the pipeline is stopped): what `lag` must say.
+    let mut unread = 0;
+    for commit in [true, false] {
+        let records: Vec<String> = (0..50).map(|i| format!("open-{commit}-{i}")).collect();
+        let transaction = weir_tests::admin::open_transaction(&pipeline.source, 1, &records);
+        let (_, stable) = weir_tests::admin::watermarks(&pipeline.source, 1, "read_committed");
+        let (_, high) = weir_tests::admin::watermarks(&pipeline.source, 1, "read_uncommitted");
+        assert_eq!(high - stable, 50, "the broker holds 50 records back");
+        let json = status_json(&pipeline);
+        assert_eq!(held(&json, 1), 50, "{json}");
+        assert_eq!(held(&json, 0), 0, "{json}");
+        assert_eq!(json["total_held_back"], 50, "{json}");
+        assert_eq!(lag(&json, 1), unread, "held-back records are not lag: {json}");
+        let text = pipeline.status();
+        assert!(text.contains("held back by open transactions: 50 "), "{text}");
+
+        if commit {
+            transaction.commit_transaction(Duration::from_secs(30)).expect("commit_transaction");
+        } else {
+            transaction.abort_transaction(Duration::from_secs(30)).expect("abort_transaction");
+        }
+        // The coordinator writes the markers after it answers the commit or abort.
+        let started = Instant::now();
+        while weir_tests::admin::open_transaction_in(&pipeline.source, 2) {
+            assert!(started.elapsed() < PAGE_TIMEOUT, "the broker still holds records back");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let json = status_json(&pipeline);
+        assert_eq!(json["total_held_back"], 0, "{json}");
+        // The 50 records and the commit or abort marker are offsets past the last checkpoint
+        // now, as `lag` counts them (a read_committed reader skips aborted ones).
+        unread += 51;
+        assert_eq!(lag(&json, 1), unread, "{json}");
+    }
 }
 
 /// `/readyz` of a `weir run` whose state directory was deleted: 503 `restoring` while the state

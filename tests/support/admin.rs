@@ -52,15 +52,22 @@ pub fn produce_to(topic: &str, partition: i32, values: &[String]) {
     producer.flush(TIMEOUT).expect("flush");
 }
 
-/// Writes `values` to partition `partition` of `topic` in one transaction, committed or
-/// aborted: the partition then holds a control record after them.
-pub fn produce_in_transaction(topic: &str, partition: i32, values: &[String], commit: bool) {
+/// Writes `values` to partition `partition` of `topic` in a transaction left open: it holds
+/// read_committed readers back until the returned producer commits or aborts it.
+pub fn open_transaction(topic: &str, partition: i32, values: &[String]) -> ThreadedProducer<DefaultProducerContext> {
     let id = unique_name("weir-test-txn");
     let producer = producer(&[("transactional.id", id.as_str())]);
     producer.init_transactions(TIMEOUT).expect("init_transactions");
     producer.begin_transaction().expect("begin_transaction");
     send_all(&producer, topic, partition, values);
     producer.flush(TIMEOUT).expect("flush");
+    producer
+}
+
+/// Writes `values` to partition `partition` of `topic` in one transaction, committed or
+/// aborted: the partition then holds a control record after them.
+pub fn produce_in_transaction(topic: &str, partition: i32, values: &[String], commit: bool) {
+    let producer = open_transaction(topic, partition, values);
     if commit {
         producer.commit_transaction(TIMEOUT).expect("commit_transaction");
     } else {

@@ -1,8 +1,8 @@
 //! `weir status <pipeline.toml> [--output table|json]`: last committed checkpoint, offsets per
 //! partition, the instance that committed each partition and the one that owns it now, and lag
-//! per partition and per instance, as text or as one JSON object (field names documented in
-//! docs/observability.md). `--json`, its spelling before `--output`, is a hidden alias of
-//! `--output json`.
+//! per partition and per instance, and the records other producers' open transactions hold
+//! back, as text or as one JSON object (field names documented in docs/observability.md).
+//! `--json`, its spelling before `--output`, is a hidden alias of `--output json`.
 //!
 //! The consumer group's committed offsets are the pipeline's truth on every instance: each
 //! carries the checkpoint and the transactional id `<prefix>-<instance>-<slot>` that committed
@@ -14,6 +14,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
 use super::output::{self, Format, OutputArgs};
@@ -49,6 +51,8 @@ struct Status {
     partitions: Vec<PartitionStatus>,
     /// Sum of `lag` over the partitions.
     total_lag: i64,
+    /// Sum of `held_back` over the partitions.
+    total_held_back: i64,
     /// One entry per instance that owns or commits partitions, in instance order.
     instances: Vec<InstanceStatus>,
     /// Whether `owner` is known: false while the group rebalances.
@@ -87,6 +91,10 @@ struct PartitionStatus {
     /// `end_offset` minus `checkpoint_offset` (minus the earliest offset for a partition
     /// without one), never negative.
     lag: i64,
+    /// Records open transactions hold back: the high watermark (read_uncommitted) minus
+    /// `end_offset`. Not in `lag`: no read_committed reader can reach them until their
+    /// transactions commit (then they count as lag) or abort.
+    held_back: i64,
 }
 
 pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
@@ -105,6 +113,14 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
         }
     }
     let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())?;
+    // The source's consumer reads at read_committed: its high watermark is the last stable
+    // offset. This one sees the end of the log, open transactions' records included.
+    let mut uncommitted = ClientConfig::new();
+    uncommitted.set("bootstrap.servers", &config.source.brokers);
+    for (key, value) in &config.source.consumer {
+        uncommitted.set(key, value);
+    }
+    let uncommitted: BaseConsumer = uncommitted.set("isolation.level", "read_uncommitted").create()?;
     let group = source.group_offsets(&tasks, TIMEOUT)?;
     let owners = source.owners(TIMEOUT)?;
     let prefix = format!("{}-", config.sink.transactional_id_prefix);
@@ -115,6 +131,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
         let offset = group.get(&task);
         let ours = offset.and_then(|o| CheckpointMetadata::parse(&o.metadata).map(|m| (o.offset, m)));
         let (start, end) = source.watermarks(&task, TIMEOUT)?;
+        let (_, high) = uncommitted.fetch_watermarks(&task.topic, task.partition, TIMEOUT)?;
         // A partition without a checkpoint offset is one added since the last checkpoint: it is
         // read from its earliest offset, not from 0.
         let lag = (end - ours.as_ref().map_or(start, |(o, _)| *o)).max(0);
@@ -151,6 +168,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
             owner,
             end_offset: end,
             lag,
+            held_back: (high - end).max(0),
         });
     }
     Ok(Status {
@@ -159,6 +177,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
         committed_checkpoint,
         changelog_topic: config.state.changelog_topic.clone(),
         total_lag: partitions.iter().map(|p| p.lag).sum(),
+        total_held_back: partitions.iter().map(|p| p.held_back).sum(),
         partitions,
         instances: instances.into_values().collect(),
         owners_known: owners.is_some(),
@@ -176,24 +195,26 @@ fn write_text(out: &mut dyn Write, status: &Status) -> std::io::Result<()> {
     writeln!(out, "last committed checkpoint: {}", status.committed_checkpoint)?;
     writeln!(
         out,
-        "{:<32} {:>12} {:>12} {:>12} {:>10}  {:<16} owner",
-        "partition", "checkpoint", "group", "end", "lag", "committed by"
+        "{:<32} {:>12} {:>12} {:>12} {:>10} {:>10}  {:<16} owner",
+        "partition", "checkpoint", "group", "end", "lag", "held-back", "committed by"
     )?;
     let show = |o: Option<i64>| o.map_or_else(|| "-".to_owned(), |o| o.to_string());
     for p in &status.partitions {
         writeln!(
             out,
-            "{:<32} {:>12} {:>12} {:>12} {:>10}  {:<16} {}",
+            "{:<32} {:>12} {:>12} {:>12} {:>10} {:>10}  {:<16} {}",
             TaskId { topic: p.topic.clone(), partition: p.partition }.to_string(),
             show(p.checkpoint_offset),
             show(p.group_offset),
             p.end_offset,
             p.lag,
+            p.held_back,
             p.instance.as_deref().unwrap_or("-"),
             p.owner.as_deref().unwrap_or(if status.owners_known { "-" } else { "(rebalancing)" })
         )?;
     }
     writeln!(out, "total lag: {} (end = last stable offset, read_committed)", status.total_lag)?;
+    writeln!(out, "held back by open transactions: {} (high watermark minus end)", status.total_held_back)?;
     for i in &status.instances {
         writeln!(
             out,
