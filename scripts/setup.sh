@@ -7,7 +7,8 @@
 #   bash scripts/setup.sh --print-target-dir
 #
 # Parts (name them: a sourced script without arguments would see its caller's):
-#   host      C/C++ toolchain, libclang (RocksDB's bindgen), zlib and pkg-config (librdkafka);
+#   host      C/C++ toolchain, libclang (RocksDB's bindgen), zlib, OpenSSL, libcurl and pkg-config
+#             (librdkafka with TLS, SASL/SCRAM and OAUTHBEARER's OIDC flow);
 #             Rust itself (cargo 1.95+) comes from rustup
 #   guests    the wasm32-wasip2 Rust toolchain: rustup's target when installed, else Debian's
 #             rustc-web cargo-web rust-web-src lld-22 wasi-libc
@@ -37,7 +38,7 @@ weir_setup() {
     for part in ${parts[@]}; do
         case $part in
             host)
-                packages+=(build-essential libclang-dev zlib1g-dev pkg-config)
+                packages+=(build-essential libclang-dev zlib1g-dev libssl-dev libcurl4-openssl-dev pkg-config)
                 command -v cargo >/dev/null ||
                     problems+=("no cargo: install Rust 1.95+ with rustup (https://rustup.rs)")
                 ;;
