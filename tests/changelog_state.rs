@@ -111,7 +111,7 @@ async fn a_changelog_topic_that_is_not_compacted_or_too_wide_is_refused() {
     let pipeline = TestPipeline::new("weir-cl-wide", &Spec::new("passthrough"));
     produce(&pipeline.source, PARTITIONS, &keyed(&flight_rows(10))).await;
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     admin.create_topic_with(&changelog, PARTITIONS * 2, &[("cleanup.policy", "compact")]).await.unwrap();
     expect_refusal(&pipeline, &[&changelog, "has 8 partitions", "use 4"]);
 }
@@ -124,7 +124,7 @@ async fn a_new_pipeline_creates_a_compacted_changelog_with_a_partition_per_task(
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     assert_eq!(admin.topic_config(&changelog, "cleanup.policy").await.unwrap(), "compact");
     let partitions = admin.topics(&[changelog.as_str()]).unwrap();
     assert_eq!(partitions[&changelog], weir::kafka::TopicCheck::Exists(PARTITIONS));
@@ -271,7 +271,7 @@ async fn a_stale_state_directory_never_resurrects_state_whose_deletes_compaction
     let pipeline = TestPipeline::new("weir-purged", &spec);
     // A changelog the broker compacts at once and whose tombstones it purges 100 ms later.
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     let configs = [
         ("cleanup.policy", "compact"),
         ("delete.retention.ms", "100"),
@@ -359,7 +359,7 @@ async fn a_stale_state_directory_never_resurrects_state_whose_deletes_compaction
 /// Pre-creates `pipeline`'s changelog topic (one partition per task) with topic `configs`.
 async fn create_changelog(pipeline: &TestPipeline, configs: &[(&str, &str)]) -> String {
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     admin.create_topic_with(&changelog, PARTITIONS, configs).await.unwrap();
     changelog
 }
@@ -415,7 +415,7 @@ async fn a_changelog_that_can_delete_state_is_refused_naming_the_setting_and_the
         log[log.find("kafka-configs.sh ").expect("the refusal gives the command")..].lines().next().unwrap().to_owned();
     let args: Vec<&str> = command.split_whitespace().skip(1).collect();
     weir_tests::broker::kafka_sh(&[&["run", "kafka.admin.ConfigCommand"][..], &args].concat());
-    let admin = Admin::new(&bootstrap(), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     assert_eq!(admin.topic_config(&changelog, "cleanup.policy").await.unwrap(), "compact");
     assert_eq!(admin.topic_config(&changelog, "retention.ms").await.unwrap(), "60000", "retention is left as it was");
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);

@@ -35,6 +35,19 @@ pub enum PipelineError {
         /// librdkafka's error.
         source: KafkaError,
     },
+    /// A Kafka request found no broker while the cluster was refusing this process's
+    /// connections ([`crate::kafka::recent_refusal`]): wrong credentials, an untrusted
+    /// certificate, a host name mismatch. No retry changes them: the pipeline stops.
+    #[error(
+        "kafka: {operation} failed: the cluster refuses the connection: {reason}{}",
+        hint(ErrorClass::Authorization)
+    )]
+    ConnectionRefused {
+        /// What Weir was doing.
+        operation: String,
+        /// librdkafka's reason for the refusal (SASL or TLS).
+        reason: String,
+    },
     /// Another producer took over one of the sink's transactional ids.
     #[error("kafka: {operation} failed: {fenced}")]
     Fenced {
@@ -82,6 +95,14 @@ impl PipelineError {
     pub fn kafka<E: Into<ProducerError>>(operation: impl Into<String>) -> impl FnOnce(E) -> Self {
         let operation = operation.into();
         move |error| match error.into() {
+            // librdkafka reports a refused SASL or TLS handshake only as an event, and a request
+            // then times out as if no broker were up.
+            ProducerError::Kafka(source) if crate::kafka::is_unreachable(&source) => {
+                match crate::kafka::recent_refusal() {
+                    Some(reason) => PipelineError::ConnectionRefused { operation, reason },
+                    None => PipelineError::Kafka { operation, source },
+                }
+            }
             ProducerError::Kafka(source) => PipelineError::Kafka { operation, source },
             ProducerError::Fenced(fenced) => PipelineError::Fenced { operation, fenced },
         }

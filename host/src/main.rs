@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use weir::config::secret::{RedactingWriter, redact};
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
@@ -17,7 +18,12 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         // Colours only for a terminal: a log file or a CI log gets plain text.
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()))
+        .with(
+            tracing_subscriber::fmt::layer()
+                // Resolved secrets (issue 43) never reach the log, even when a library quotes one.
+                .with_writer(|| RedactingWriter(std::io::stderr()))
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
         // The dashboard's recent log lines (`weir run --metrics`).
         .with(weir::metrics::RecentLog::global())
         // Each pipeline's own lines (`weir serve`'s logs route).
@@ -28,7 +34,16 @@ fn main() -> ExitCode {
         // The reader of stdout went away (`weir ... | head`): what it wanted was written.
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", message(&error));
+            let mut text = message(&error);
+            // A tool's request that found no broker, while the cluster refused its handshake.
+            let unreachable = error.chain().any(|c| c.downcast_ref().is_some_and(weir::kafka::is_unreachable));
+            if let Some(reason) = weir::kafka::recent_refusal().filter(|_| unreachable) {
+                text.push_str(&format!(
+                    ": the cluster refuses the connection: {reason}; check the security properties \
+                     (security.protocol, sasl.*, ssl.*) of --kafka-config or the pipeline's [kafka]"
+                ));
+            }
+            eprintln!("error: {}", redact(&text));
             ExitCode::FAILURE
         }
     }

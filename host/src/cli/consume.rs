@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message, Timestamp};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{Map, Value};
+use weir::kafka::LogContext;
 use weir::kafka::{Admin, TopicCheck, record_headers};
 
 use super::bytes::insert_bytes;
@@ -41,24 +42,9 @@ pub struct ConsumeArgs {
     /// Also show records of open and aborted transactions (isolation.level=read_uncommitted).
     #[arg(long)]
     read_uncommitted: bool,
-    /// Bootstrap servers.
-    #[arg(long, default_value = "127.0.0.1:9092", env = "WEIR_KAFKA_BOOTSTRAP")]
-    brokers: String,
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
 }
-
-/// rust-rdkafka hands every error event to the client context, which logs it, before `poll`
-/// returns it: a partition's end is no error.
-struct ConsumeContext;
-
-impl ClientContext for ConsumeContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
-            tracing::error!("librdkafka: {error}: {reason}");
-        }
-    }
-}
-
-impl ConsumerContext for ConsumeContext {}
 
 /// How long past `--timeout` a consumer that has not reached every partition keeps trying.
 const STARTUP_GRACE: Duration = Duration::from_secs(10);
@@ -73,24 +59,26 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 }
 
 pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
-    let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
+    let cluster = args.cluster.cluster()?;
+    let admin = Admin::new(&cluster, &BTreeMap::new())?;
     let partitions = match admin
         .topics(&[&args.topic])
-        .with_context(|| format!("cannot reach the broker at {}", args.brokers))?
+        .with_context(|| format!("cannot reach the broker at {cluster}"))?
         .remove(&args.topic)
     {
         Some(TopicCheck::Exists(partitions)) => partitions,
-        _ => anyhow::bail!("topic {} does not exist on {}", args.topic, args.brokers),
+        _ => anyhow::bail!("topic {} does not exist on {cluster}", args.topic),
     };
     let isolation = if args.read_uncommitted { "read_uncommitted" } else { "read_committed" };
-    let consumer: BaseConsumer<ConsumeContext> = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
-        .set("group.id", "weir-consume")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", isolation)
+    let own = [
+        ("group.id", "weir-consume"),
+        ("enable.auto.commit", "false"),
+        ("isolation.level", isolation),
         // Tells when a partition has been read to its end, so the idle clock starts only then.
-        .set("enable.partition.eof", "true")
-        .create_with_context(ConsumeContext)?;
+        ("enable.partition.eof", "true"),
+    ];
+    let consumer: BaseConsumer<LogContext> = weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &own)
+        .create_with_context(LogContext::new("consumer"))?;
     let start = if args.from_beginning { Offset::Beginning } else { Offset::End };
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions {

@@ -1,6 +1,7 @@
 //! Subcommands of `weir`. Errors are reported here, at the edge, with `anyhow`.
 
 mod bytes;
+mod cluster;
 mod consume;
 mod hosting;
 mod output;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use weir::file::{Format, read_rows};
+use weir::kafka::LogContext;
 use weir::kafka::{Admin, TopicCheck};
 
 #[derive(Debug, Args)]
@@ -36,14 +36,14 @@ pub struct ProduceArgs {
     /// record without one keys it as empty).
     #[arg(long, value_delimiter = ',')]
     key: Vec<String>,
-    /// Bootstrap servers.
-    #[arg(long, default_value = "127.0.0.1:9092", env = "WEIR_KAFKA_BOOTSTRAP")]
-    brokers: String,
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
 }
 
 pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
-    let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
-    let found = admin.topics(&[&args.topic]).with_context(|| format!("cannot reach the broker at {}", args.brokers))?;
+    let cluster = args.cluster.cluster()?;
+    let admin = Admin::new(&cluster, &BTreeMap::new())?;
+    let found = admin.topics(&[&args.topic]).with_context(|| format!("cannot reach the broker at {cluster}"))?;
     // Created with the first record, so that a file refused at its first line leaves nothing.
     let mut missing = found.get(&args.topic) == Some(&TopicCheck::Missing);
     let mut create_if_missing = || -> anyhow::Result<()> {
@@ -58,12 +58,9 @@ pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
         Ok(())
     };
     // Idempotent, acks=all: a retried batch is never written twice.
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "20")
-        .set("compression.type", "lz4")
-        .create()?;
+    let own = [("enable.idempotence", "true"), ("linger.ms", "20"), ("compression.type", "lz4")];
+    let producer: ThreadedProducer<LogContext> = weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &own)
+        .create_with_context(LogContext::new("producer"))?;
 
     let progress = if console_is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
     progress.set_style(ProgressStyle::with_template("{spinner} {human_pos} records  {per_sec}  {elapsed}")?);

@@ -27,11 +27,11 @@ pub struct SavepointArgs {
 pub fn execute(args: SavepointArgs) -> anyhow::Result<ExitCode> {
     let config = PipelineConfig::from_file(&args.pipeline)?;
     let timeout = Duration::from_secs(args.timeout_s);
-    let admin = Admin::new(&config.source.brokers, &config.source.consumer)?;
+    let admin = Admin::new(&config.source.cluster, &config.source.consumer)?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
     let mut tasks = Vec::new();
     let checks = admin.topics(&names).with_context(|| {
-        format!("reading the metadata of source.topics from {} (is the broker up?)", config.source.brokers)
+        format!("reading the metadata of source.topics from {} (is the broker up?)", config.source.cluster)
     })?;
     for (topic, check) in checks {
         if let TopicCheck::Exists(partitions) = check {
@@ -39,7 +39,7 @@ pub fn execute(args: SavepointArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
-    let reader = ChangelogReader::new(&config.sink.brokers, &config.sink.producer, changelog)?;
+    let reader = ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog)?;
     // The components are named when the state directory is at hand (it may be on another host).
     let components = StateDb::open_read_only(&config.state.dir).and_then(|db| db.components()).unwrap_or_default();
     let taken = savepoint::take(&reader, &tasks, &config.name, components, timeout)?;

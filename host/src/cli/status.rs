@@ -14,9 +14,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
+use weir::kafka::LogContext;
 
 use super::output::{self, Format, OutputArgs};
 use weir::config::PipelineConfig;
@@ -104,7 +104,7 @@ pub fn execute(args: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
-    let admin = Admin::new(&config.source.brokers, &config.source.consumer)?;
+    let admin = Admin::new(&config.source.cluster, &config.source.consumer)?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
     let mut tasks = Vec::new();
     for (topic, check) in admin.topics(&names)? {
@@ -112,15 +112,13 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
             tasks.extend((0..partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
         }
     }
-    let source = Source::new(&config.source.brokers, &config.source.consumer, &config.group_id())?;
+    let source = Source::new(&config.source.cluster, &config.source.consumer, &config.group_id())?;
     // The source's consumer reads at read_committed: its high watermark is the last stable
     // offset. This one sees the end of the log, open transactions' records included.
-    let mut uncommitted = ClientConfig::new();
-    uncommitted.set("bootstrap.servers", &config.source.brokers);
-    for (key, value) in &config.source.consumer {
-        uncommitted.set(key, value);
-    }
-    let uncommitted: BaseConsumer = uncommitted.set("isolation.level", "read_uncommitted").create()?;
+    let own = [("isolation.level", "read_uncommitted")];
+    let uncommitted: BaseConsumer<LogContext> =
+        weir::kafka::client_config(&config.source.cluster, &[], &config.source.consumer, &own)
+            .create_with_context(LogContext::new("status consumer"))?;
     let group = source.group_offsets(&tasks, TIMEOUT)?;
     let owners = source.owners(TIMEOUT)?;
     let prefix = format!("{}-", config.sink.transactional_id_prefix);

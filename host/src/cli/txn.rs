@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
+use weir::kafka::LogContext;
 use weir::kafka::{Admin, CheckpointMetadata, ProducerSlot, Source, TopicCheck, instance_of};
 use weir::pipeline::{default_instance, transactional_id};
 use weir::types::TaskId;
@@ -53,9 +53,8 @@ pub struct TxnArgs {
     /// Number of producer slots (sink.producer_slots).
     #[arg(long, default_value_t = 2)]
     slots: usize,
-    /// Bootstrap servers.
-    #[arg(long, default_value = "127.0.0.1:9092", env = "WEIR_KAFKA_BOOTSTRAP")]
-    brokers: String,
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
     /// Topics whose partitions to inspect for pinned last stable offsets (list only).
     #[arg(long = "topic")]
     topics: Vec<String>,
@@ -120,10 +119,12 @@ fn group(args: &TxnArgs) -> String {
 /// names its `group.instance.id`, KIP-345).
 fn live_instances(args: &TxnArgs, instances: &[String]) -> anyhow::Result<Vec<String>> {
     let group = group(args);
-    let client: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &args.brokers).create()?;
+    let cluster = args.cluster.cluster()?;
+    let client: BaseConsumer<LogContext> =
+        weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &[]).create_with_context(LogContext::new("txn"))?;
     let groups = client
         .fetch_group_list(Some(&group), TIMEOUT)
-        .with_context(|| format!("describing consumer group {group} at {}", args.brokers))?;
+        .with_context(|| format!("describing consumer group {group} at {cluster}"))?;
     let mut live: Vec<String> = groups
         .groups()
         .iter()
@@ -139,7 +140,8 @@ fn live_instances(args: &TxnArgs, instances: &[String]) -> anyhow::Result<Vec<St
 
 /// The instances whose transactional ids committed `group`'s offsets of the source topics.
 fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
-    let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
+    let cluster = args.cluster.cluster()?;
+    let admin = Admin::new(&cluster, &BTreeMap::new())?;
     let names: Vec<&str> = args.source_topics.iter().map(String::as_str).collect();
     let mut tasks = Vec::new();
     for (topic, check) in admin.topics(&names)? {
@@ -147,7 +149,7 @@ fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
             tasks.extend((0..partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
         }
     }
-    let source = Source::new(&args.brokers, &BTreeMap::new(), group)?;
+    let source = Source::new(&cluster, &BTreeMap::new(), group)?;
     let prefix = format!("{}-", args.prefix);
     Ok(source
         .group_offsets(&tasks, TIMEOUT)?
@@ -185,11 +187,14 @@ struct Pinned {
 fn list(args: &TxnArgs, output: &OutputArgs) -> anyhow::Result<ExitCode> {
     let mut report =
         TxnList { transactional_ids: ids(args, &instances(args)?), missing_topics: Vec::new(), pinned: Vec::new() };
-    let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer> {
-        Ok(ClientConfig::new().set("bootstrap.servers", &args.brokers).set("isolation.level", isolation).create()?)
+    let cluster = args.cluster.cluster()?;
+    let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer<LogContext>> {
+        let own = [("isolation.level", isolation)];
+        Ok(weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &own)
+            .create_with_context(LogContext::new("txn"))?)
     };
     let (committed, uncommitted) = (consumer("read_committed")?, consumer("read_uncommitted")?);
-    let admin = Admin::new(&args.brokers, &BTreeMap::new())?;
+    let admin = Admin::new(&cluster, &BTreeMap::new())?;
     let names: Vec<&str> = args.topics.iter().map(String::as_str).collect();
     for (topic, check) in admin.topics(&names)? {
         let TopicCheck::Exists(partitions) = check else {
@@ -222,6 +227,7 @@ fn list(args: &TxnArgs, output: &OutputArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
+    let cluster = args.cluster.cluster()?;
     let instances = instances(args)?;
     if !args.force {
         let live = live_instances(args, &instances)?;
@@ -241,7 +247,7 @@ fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for id in ids(args, &instances) {
-        let producer = ProducerSlot::transactional(&args.brokers, &BTreeMap::new(), 0, &id, TIMEOUT)?;
+        let producer = ProducerSlot::transactional(&cluster, &BTreeMap::new(), 0, &id, TIMEOUT)?;
         producer.fence(TIMEOUT).map_err(|e| anyhow::anyhow!("fencing transactional id {id}: {e}"))?;
         writeln!(std::io::stdout(), "{id}: fenced; any transaction it left open is aborted")?;
     }

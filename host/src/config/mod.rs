@@ -55,14 +55,17 @@
 //! # Ok::<(), weir::config::ConfigError>(())
 //! ```
 
+mod cluster;
 mod error;
 mod pipeline;
 mod raw;
+pub mod secret;
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
+pub use cluster::{CONNECTION_KEYS, ClusterConfig, is_connection_key};
 pub use error::ConfigError;
 pub use pipeline::{
     BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT, CheckpointConfig, DEFAULT_BATCH_SIZE, DEFAULT_CHECKPOINT_INTERVAL,

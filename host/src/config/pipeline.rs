@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::cluster::ClusterConfig;
 use super::error::ConfigError;
 use super::raw;
 
@@ -77,7 +78,6 @@ pub const RESERVED_RDKAFKA_KEYS: &[&str] = &[
     "isolation.level",
     "enable.auto.commit",
     "group.id",
-    "bootstrap.servers",
     "transaction.timeout.ms",
     "enable.auto.offset.store",
     "auto.offset.reset",
@@ -118,9 +118,12 @@ pub struct PipelineConfig {
 /// and offsets managed by Weir's checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceConfig {
-    /// `source.brokers`: Kafka bootstrap servers (librdkafka `bootstrap.servers`), e.g.
-    /// `"localhost:9092"`; required.
-    pub brokers: String,
+    /// The source's cluster: the top-level `[kafka]` table (`bootstrap.servers` and the
+    /// client-security properties, docs/configuration.md "Secured clusters"), or `source.brokers`,
+    /// its shorthand for `bootstrap.servers` alone; one of them is required. Every client of the
+    /// pipeline but the sink's uses it: the source consumer, table and changelog readers, admin
+    /// clients.
+    pub cluster: ClusterConfig,
     /// `source.topics`: topics to read, every partition of each; at least one, no duplicates.
     pub topics: Vec<String>,
     /// `source.start`: where a pipeline with no checkpoint starts reading: `"earliest"`,
@@ -295,10 +298,11 @@ pub enum OnError {
 /// `[sink]`: where a pipeline writes its output records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkConfig {
-    /// `sink.brokers`: Kafka bootstrap servers of the output cluster; by default
-    /// `source.brokers`. With `"exactly-once"` use the source's cluster: source offsets are
-    /// committed inside the sink's transactions.
-    pub brokers: String,
+    /// The output cluster: `[sink.kafka]` (like `[kafka]`), or `sink.brokers`, its shorthand for
+    /// `bootstrap.servers` alone; by default the source's cluster. With `"exactly-once"` use the
+    /// source's cluster: source offsets and the changelog are written inside the sink's
+    /// transactions.
+    pub cluster: ClusterConfig,
     /// `sink.topic`: the default output topic; required.
     pub topic: String,
     /// `sink.outputs`: named outputs for fan-out, output name → topic, e.g.

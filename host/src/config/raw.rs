@@ -24,8 +24,10 @@ use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+use super::cluster::ClusterConfig;
 use super::error::ConfigError;
 use super::pipeline::*;
+use super::secret;
 
 /// Reads `text` (from `file`, when given), resolving relative paths against `base_dir`.
 ///
@@ -310,13 +312,18 @@ impl<'r, 'i> Table<'r, 'i> {
     /// The table `key` as `(name, value)` pairs in key order, each value a `T`; a faulty value is
     /// recorded at `key.name` and left out.
     fn map<T: DeserializeOwned>(&mut self, key: &'static str) -> Vec<(String, T)> {
-        let Some(mut table) = self.table(key) else { return Vec::new() };
-        let entries = std::mem::take(&mut table.entries);
+        self.table(key).map(|mut table| table.drain()).unwrap_or_default()
+    }
+
+    /// Every entry of this table as `(name, value)` in key order, each value a `T`; a faulty
+    /// value is recorded and left out. None is left unknown.
+    fn drain<T: DeserializeOwned>(&mut self) -> Vec<(String, T)> {
+        let entries = std::mem::take(&mut self.entries);
         entries
             .into_iter()
             .filter_map(|(name, value)| {
                 let name = name.into_inner().into_owned();
-                let parsed = table.parse(&table.key_path(&name), value)?;
+                let parsed = self.parse(&self.key_path(&name), value)?;
                 Some((name, parsed))
             })
             .collect()
@@ -359,13 +366,14 @@ fn distance(unknown: &str, known: &str) -> Option<usize> {
 
 fn pipeline(mut top: Table<'_, '_>, base_dir: &Path) -> PipelineConfig {
     let name: String = top.required("name");
-    let source = source(top.required_table("source"));
+    let kafka = top.table("kafka").map(cluster);
+    let source = source(top.required_table("source"), kafka);
     let transforms = top.tables("transforms").unwrap_or_else(|| {
         top.missing("transforms", "[[transforms]]");
         Vec::new()
     });
     let transforms = transforms.into_iter().map(|t| transform(t, base_dir)).collect();
-    let sink = sink(top.required_table("sink"), &name, &source.brokers);
+    let sink = sink(top.required_table("sink"), &name, &source.cluster);
     let checkpoint = checkpoint(top.table_or_empty("checkpoint"));
     let state = state(top.table_or_empty("state"), &name, base_dir);
     let runtime = runtime(top.table_or_empty("runtime"));
@@ -373,9 +381,62 @@ fn pipeline(mut top: Table<'_, '_>, base_dir: &Path) -> PipelineConfig {
     PipelineConfig { name, source, transforms, sink, checkpoint, state, runtime }
 }
 
-fn source(mut t: Table<'_, '_>) -> SourceConfig {
+/// A cluster's table (`[kafka]`, `[sink.kafka]`).
+fn cluster(t: Table<'_, '_>) -> ClusterConfig {
+    ClusterConfig::from_properties(properties(Some(t)))
+}
+
+/// A table of librdkafka properties (`[kafka]`, `source.consumer`, `sink.producer`): values as
+/// strings, secret references resolved ([`secret::resolve`]); a value that cannot be resolved is
+/// recorded at its key, naming the reference.
+fn properties(t: Option<Table<'_, '_>>) -> BTreeMap<String, String> {
+    let Some(mut t) = t else { return BTreeMap::new() };
+    t.drain::<Scalar>()
+        .into_iter()
+        .filter_map(|(key, Scalar(value))| match secret::resolve(&key, &value) {
+            Ok(value) => Some((key, value)),
+            Err(e) => {
+                t.reader.fault(&t.key_path(&key), None, e.to_string());
+                None
+            }
+        })
+        .collect()
+}
+
+/// The cluster of `[source]` or `[sink]`: `table` (`[kafka]`, `[sink.kafka]`) or the shorthand
+/// `brokers` key of `t`, not both; `default` when neither is there (else `brokers` is missing).
+fn cluster_of(
+    t: &mut Table<'_, '_>,
+    table: Option<ClusterConfig>,
+    default: Option<&ClusterConfig>,
+    table_name: &str,
+) -> ClusterConfig {
+    let brokers: Option<String> = t.optional("brokers");
+    match (table, brokers) {
+        (Some(cluster), Some(_)) => {
+            let message = format!("{table_name} gives the cluster already: remove this key, or the table");
+            t.reader.fault(&t.key_path("brokers"), None, message);
+            cluster
+        }
+        (Some(cluster), None) => cluster,
+        (None, Some(brokers)) => ClusterConfig::new(&brokers),
+        (None, None) => match default {
+            Some(cluster) => {
+                t.derived("brokers", "source.brokers", cluster.bootstrap_servers());
+                cluster.clone()
+            }
+            None => {
+                t.missing("brokers", &format!("`brokers` (or a {table_name} table)"));
+                ClusterConfig::default()
+            }
+        },
+    }
+}
+
+fn source(mut t: Table<'_, '_>, kafka: Option<ClusterConfig>) -> SourceConfig {
+    let cluster = cluster_of(&mut t, kafka, None, "[kafka]");
     let source = SourceConfig {
-        brokers: t.required("brokers"),
+        cluster,
         topics: t.required("topics"),
         start: t.optional("start").unwrap_or_default(),
         offset_reset: t.optional("offset_reset").unwrap_or_default(),
@@ -383,7 +444,7 @@ fn source(mut t: Table<'_, '_>) -> SourceConfig {
             .optional("partition_discovery_interval_ms")
             .map_or(DEFAULT_PARTITION_DISCOVERY_INTERVAL, Duration::from_millis),
         group_id: t.optional("group_id"),
-        consumer: strings(t.map("consumer")),
+        consumer: properties(t.table("consumer")),
         batch_size: t.optional("batch_size").unwrap_or(DEFAULT_BATCH_SIZE),
         watermark: t.table("watermark").map(watermark),
         tables: t.tables("tables").unwrap_or_default().into_iter().map(table).collect(),
@@ -427,10 +488,12 @@ fn transform(mut t: Table<'_, '_>, base_dir: &Path) -> TransformConfig {
     transform
 }
 
-/// `[sink]`; `name` and `source_brokers` give the defaults derived from them.
-fn sink(mut t: Table<'_, '_>, name: &str, source_brokers: &str) -> SinkConfig {
+/// `[sink]`; `name` and `source` (the source's cluster) give the defaults derived from them.
+fn sink(mut t: Table<'_, '_>, name: &str, source: &ClusterConfig) -> SinkConfig {
+    let kafka = t.table("kafka").map(cluster);
+    let cluster = cluster_of(&mut t, kafka, Some(source), "[sink.kafka]");
     let sink = SinkConfig {
-        brokers: t.optional("brokers").unwrap_or_else(|| t.derived("brokers", "source.brokers", source_brokers)),
+        cluster,
         topic: t.required("topic"),
         outputs: t.map("outputs").into_iter().collect(),
         guarantee: t.optional("guarantee").unwrap_or_default(),
@@ -441,7 +504,7 @@ fn sink(mut t: Table<'_, '_>, name: &str, source_brokers: &str) -> SinkConfig {
         transaction_timeout: t
             .optional("transaction_timeout_ms")
             .map_or(DEFAULT_TRANSACTION_TIMEOUT, Duration::from_millis),
-        producer: strings(t.map("producer")),
+        producer: properties(t.table("producer")),
         dead_letter_topic: t.optional("dead_letter_topic"),
         create_topics: t.optional("create_topics").unwrap_or(false),
         partitions: t.optional("partitions"),
@@ -486,10 +549,6 @@ fn runtime(mut t: Table<'_, '_>) -> RuntimeConfig {
 /// MiB to bytes, saturating (so that `validate` refuses an absurd value instead of wrapping).
 fn mib_to_bytes(mib: u64) -> usize {
     usize::try_from(mib).ok().and_then(|m| m.checked_mul(1 << 20)).unwrap_or(usize::MAX)
-}
-
-fn strings(pairs: Vec<(String, Scalar)>) -> BTreeMap<String, String> {
-    pairs.into_iter().map(|(k, Scalar(v))| (k, v)).collect()
 }
 
 /// A TOML string, integer, float or boolean, as a string (`15`, `"15"` → `"15"`).

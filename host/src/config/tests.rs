@@ -111,7 +111,7 @@ fn full_example_parses() {
     let expected = PipelineConfig {
         name: "flight-delays".into(),
         source: SourceConfig {
-            brokers: "kafka-1:9092,kafka-2:9092".into(),
+            cluster: ClusterConfig::new("kafka-1:9092,kafka-2:9092"),
             topics: vec!["flights".into(), "flights-2013".into()],
             start: StartPosition::Timestamp(1_357_016_400_000),
             group_id: Some("delays".into()),
@@ -146,7 +146,7 @@ fn full_example_parses() {
             },
         ],
         sink: SinkConfig {
-            brokers: "kafka-out:9092".into(),
+            cluster: ClusterConfig::new("kafka-out:9092"),
             topic: "flight-delays".into(),
             outputs: strings(&[("late", "flight-delays-late")]),
             guarantee: Guarantee::ExactlyOnce,
@@ -191,7 +191,7 @@ fn defaults_are_filled() {
     assert_eq!(t.on_error, OnError::Fail);
 
     let sink = &config.sink;
-    assert_eq!(sink.brokers, "localhost:9092");
+    assert_eq!(sink.cluster, ClusterConfig::new("localhost:9092"));
     assert!(sink.outputs.is_empty());
     assert_eq!(sink.guarantee, Guarantee::ExactlyOnce);
     assert_eq!(sink.transactional_id_prefix, "flight-delays");
@@ -427,6 +427,56 @@ fn reserved_librdkafka_keys_are_refused() {
 }
 
 #[test]
+fn the_cluster_is_named_once_in_kafka_and_every_connection_key_belongs_there() {
+    let text = MINIMAL.replace("brokers = \"localhost:9092\"\n", "");
+    // A top-level table must come after the top-level keys: at the end.
+    let with_kafka = |body: &str| format!("{text}\n[kafka]\n\"bootstrap.servers\" = \"k:9093\"\n{body}");
+    let secured = with_kafka(
+        "\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\
+         \"sasl.username\" = \"weir\"\n\"sasl.password\" = \"${env:WEIR_CONFIG_TEST_PASSWORD}\"\n",
+    );
+    let (key_path, message) = parse_error(parse(&secured));
+    assert_eq!(key_path, "kafka.\"sasl.password\"");
+    assert!(message.contains("WEIR_CONFIG_TEST_PASSWORD") && message.contains("not set"), "{message}");
+
+    // SAFETY: this test's own variable; no other test reads or writes it.
+    unsafe { std::env::set_var("WEIR_CONFIG_TEST_PASSWORD", "config-test-secret") };
+    let config = parse(&secured).unwrap();
+    assert_eq!(config.source.cluster.bootstrap_servers(), "k:9093");
+    assert_eq!(config.sink.cluster, config.source.cluster, "the sink's cluster defaults to the source's");
+    assert_eq!(config.source.cluster.properties()["sasl.password"], "config-test-secret");
+    assert!(!format!("{config:?}").contains("config-test-secret"), "Debug redacts");
+
+    let literal = secured.replace("${env:WEIR_CONFIG_TEST_PASSWORD}", "plain-text-password");
+    let (key_path, message) = parse_error(parse(&literal));
+    assert_eq!(key_path, "kafka.\"sasl.password\"");
+    assert!(message.contains("reference") && !message.contains("plain-text-password"), "{message}");
+
+    let both = format!("{MINIMAL}\n[kafka]\n\"bootstrap.servers\" = \"k:1\"\n");
+    assert_eq!(parse_error(parse(&both)).0, "source.brokers", "[kafka] and source.brokers both");
+    let (key_path, message) = parse_error(parse(&text));
+    assert_eq!(key_path, "source.brokers");
+    assert!(message.contains("[kafka]"), "{message}");
+
+    for (table, other) in [("source", "consumer"), ("sink", "producer")] {
+        for key in ["bootstrap.servers", "security.protocol", "sasl.mechanism", "ssl.ca.location"] {
+            let (key_path, message) = invalid(parse_with(table, &format!("{other} = {{ {key:?} = \"x\" }}")));
+            assert_eq!(key_path, format!("{table}.{other}.{key:?}"));
+            assert!(message.contains("move it to [kafka]"), "{message}");
+        }
+    }
+    let (key_path, _) = invalid(parse(&with_kafka("\"group.id\" = \"g\"\n")));
+    assert_eq!(key_path, "kafka.\"group.id\"", "[kafka] cannot set what Weir sets");
+
+    let mirror = MINIMAL.replace("[sink]\n", "[sink]\nguarantee = \"at-least-once\"\n");
+    let mirror =
+        format!("{mirror}\n[sink.kafka]\n\"bootstrap.servers\" = \"out:9093\"\n\"security.protocol\" = \"SSL\"\n");
+    let config = parse(&mirror).unwrap();
+    assert_eq!(config.sink.cluster.to_string(), "out:9093 (SSL)");
+    assert_eq!(config.source.cluster.to_string(), "localhost:9092");
+}
+
+#[test]
 fn no_output_topic_is_a_source_topic() {
     let text = MINIMAL.replace("topics = [\"flights\"]", "topics = [\"weather\", \"flights\"]");
     let (key_path, message) = invalid(parse(&text.replace("topic = \"flight-delays\"", "topic = \"flights\"")));
@@ -579,7 +629,8 @@ fn an_explicit_producer_queue_must_hold_one_record_of_message_max_bytes() {
 #[test]
 fn documented_example_is_valid() {
     let doc = include_str!("../../../docs/configuration.md");
-    let example = doc.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).unwrap();
+    let example = doc.split("## Example: flight delays").nth(1).unwrap();
+    let example = example.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).unwrap();
     let config = PipelineConfig::from_toml_str(example, Path::new("examples/flights")).unwrap();
     assert_eq!(config.name, "flight-delays");
     assert_eq!(config.transforms[0].wasm, Path::new("examples/flights/../../target/plugins/flight-delays.wasm"));

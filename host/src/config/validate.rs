@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use super::cluster::is_connection_key;
 use super::error::ConfigError;
 use super::pipeline::*;
 use super::raw::push_key;
@@ -50,7 +51,12 @@ impl PipelineConfig {
 
     fn validate_source(&self, broken: &mut Broken) {
         let source = &self.source;
-        broken.check(check_not_blank("source.brokers", &source.brokers, "e.g. \"localhost:9092\""));
+        broken.check(check_not_blank(
+            "source.brokers",
+            source.cluster.bootstrap_servers(),
+            "e.g. \"localhost:9092\", or `bootstrap.servers` in [kafka]",
+        ));
+        check_reserved(broken, "kafka", source.cluster.properties(), true);
         if source.topics.is_empty() {
             broken.push("source.topics", "must name at least one topic");
         }
@@ -64,7 +70,7 @@ impl PipelineConfig {
         if let Some(group_id) = &source.group_id {
             broken.check(check_not_blank("source.group_id", group_id, "or leave it out to use \"weir-<name>\""));
         }
-        check_reserved(broken, "source.consumer", &source.consumer);
+        check_reserved(broken, "source.consumer", &source.consumer, false);
         broken.check(check_duration(
             "source.partition_discovery_interval_ms",
             source.partition_discovery_interval,
@@ -191,7 +197,7 @@ impl PipelineConfig {
     /// Refuses an output topic that is also a source topic on the same brokers: the pipeline
     /// would read its own output back and write it again, for ever.
     fn check_not_source(&self, key_path: &str, topic: &str) -> Result<(), ConfigError> {
-        if self.sink.brokers != self.source.brokers {
+        if self.sink.cluster.bootstrap_servers() != self.source.cluster.bootstrap_servers() {
             return Ok(()); // another cluster: mirroring a topic under its own name
         }
         match self.source.topics.iter().position(|t| t == topic) {
@@ -208,7 +214,14 @@ impl PipelineConfig {
 
     fn validate_sink(&self, broken: &mut Broken) {
         let sink = &self.sink;
-        broken.check(check_not_blank("sink.brokers", &sink.brokers, "or leave it out to use source.brokers"));
+        broken.check(check_not_blank(
+            "sink.brokers",
+            sink.cluster.bootstrap_servers(),
+            "or leave it out to use the source's cluster",
+        ));
+        if sink.cluster != self.source.cluster {
+            check_reserved(broken, "sink.kafka", sink.cluster.properties(), true);
+        }
         if broken.check(check_topic("sink.topic", &sink.topic)) {
             broken.check(self.check_not_source("sink.topic", &sink.topic));
         }
@@ -245,7 +258,7 @@ impl PipelineConfig {
             MIN_TRANSACTION_TIMEOUT,
             MAX_TRANSACTION_TIMEOUT,
         ));
-        check_reserved(broken, "sink.producer", &sink.producer);
+        check_reserved(broken, "sink.producer", &sink.producer, false);
         broken.check(check_producer_queue(&sink.producer));
         if let Some(dead) = &sink.dead_letter_topic
             && broken.check(check_topic("sink.dead_letter_topic", dead))
@@ -455,15 +468,36 @@ fn check_producer_queue(producer: &std::collections::BTreeMap<String, String>) -
     ))
 }
 
-/// Refuses librdkafka keys that Weir sets itself, naming the typed option to use instead.
-fn check_reserved(broken: &mut Broken, table: &str, properties: &std::collections::BTreeMap<String, String>) {
+/// Refuses librdkafka keys that Weir sets itself, naming the typed option to use instead, and
+/// (unless `cluster`: the table is `[kafka]` or `[sink.kafka]`) connection keys
+/// ([`super::CONNECTION_KEYS`]), which belong in the cluster's table so that every client of the
+/// cluster connects the same way.
+fn check_reserved(
+    broken: &mut Broken,
+    table: &str,
+    properties: &std::collections::BTreeMap<String, String>,
+    cluster: bool,
+) {
     for key in properties.keys() {
+        if is_connection_key(key) {
+            if !cluster {
+                let mut key_path = table.to_owned();
+                push_key(&mut key_path, key);
+                broken.push(
+                    key_path,
+                    format!(
+                        "{key:?} says how to reach the cluster, which every client of the pipeline shares: move it \
+                         to [kafka] ([sink.kafka] for a separate output cluster)"
+                    ),
+                );
+            }
+            continue;
+        }
         let Some(reserved) = RESERVED_RDKAFKA_KEYS.iter().find(|r| key.trim().eq_ignore_ascii_case(r)) else {
             continue;
         };
         let instead = match *reserved {
             "group.id" => "use source.group_id",
-            "bootstrap.servers" => "use source.brokers or sink.brokers",
             "transaction.timeout.ms" => "use sink.transaction_timeout_ms",
             "transactional.id" => "use sink.transactional_id_prefix",
             "auto.offset.reset" => "use source.start and source.offset_reset",

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::repeats::LogContext;
+use crate::config::ClusterConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// How long one metadata or admin request may take before it is an error.
@@ -12,8 +13,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An admin client for one cluster.
 pub struct Admin {
-    client: AdminClient<DefaultClientContext>,
-    brokers: String,
+    client: AdminClient<LogContext>,
+    cluster: ClusterConfig,
 }
 
 /// What the cluster says about one topic.
@@ -26,13 +27,14 @@ pub enum TopicCheck {
 }
 
 impl Admin {
-    /// An admin client for `brokers` (`bootstrap.servers`).
+    /// An admin client of `cluster`.
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
-    pub fn new(brokers: &str, overrides: &BTreeMap<String, String>) -> Result<Self, KafkaError> {
-        let client = super::client_config(brokers, &[], overrides, &[]).create()?;
-        Ok(Self { client, brokers: brokers.to_owned() })
+    pub fn new(cluster: &ClusterConfig, overrides: &BTreeMap<String, String>) -> Result<Self, KafkaError> {
+        let client =
+            super::client_config(cluster, &[], overrides, &[]).create_with_context(LogContext::new("admin client"))?;
+        Ok(Self { client, cluster: cluster.clone() })
     }
 
     /// The cluster's id (KIP-78), the same whichever of its brokers bootstrap names.
@@ -48,7 +50,7 @@ impl Admin {
 
     /// The bootstrap servers this client talks to.
     pub fn brokers(&self) -> &str {
-        &self.brokers
+        self.cluster.bootstrap_servers()
     }
 
     /// Partition counts of `topics`, from one metadata request.

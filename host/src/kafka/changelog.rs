@@ -8,6 +8,7 @@ use rdkafka::error::KafkaError;
 
 use super::Admin;
 use super::reader::{RecordBatch, TopicReader};
+use crate::config::ClusterConfig;
 use crate::types::TaskId;
 
 /// A pipeline's changelog topic and which of its partitions holds each task.
@@ -256,15 +257,19 @@ pub struct ChangelogReader {
 }
 
 impl ChangelogReader {
-    /// A read_committed consumer of `changelog` on `brokers` (the sink's cluster) with librdkafka
+    /// A read_committed consumer of `changelog` on `cluster` (the sink's) with librdkafka
     /// `overrides`, without a consumer group.
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
-    pub fn new(brokers: &str, overrides: &BTreeMap<String, String>, changelog: Changelog) -> Result<Self, KafkaError> {
+    pub fn new(
+        cluster: &ClusterConfig,
+        overrides: &BTreeMap<String, String>,
+        changelog: Changelog,
+    ) -> Result<Self, KafkaError> {
         Ok(Self {
-            reader: TopicReader::new(brokers, overrides, &changelog.topic, "weir-changelog-restore")?,
-            admin: Admin::new(brokers, overrides)?,
+            reader: TopicReader::new(cluster, overrides, &changelog.topic, "weir-changelog-restore")?,
+            admin: Admin::new(cluster, overrides)?,
             changelog,
         })
     }

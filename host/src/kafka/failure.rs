@@ -8,6 +8,8 @@
 //! with a message naming the setting at fault ([`hint`]), and on a producer slot's [`Fenced`].
 
 use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -25,10 +27,12 @@ pub enum ErrorClass {
     /// recreated topic). The consumer's `auto.offset.reset` is `error`, so librdkafka reports it
     /// instead of jumping; recovery applies `source.offset_reset` at the next start.
     OffsetOutOfRange,
-    /// librdkafka rejected a property of `source.consumer` or `sink.producer`, or could not
-    /// create a client with them.
+    /// librdkafka rejected a property of `[kafka]`, `source.consumer` or `sink.producer`, or
+    /// could not create a client with them.
     Configuration,
-    /// The cluster refuses the pipeline's credentials (authentication) or their rights (ACLs).
+    /// The cluster refuses the pipeline's credentials (SASL authentication), the TLS handshake
+    /// fails (an untrusted certificate, a host name mismatch), or the cluster refuses the
+    /// credentials' rights (ACLs).
     Authorization,
     /// A fencing code: another producer with the same `transactional.id` took over (KIP-98), or
     /// the broker aborted a transaction that outlived `transaction.timeout.ms`, which fences the
@@ -60,7 +64,10 @@ pub fn classify_code(code: RDKafkaErrorCode) -> ErrorClass {
         | Code::TransactionalIdAuthorizationFailed
         | Code::DelegationTokenAuthorizationFailed
         | Code::SaslAuthenticationFailed
-        | Code::Authentication => ErrorClass::Authorization,
+        | Code::Authentication
+        // A TLS handshake that failed: a CA that does not trust the broker's certificate, a host
+        // name that does not match it; no retry changes the certificate.
+        | Code::SSL => ErrorClass::Authorization,
         Code::UnknownTopicOrPartition | Code::UnknownTopic | Code::UnknownPartition | Code::UnknownTopicId => {
             ErrorClass::MissingTopic
         }
@@ -98,16 +105,45 @@ pub fn hint(class: ErrorClass) -> &'static str {
         // A fencing code outside a producer slot's `Fenced` is the broker's timeout abort.
         ErrorClass::Transient | ErrorClass::MissingTopic | ErrorClass::OffsetOutOfRange | ErrorClass::Fenced => "",
         ErrorClass::Configuration => {
-            "; librdkafka rejects a property of source.consumer or sink.producer: fix or remove the property \
+            "; librdkafka rejects a property of [kafka], source.consumer or sink.producer: fix or remove the property \
              named above (librdkafka's CONFIGURATION.md lists the properties and their values)"
         }
         ErrorClass::Authorization => {
-            "; the cluster refuses the pipeline's credentials or rights: check the security properties \
-             (security.protocol, sasl.*) in source.consumer and sink.producer, or grant the pipeline's principal \
-             the ACLs it needs (Read on the source topics and the consumer group, Write on the sink topics, \
-             Write on the transactional ids)"
+            "; the cluster refuses the pipeline's credentials, its certificate or its rights: check the \
+             cluster's security properties (security.protocol, sasl.*, ssl.*) in [kafka], or grant the \
+             pipeline's principal the ACLs it needs (docs/configuration.md, \"Secured clusters\": Read on the \
+             source topics and the consumer group, Write on the sink topics, Write on the transactional ids)"
         }
     }
+}
+
+/// How recent a refused connection must be to explain a request that found no broker: a few
+/// times librdkafka's reconnect back-off (`reconnect.backoff.max.ms`, 10 s by default).
+const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
+
+/// The last connection a cluster refused in this process: when, and librdkafka's reason.
+static LAST_REFUSAL: Mutex<Option<(Instant, String)>> = Mutex::new(None);
+
+/// Notes an error event of a client (every client context of Weir passes its events here): a
+/// refused SASL authentication or a failed TLS handshake is remembered for [`recent_refusal`].
+/// librdkafka reports these only as events and keeps reconnecting, so a request then just
+/// finds no broker until its timeout.
+pub(crate) fn note_client_error(error: &KafkaError, reason: &str) {
+    use RDKafkaErrorCode as Code;
+    if matches!(
+        error.rdkafka_error_code(),
+        Some(Code::Authentication | Code::SaslAuthenticationFailed | Code::SSL | Code::IllegalSASLState)
+    ) {
+        *LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), format!("{error}: {reason}")));
+    }
+}
+
+/// Why the cluster refused a connection of this process in the last minute, if it did: a SASL
+/// authentication refused (wrong password, unknown user, a mechanism the listener does not
+/// enable) or a TLS handshake that failed (an untrusted certificate, a host name mismatch).
+pub fn recent_refusal() -> Option<String> {
+    let last = LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner());
+    last.as_ref().filter(|(at, _)| at.elapsed() < REFUSAL_WINDOW).map(|(_, reason)| reason.clone())
 }
 
 /// A transactional producer that another producer with the same `transactional.id` fenced.

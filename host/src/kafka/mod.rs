@@ -20,18 +20,21 @@ pub use admin::{Admin, TopicCheck};
 pub use changelog::{
     CONFIG_CHECK_INTERVAL, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, UnsafeSetting, describe_unsafe,
 };
-pub use failure::{ErrorClass, Fenced, classify, classify_code, hint, is_unreachable};
+pub use failure::{ErrorClass, Fenced, classify, classify_code, hint, is_unreachable, recent_refusal};
 pub use group::instance_of;
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use reader::{RecordBatch, TopicReader};
 pub use record_limit::{changelog_record_limit, sink_record_limit};
+pub use repeats::LogContext;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use source::{GroupContext, GroupOffset, Membership, Rebalance, Source};
 
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
+
+use crate::config::ClusterConfig;
 
 /// Weir's defaults for its consumers (the source and the changelog and topic readers), which
 /// `source.consumer` may override. They bound the input librdkafka prefetches, which is most of
@@ -84,7 +87,7 @@ pub(crate) fn producer_message_max_bytes(overrides: &BTreeMap<String, String>) -
 /// error instead of a silent jump when a stored offset is out of range (`auto.offset.reset`),
 /// no end-of-partition events (`enable.partition.eof`); then `extra`.
 pub(crate) fn consumer_config(
-    brokers: &str,
+    cluster: &ClusterConfig,
     overrides: &BTreeMap<String, String>,
     group_id: &str,
     extra: &[(&str, &str)],
@@ -98,31 +101,40 @@ pub(crate) fn consumer_config(
         ("auto.offset.reset", "error"),
     ];
     own.extend_from_slice(extra);
-    client_config(brokers, &CONSUMER_DEFAULTS, overrides, &own)
+    client_config(cluster, &CONSUMER_DEFAULTS, overrides, &own)
 }
 
 /// A sink producer's configuration: a bounded queue ([`producer_queue_kbytes`]) under
 /// `overrides` (`sink.producer`), then `own`, the keys the producer's kind needs
 /// (`transactional.id`, `enable.idempotence`).
 pub(crate) fn producer_config(
-    brokers: &str,
+    cluster: &ClusterConfig,
     overrides: &BTreeMap<String, String>,
     own: &[(&str, &str)],
 ) -> ClientConfig {
     let kbytes = producer_queue_kbytes(overrides).to_string();
-    client_config(brokers, &[("queue.buffering.max.kbytes", &kbytes)], overrides, own)
+    client_config(cluster, &[("queue.buffering.max.kbytes", &kbytes)], overrides, own)
 }
 
-/// A librdkafka configuration: `bootstrap.servers`, then `defaults`, then `overrides`, then
-/// Weir's own keys.
-pub(crate) fn client_config(
-    brokers: &str,
+/// A librdkafka configuration for a client of `cluster`: the cluster's properties
+/// (`bootstrap.servers`, `security.protocol`, `sasl.*`, `ssl.*`: `[kafka]`), then `defaults`,
+/// then `overrides` (a per-client table, which cannot hold connection keys:
+/// [`crate::config::CONNECTION_KEYS`]), then Weir's own keys.
+///
+/// The one constructor of every librdkafka client Weir opens, so that none connects to a cluster
+/// otherwise than its `[kafka]` says (clippy's `disallowed-methods` refuses
+/// `ClientConfig::new` anywhere else).
+#[allow(clippy::disallowed_methods)]
+pub fn client_config(
+    cluster: &ClusterConfig,
     defaults: &[(&str, &str)],
     overrides: &BTreeMap<String, String>,
     own: &[(&str, &str)],
 ) -> ClientConfig {
     let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", brokers);
+    for (key, value) in cluster.properties() {
+        config.set(key, value);
+    }
     for (key, value) in defaults {
         config.set(*key, *value);
     }
@@ -143,7 +155,7 @@ mod tests {
     fn producers_get_a_bounded_queue_that_sink_producer_overrides() {
         let none = BTreeMap::new();
         let own = [("enable.idempotence", "true")];
-        let config = producer_config("127.0.0.1:9092", &none, &own);
+        let config = producer_config(&ClusterConfig::new("127.0.0.1:9092"), &none, &own);
         assert_eq!(config.get("queue.buffering.max.kbytes"), Some("8192"));
         assert_eq!(config.get("enable.idempotence"), Some("true"));
 
@@ -151,7 +163,7 @@ mod tests {
             ("queue.buffering.max.kbytes".to_owned(), "65536".to_owned()),
             ("enable.idempotence".to_owned(), "false".to_owned()),
         ]);
-        let config = producer_config("127.0.0.1:9092", &overrides, &own);
+        let config = producer_config(&ClusterConfig::new("127.0.0.1:9092"), &overrides, &own);
         assert_eq!(config.get("queue.buffering.max.kbytes"), Some("65536"), "sink.producer overrides the default");
         assert_eq!(config.get("enable.idempotence"), Some("true"), "what the producer's kind needs wins");
     }
@@ -163,7 +175,7 @@ mod tests {
         assert_eq!(producer_queue_kbytes(&max("8388608")), 8192, "exactly 8 MiB fits");
         assert_eq!(producer_queue_kbytes(&max("8388609")), 8193);
         assert_eq!(producer_queue_kbytes(&max("100000000")), 97_657);
-        let config = producer_config("127.0.0.1:9092", &max("100000000"), &[]);
+        let config = producer_config(&ClusterConfig::new("127.0.0.1:9092"), &max("100000000"), &[]);
         assert_eq!(config.get("queue.buffering.max.kbytes"), Some("97657"));
     }
 }

@@ -11,6 +11,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::repeats::{Repeats, log_client_error};
+use crate::config::ClusterConfig;
 
 /// How long one poll of [`TopicReader::read`] waits; when it returns nothing, the positions are
 /// checked for partitions whose end is a transaction marker.
@@ -47,19 +48,19 @@ impl ClientContext for ReaderContext {
 impl ConsumerContext for ReaderContext {}
 
 impl TopicReader {
-    /// A read_committed consumer of `topic` on `brokers` with librdkafka `overrides`. `client`
+    /// A read_committed consumer of `topic` on `cluster` with librdkafka `overrides`. `client`
     /// names it to the broker (`group.id`, which is never joined or committed to).
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
     pub fn new(
-        brokers: &str,
+        cluster: &ClusterConfig,
         overrides: &BTreeMap<String, String>,
         topic: &str,
         client: &str,
     ) -> Result<Self, KafkaError> {
         let context = ReaderContext { client: format!("topic reader of {topic}"), repeats: Repeats::default() };
-        let consumer = super::consumer_config(brokers, overrides, client, &[]).create_with_context(context)?;
+        let consumer = super::consumer_config(cluster, overrides, client, &[]).create_with_context(context)?;
         Ok(Self { consumer, topic: topic.to_owned() })
     }
 

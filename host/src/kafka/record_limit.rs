@@ -55,7 +55,7 @@ async fn record_limit(sink: &SinkConfig, mut topics: Vec<&str>) -> Result<Record
     };
     topics.sort_unstable();
     topics.dedup();
-    let admin = Admin::new(&sink.brokers, &sink.producer)?;
+    let admin = Admin::new(&sink.cluster, &sink.producer)?;
     for (topic, max) in admin.max_message_bytes(&topics).await? {
         let bytes = max.saturating_sub(RECORD_BATCH_HEADER_BYTES);
         if bytes < limit.bytes {

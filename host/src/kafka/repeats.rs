@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 /// How long identical errors are held back after one was logged: 10 s.
 pub const REPEAT_INTERVAL: Duration = Duration::from_secs(10);
@@ -78,10 +81,40 @@ impl Repeats {
 /// Logs librdkafka's error event `error` (`reason`) of the client `client` (e.g. `topic
 /// reader`), through `repeats`; a partition's end, which librdkafka reports as an error event,
 /// is no error.
+/// The context of a client with nothing else to do with librdkafka's events than log them
+/// ([`log_client_error`]): the admin clients and the command-line tools' clients.
+pub struct LogContext {
+    client: &'static str,
+    repeats: Repeats,
+}
+
+impl LogContext {
+    /// A context logging as `client` (e.g. `admin client`).
+    pub fn new(client: &'static str) -> Self {
+        Self { client, repeats: Repeats::default() }
+    }
+}
+
+impl ClientContext for LogContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&self.repeats, self.client, &error, reason);
+    }
+}
+
+impl ConsumerContext for LogContext {}
+
+impl ProducerContext for LogContext {
+    type DeliveryOpaque = ();
+
+    /// Delivery reports are the caller's to check (`flush`, the record's future): nothing here.
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
 pub(crate) fn log_client_error(repeats: &Repeats, client: &str, error: &KafkaError, reason: &str) {
     if matches!(error, KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
         return;
     }
+    super::failure::note_client_error(error, reason);
     let message = format!("{client}: {error}: {reason}");
     match repeats.admit(&message) {
         Some(0) => tracing::error!("{message}"),

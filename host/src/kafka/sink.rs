@@ -21,6 +21,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 
 use super::failure::{ErrorClass, Fenced, classify_code};
 use super::repeats::{Repeats, log_client_error};
+use crate::config::ClusterConfig;
 use crate::wasm::OutputView;
 
 /// Why a call of a [`ProducerSlot`] failed.
@@ -151,7 +152,7 @@ impl ProducerSlot {
     /// # Errors
     /// When librdkafka rejects the configuration.
     pub fn transactional(
-        brokers: &str,
+        cluster: &ClusterConfig,
         overrides: &BTreeMap<String, String>,
         slot: usize,
         transactional_id: &str,
@@ -163,7 +164,7 @@ impl ProducerSlot {
             ("enable.idempotence", "true"),
             ("transaction.timeout.ms", timeout.as_str()),
         ];
-        let mut created = Self::create(brokers, overrides, &own, slot, Some(transactional_id.to_owned()))?;
+        let mut created = Self::create(cluster, overrides, &own, slot, Some(transactional_id.to_owned()))?;
         created.transaction_timeout = transaction_timeout;
         Ok(created)
     }
@@ -172,13 +173,17 @@ impl ProducerSlot {
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
-    pub fn plain(brokers: &str, overrides: &BTreeMap<String, String>, idempotent: bool) -> Result<Self, KafkaError> {
+    pub fn plain(
+        cluster: &ClusterConfig,
+        overrides: &BTreeMap<String, String>,
+        idempotent: bool,
+    ) -> Result<Self, KafkaError> {
         let own = [("enable.idempotence", if idempotent { "true" } else { "false" })];
-        Self::create(brokers, overrides, &own, 0, None)
+        Self::create(cluster, overrides, &own, 0, None)
     }
 
     fn create(
-        brokers: &str,
+        cluster: &ClusterConfig,
         overrides: &BTreeMap<String, String>,
         own: &[(&str, &str)],
         slot: usize,
@@ -187,7 +192,7 @@ impl ProducerSlot {
         let context = SinkContext::default();
         let errors = context.errors.clone();
         let changelog = context.changelog.clone();
-        let producer = super::producer_config(brokers, overrides, own).create_with_context(context)?;
+        let producer = super::producer_config(cluster, overrides, own).create_with_context(context)?;
         Ok(Self {
             slot,
             transactional_id,

@@ -22,6 +22,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::group::{decode_assignment, instance_of};
 use super::repeats::{Repeats, log_client_error};
+use crate::config::ClusterConfig;
 use crate::types::TaskId;
 
 /// A change of the partitions the group gives this process, to apply between polls.
@@ -136,13 +137,17 @@ pub struct Membership<'a> {
 }
 
 impl Source {
-    /// A client of `brokers` for group `group_id`'s offsets, with librdkafka `overrides`; it never
+    /// A client of `cluster` for group `group_id`'s offsets, with librdkafka `overrides`; it never
     /// joins the group.
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
-    pub fn new(brokers: &str, overrides: &BTreeMap<String, String>, group_id: &str) -> Result<Self, KafkaError> {
-        Self::create(brokers, overrides, group_id, &[])
+    pub fn new(
+        cluster: &ClusterConfig,
+        overrides: &BTreeMap<String, String>,
+        group_id: &str,
+    ) -> Result<Self, KafkaError> {
+        Self::create(cluster, overrides, group_id, &[])
     }
 
     /// A member of group `group_id`: static (`group.instance.id` = `membership.instance`), with
@@ -153,7 +158,7 @@ impl Source {
     /// # Errors
     /// When librdkafka rejects the configuration.
     pub fn member(
-        brokers: &str,
+        cluster: &ClusterConfig,
         overrides: &BTreeMap<String, String>,
         group_id: &str,
         membership: &Membership<'_>,
@@ -164,19 +169,19 @@ impl Source {
             ("partition.assignment.strategy", "cooperative-sticky"),
             ("topic.metadata.refresh.interval.ms", refresh.as_str()),
         ];
-        let source = Self::create(brokers, overrides, group_id, &own)?;
+        let source = Self::create(cluster, overrides, group_id, &own)?;
         source.consumer.context().defer.store(true, Ordering::Release);
         Ok(source)
     }
 
     fn create(
-        brokers: &str,
+        cluster: &ClusterConfig,
         overrides: &BTreeMap<String, String>,
         group_id: &str,
         member: &[(&str, &str)],
     ) -> Result<Self, KafkaError> {
         let consumer =
-            super::consumer_config(brokers, overrides, group_id, member).create_with_context(GroupContext::default())?;
+            super::consumer_config(cluster, overrides, group_id, member).create_with_context(GroupContext::default())?;
         Ok(Self { consumer, group_id: group_id.to_owned() })
     }
 

@@ -56,7 +56,9 @@ fn format_line(event: &Event<'_>, line: &mut Line) -> String {
     let time = super::pipeline::now_ms();
     let (seconds, millis) = (time / 1000, time % 1000);
     let clock = format!("{:02}:{:02}:{:02}.{millis:03}", seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
-    format!("{clock} {:>5} {}{}", event.metadata().level(), line.message, line.fields)
+    let line = format!("{clock} {:>5} {}{}", event.metadata().level(), line.message, line.fields);
+    // A secret a library echoes must not reach the dashboard or the logs route either.
+    crate::config::secret::redact(&line).into_owned()
 }
 
 /// How many lines are kept per pipeline by [`PipelineLog`].

@@ -94,7 +94,7 @@ struct Live {
 /// The source the sampler reads end offsets from.
 #[derive(Debug, Clone)]
 pub(super) struct SourceAddress {
-    pub brokers: String,
+    pub cluster: crate::config::ClusterConfig,
     pub consumer: BTreeMap<String, String>,
     pub group_id: String,
     /// `source.topics`: asked for their metadata when there is no partition to measure, so
@@ -130,7 +130,7 @@ impl PipelineMetrics {
         let metrics = Self {
             name: name.to_owned(),
             source: SourceAddress {
-                brokers: config.source.brokers.clone(),
+                cluster: config.source.cluster.clone(),
                 consumer: config.source.consumer.clone(),
                 group_id: config.group_id(),
                 topics: config.source.topics.clone(),

@@ -38,7 +38,7 @@ fn run(metrics: &Weak<Metrics>) {
             let source = match sources.get(pipeline.name()) {
                 Some(source) => Some(source),
                 None => {
-                    match Source::new(&pipeline.source.brokers, &pipeline.source.consumer, &pipeline.source.group_id) {
+                    match Source::new(&pipeline.source.cluster, &pipeline.source.consumer, &pipeline.source.group_id) {
                         Ok(source) => Some(&*sources.entry(pipeline.name().to_owned()).or_insert(source)),
                         Err(error) => {
                             tracing::warn!(pipeline = pipeline.name(), %error, "metrics: cannot create a client to read the source's end offsets; lag is not measured");

@@ -389,9 +389,9 @@ impl<'a> Runner<'a> {
         let db = Arc::new(StateDb::open(&config.state.dir.join(instance))?.with_quota(config.state.max_bytes));
         let owner = Owner { pipeline: config.name.clone(), changelog_topic: changelog.topic.clone() };
         let membership = Membership { instance, discovery_interval: config.source.partition_discovery_interval };
-        let source = Source::member(&config.source.brokers, &config.source.consumer, &config.group_id(), &membership)
+        let source = Source::member(&config.source.cluster, &config.source.consumer, &config.group_id(), &membership)
             .map_err(PipelineError::kafka("creating the source consumer"))?;
-        let reader = ChangelogReader::new(&config.sink.brokers, &config.sink.producer, changelog.clone())
+        let reader = ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog.clone())
             .map_err(PipelineError::kafka("creating the changelog reader"))?;
         let changelog_watch = ChangelogWatch::new(sink_admin(config)?, changelog.clone());
         let slots = fenced_slots(config, &db, instance)?;
@@ -631,7 +631,7 @@ impl<'a> Runner<'a> {
         if let Err(error) = self.abort_epoch() {
             tracing::warn!(%error, "could not abort the open epoch; the next start aborts it");
         }
-        let brokers = &self.config.sink.brokers;
+        let brokers = self.config.sink.cluster.bootstrap_servers();
         Err(PipelineError::StateAtRisk(describe_unsafe(&self.changelog.topic, brokers, &settings)))
     }
 
@@ -1251,7 +1251,7 @@ fn log_upgrades(db: &StateDb, chain: &Chain) -> Result<(), PipelineError> {
 /// Checks topics, the clusters and the transaction timeout; creates sink topics when allowed.
 /// Returns the pipeline's tasks, one per source partition.
 fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> {
-    let brokers = &config.source.brokers;
+    let brokers = &config.source.cluster;
     let admin = Admin::new(brokers, &config.source.consumer)
         .map_err(PipelineError::kafka("creating a client with the properties of source.consumer"))?;
     let names: Vec<&str> = config.source.topics.iter().map(String::as_str).collect();
@@ -1283,7 +1283,7 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
     let names: Vec<&str> = sink_topics.iter().map(|(t, _)| *t).collect();
     let found = sink_admin
         .topics(&names)
-        .map_err(PipelineError::kafka(format!("reading the topic metadata of {}", config.sink.brokers)))?;
+        .map_err(PipelineError::kafka(format!("reading the topic metadata of {}", config.sink.cluster)))?;
     let source_partitions = tasks.iter().filter(|t| t.topic == config.source.topics[0]).count() as i32;
     for (topic, key) in &sink_topics {
         if found.get(*topic) != Some(&TopicCheck::Missing) {
@@ -1292,7 +1292,7 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
         if !config.sink.create_topics {
             return Err(PipelineError::Refused(format!(
                 "sink topic `{topic}` ({key}) does not exist on {}; create it, or set sink.create_topics = true",
-                config.sink.brokers
+                config.sink.cluster
             )));
         }
         let partitions = config.sink.partitions.unwrap_or(source_partitions.max(1));
@@ -1340,7 +1340,7 @@ fn ensure_changelog_partitions(
     match problem {
         Ok(()) => Ok(()),
         Err(ChangelogProblem::LosesState(settings)) => {
-            Err(PipelineError::Refused(describe_unsafe(topic, &config.sink.brokers, &settings)))
+            Err(PipelineError::Refused(describe_unsafe(topic, config.sink.cluster.bootstrap_servers(), &settings)))
         }
         Err(ChangelogProblem::TooManyPartitions { found, needed }) => Err(PipelineError::Refused(format!(
             "changelog topic {topic} (state.changelog_topic) has {found} partitions, but this pipeline's tasks use {needed}: \
@@ -1352,7 +1352,7 @@ fn ensure_changelog_partitions(
 /// An admin client of the sink's cluster (the changelog topic's), with `sink.producer`'s
 /// properties.
 fn sink_admin(config: &PipelineConfig) -> Result<Admin, PipelineError> {
-    Admin::new(&config.sink.brokers, &config.sink.producer)
+    Admin::new(&config.sink.cluster, &config.sink.producer)
         .map_err(PipelineError::kafka("creating a client with the properties of sink.producer"))
 }
 
@@ -1398,13 +1398,13 @@ fn producer_slots(config: &PipelineConfig, instance: &str) -> Result<Vec<Produce
         Guarantee::ExactlyOnce => (0..sink.producer_slots)
             .map(|slot| {
                 let id = transactional_id(&sink.transactional_id_prefix, instance, slot);
-                ProducerSlot::transactional(&sink.brokers, &sink.producer, slot, &id, sink.transaction_timeout)
+                ProducerSlot::transactional(&sink.cluster, &sink.producer, slot, &id, sink.transaction_timeout)
                     .map(|producer| producer.with_prefix(&sink.transactional_id_prefix))
                     .map_err(PipelineError::kafka(format!("creating producer slot {id}")))
             })
             .collect(),
         Guarantee::AtLeastOnce | Guarantee::None => Ok(vec![
-            ProducerSlot::plain(&sink.brokers, &sink.producer, sink.guarantee == Guarantee::AtLeastOnce)
+            ProducerSlot::plain(&sink.cluster, &sink.producer, sink.guarantee == Guarantee::AtLeastOnce)
                 .map_err(PipelineError::kafka("creating the sink producer"))?,
         ]),
     }
@@ -1449,7 +1449,7 @@ fn earlier_producers(
         .filter(|id| !current.contains(id))
         .map(|id| {
             tracing::info!(transactional_id = %id, "fencing a producer an earlier run used");
-            ProducerSlot::transactional(&sink.brokers, &sink.producer, 0, id, sink.transaction_timeout)
+            ProducerSlot::transactional(&sink.cluster, &sink.producer, 0, id, sink.transaction_timeout)
                 .map_err(PipelineError::kafka(format!("creating a producer to fence transactional id {id}")))
         })
         .collect()

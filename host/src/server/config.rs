@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{DEFAULT_DEADLINE, DEFAULT_MEMORY_LIMIT_BYTES, MAX_NAME_LEN};
+use crate::config::{ClusterConfig, DEFAULT_DEADLINE, DEFAULT_MEMORY_LIMIT_BYTES, MAX_NAME_LEN};
 
 /// The environment variable holding the admin token (or `admin_token_file`).
 pub const ADMIN_TOKEN_ENV: &str = "WEIR_ADMIN_TOKEN";
@@ -25,8 +25,13 @@ pub const DEFAULT_REGISTRY_TOPIC: &str = "_weir-registry";
 pub struct ServeConfig {
     /// `listen`: the HTTP API's address, e.g. `127.0.0.1:7070` (port 0 picks a free one).
     pub listen: String,
-    /// `brokers`: the Kafka bootstrap servers every pipeline and the registry use.
-    pub brokers: String,
+    /// The cluster every pipeline and the registry use: `[kafka]` (`bootstrap.servers` and the
+    /// client-security properties, secrets as references, as a pipeline file's `[kafka]`), or
+    /// `brokers`, its shorthand for `bootstrap.servers` alone.
+    pub cluster: ClusterConfig,
+    /// The `[kafka]` table as written (references unresolved): what the server gives each
+    /// pipeline spec, so that no resolved secret is ever stored in a spec or the registry.
+    pub kafka: toml::Table,
     /// `data_dir`: components (`components/<sha256>.wasm`), compiled code and pipeline state
     /// (`state/<tenant>/<pipeline>`); relative to the file's directory. Everything in it can be
     /// rebuilt from the registry topic and the changelogs.
@@ -145,7 +150,8 @@ impl Default for Quotas {
 #[serde(deny_unknown_fields)]
 struct ServeFile {
     listen: String,
-    brokers: String,
+    brokers: Option<String>,
+    kafka: Option<toml::Table>,
     data_dir: PathBuf,
     node_id: Option<String>,
     registry_topic: Option<String>,
@@ -216,9 +222,22 @@ impl ServeConfig {
             None => crate::wasm::DEFAULT_CACHE_MAX_BYTES,
         };
         file.tenant_defaults.check().map_err(|(key, why)| anyhow::anyhow!("`tenant_defaults.{key}`: {why}"))?;
+        let kafka = match (file.kafka, file.brokers) {
+            (Some(_), Some(_)) => anyhow::bail!("`brokers`: [kafka] gives the cluster already; remove one of them"),
+            (Some(kafka), None) => kafka,
+            (None, Some(brokers)) => toml::Table::from_iter([("bootstrap.servers".to_owned(), brokers.into())]),
+            (None, None) => {
+                anyhow::bail!("missing `brokers` (or a [kafka] table): the cluster of the registry and pipelines")
+            }
+        };
+        let cluster = ClusterConfig::from_table(kafka.clone(), "[kafka]")?;
+        if cluster.bootstrap_servers().trim().is_empty() {
+            anyhow::bail!("[kafka] has no `bootstrap.servers`: add it");
+        }
         Ok(Self {
             listen: file.listen,
-            brokers: file.brokers,
+            cluster,
+            kafka,
             // Absolute: pipeline specs resolve their paths against it, and the working
             // directory is not theirs (`--config serve.toml` makes `base` empty).
             data_dir: std::path::absolute(base.join(&file.data_dir))

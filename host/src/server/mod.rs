@@ -156,7 +156,7 @@ impl Server {
             cache_dir: Some(config.data_dir.join("compiled")),
             cache_max_bytes: config.compiled_cache_max_bytes,
         })?);
-        let store::Opened { store, values, end } = Store::open(&config.brokers, &config.registry_topic).await?;
+        let store::Opened { store, values, end } = Store::open(&config.cluster, &config.registry_topic).await?;
         let components = config.data_dir.join("components");
         let registry = Registry::load(&values, &components)?;
         let supervisor =

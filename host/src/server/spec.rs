@@ -15,10 +15,13 @@ use crate::config::{ConfigError, DEFAULT_DEADLINE, DEFAULT_MEMORY_LIMIT_BYTES, P
 /// Keys a spec may not set: the server derives them (group id and transactional id prefix
 /// `weir-<tenant>-<tenant id>.<pipeline>`, state directory, changelog topic
 /// `<prefix>weir-<tenant id>-<pipeline>-changelog`) so that tenants cannot reach each other's.
-pub const SERVER_OWNED: [(&str, &str); 6] = [
+/// `""` is the top level: the cluster (`[kafka]`, with its credentials) is the server's.
+pub const SERVER_OWNED: [(&str, &str); 8] = [
+    ("", "kafka"),
     ("source", "brokers"),
     ("source", "group_id"),
     ("sink", "brokers"),
+    ("sink", "kafka"),
     ("sink", "transactional_id_prefix"),
     ("state", "dir"),
     ("state", "changelog_topic"),
@@ -87,11 +90,14 @@ pub fn resolve(
         }
     }
     for (table, key) in SERVER_OWNED {
-        if spec.get(table).and_then(Value::as_table).is_some_and(|t| t.contains_key(key)) {
+        let owner = if table.is_empty() { Some(&spec) } else { spec.get(table).and_then(Value::as_table) };
+        if owner.is_some_and(|t| t.contains_key(key)) {
+            let key = if table.is_empty() { key.to_owned() } else { format!("{table}.{key}") };
             return Err(SpecError::new(
-                format!("{table}.{key}"),
+                key.clone(),
                 format!(
-                    "`{table}.{key}` is set by the server (weir serve derives it from the tenant and pipeline names); remove it"
+                    "`{key}` is set by the server (weir serve derives it from the tenant and pipeline names, or from \
+                     its own [kafka]); remove it"
                 ),
             ));
         }
@@ -158,7 +164,7 @@ pub fn resolve(
     }
     let derived = format!("weir-{}-{}.{name}", tenant.name, tenant.id);
     run.insert("name".into(), Value::String(qualified_name(&tenant.name, name)));
-    table(&mut run, "source")?.insert("brokers".into(), Value::String(serve.brokers.clone()));
+    run.insert("kafka".into(), Value::Table(serve.kafka.clone()));
     table(&mut run, "source")?.insert("group_id".into(), Value::String(derived.clone()));
     table(&mut run, "sink")?.insert("transactional_id_prefix".into(), Value::String(derived));
     let state = table(&mut run, "state")?;
@@ -321,7 +327,7 @@ mod tests {
         assert_eq!(config.name, "acme.delays");
         assert_eq!(config.group_id(), "weir-acme-0123456789ab.delays");
         assert_eq!(config.sink.transactional_id_prefix, "weir-acme-0123456789ab.delays");
-        assert_eq!(config.source.brokers, "k:9092");
+        assert_eq!(config.source.cluster.bootstrap_servers(), "k:9092");
         assert_eq!(config.state.dir, Path::new("/srv/weir/state/acme-0123456789ab/delays"));
         assert_eq!(config.state.changelog_topic, "acme.weir-0123456789ab-delays-changelog");
         assert_eq!(config.transforms[0].wasm, Path::new(&format!("/srv/weir/components/{:064}.wasm", 2)));

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
+use crate::config::ClusterConfig;
 use crate::kafka::{Admin, TopicReader};
 
 /// Largest value written to the registry topic.
@@ -21,7 +22,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// The registry topic: writes, the start-up read, and reads that follow it.
 pub struct Store {
     producer: FutureProducer,
-    brokers: String,
+    cluster: ClusterConfig,
     topic: String,
     /// Offset of this node's last acknowledged write; -1 before the first.
     last_written: AtomicI64,
@@ -42,16 +43,16 @@ impl Store {
     ///
     /// # Errors
     /// When the cluster cannot be reached within 30 s or refuses the topic.
-    pub async fn open(brokers: &str, topic: &str) -> anyhow::Result<Opened> {
+    pub async fn open(cluster: &ClusterConfig, topic: &str) -> anyhow::Result<Opened> {
         let none = BTreeMap::new();
-        let down = |e| unreachable_topic(brokers, topic, e);
-        let admin = Admin::new(brokers, &none).map_err(down)?;
+        let down = |e| unreachable_topic(cluster, topic, e);
+        let admin = Admin::new(cluster, &none).map_err(down)?;
         admin.create_topic_with(topic, 1, &[("cleanup.policy", "compact")]).await.map_err(down)?;
         let mut values = BTreeMap::new();
         // A topic just created may take a moment to reach the metadata of every broker.
         let started = std::time::Instant::now();
         let end = loop {
-            match read_after(brokers, topic, 0, &mut values) {
+            match read_after(cluster, topic, 0, &mut values) {
                 Ok(end) => break end,
                 Err(_) if started.elapsed() < TIMEOUT => std::thread::sleep(Duration::from_millis(200)),
                 Err(error) => return Err(error),
@@ -65,9 +66,9 @@ impl Store {
             ("message.max.bytes", "1000000"),
             ("message.timeout.ms", timeout_ms.as_str()),
         ];
-        let producer = crate::kafka::client_config(brokers, &[], &none, &own).create().map_err(down)?;
+        let producer = crate::kafka::client_config(cluster, &[], &none, &own).create().map_err(down)?;
         let store =
-            Self { producer, brokers: brokers.to_owned(), topic: topic.to_owned(), last_written: AtomicI64::new(-1) };
+            Self { producer, cluster: cluster.clone(), topic: topic.to_owned(), last_written: AtomicI64::new(-1) };
         Ok(Opened { store, values, end })
     }
 
@@ -77,7 +78,7 @@ impl Store {
     /// # Errors
     /// When the broker cannot be reached within 30 s.
     pub fn read_after(&self, from: i64, values: &mut BTreeMap<String, Vec<u8>>) -> anyhow::Result<i64> {
-        read_after(&self.brokers, &self.topic, from, values)
+        read_after(&self.cluster, &self.topic, from, values)
     }
 
     /// Offset of this node's last acknowledged write; -1 before the first.
@@ -118,9 +119,14 @@ impl Store {
 }
 
 /// Reads `topic` from `from` to its current end into `values`; returns the end.
-fn read_after(brokers: &str, topic: &str, from: i64, values: &mut BTreeMap<String, Vec<u8>>) -> anyhow::Result<i64> {
-    let down = |e| unreachable_topic(brokers, topic, e);
-    let reader = TopicReader::new(brokers, &BTreeMap::new(), topic, "weir-serve-registry").map_err(down)?;
+fn read_after(
+    cluster: &ClusterConfig,
+    topic: &str,
+    from: i64,
+    values: &mut BTreeMap<String, Vec<u8>>,
+) -> anyhow::Result<i64> {
+    let down = |e| unreachable_topic(cluster, topic, e);
+    let reader = TopicReader::new(cluster, &BTreeMap::new(), topic, "weir-serve-registry").map_err(down)?;
     let (low, high) = reader.range(0, TIMEOUT).map_err(down)?;
     let from = from.max(low);
     if high > from {
@@ -139,9 +145,9 @@ fn read_after(brokers: &str, topic: &str, from: i64, values: &mut BTreeMap<Strin
     Ok(high.max(from))
 }
 
-fn unreachable_topic(brokers: &str, topic: &str, error: rdkafka::error::KafkaError) -> anyhow::Error {
+fn unreachable_topic(cluster: &ClusterConfig, topic: &str, error: rdkafka::error::KafkaError) -> anyhow::Error {
     anyhow::anyhow!(
-        "cannot open the registry topic {topic} on {brokers} (`brokers`, `registry_topic`): {error}; is the broker up?"
+        "cannot open the registry topic {topic} on {cluster} (`brokers` or [kafka], `registry_topic`): {error}; is the broker up?"
     )
 }
 

@@ -54,7 +54,7 @@ impl Tables {
         let mut tables = Vec::with_capacity(source.tables.len());
         for config in &source.tables {
             let client = format!("weir-table-{}", config.name);
-            let reader = TopicReader::new(&source.brokers, &source.consumer, &config.topic, &client)
+            let reader = TopicReader::new(&source.cluster, &source.consumer, &config.topic, &client)
                 .map_err(PipelineError::kafka(format!("creating the reader of table {}", config.name)))?;
             let mut table = Table {
                 header: format!("{HEADER_PREFIX}{}", config.name),
