@@ -285,6 +285,27 @@ mod tests {
     }
 
     #[test]
+    fn the_cluster_is_brokers_or_a_kafka_table_with_references_kept_unresolved_for_specs() {
+        let token = || Some("0123456789abcdef".into());
+        let secured = "listen = \"127.0.0.1:0\"\ndata_dir = \"data\"\n[kafka]\n\"bootstrap.servers\" = \"k:9093\"\n\
+                       \"security.protocol\" = \"SASL_SSL\"\n\"sasl.password\" = \"${env:WEIR_SERVE_TEST_PASSWORD}\"\n";
+        let error = ServeConfig::from_toml_str(secured, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("sasl.password") && error.contains("WEIR_SERVE_TEST_PASSWORD"), "{error}");
+        // SAFETY: this test's own variable; no other test reads or writes it.
+        unsafe { std::env::set_var("WEIR_SERVE_TEST_PASSWORD", "serve-test-secret") };
+        let config = ServeConfig::from_toml_str(secured, Path::new("/"), token()).unwrap();
+        assert_eq!(config.cluster.to_string(), "k:9093 (SASL_SSL)");
+        assert_eq!(config.kafka["sasl.password"].as_str(), Some("${env:WEIR_SERVE_TEST_PASSWORD}"), "kept as written");
+        assert!(!format!("{config:?}").contains("serve-test-secret"));
+        let both = format!("{MINIMAL}[kafka]\n\"bootstrap.servers\" = \"k:9093\"\n");
+        let error = ServeConfig::from_toml_str(&both, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("`brokers`"), "{error}");
+        let neither = MINIMAL.replace("brokers = \"b:9092\"\n", "");
+        let error = ServeConfig::from_toml_str(&neither, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("[kafka]"), "{error}");
+    }
+
+    #[test]
     fn bounds_the_compiled_cache() {
         let token = || Some("0123456789abcdef".into());
         let text = format!("{MINIMAL}compiled_cache_max_mb = 512\n");

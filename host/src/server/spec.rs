@@ -339,6 +339,8 @@ mod tests {
     fn refusals_name_the_field() {
         let cases = [
             (SPEC.replace("[source]\n", "[source]\nbrokers = \"x:1\"\n"), "source.brokers"),
+            (format!("{SPEC}[kafka]\n\"bootstrap.servers\" = \"x:1\"\n"), "kafka"),
+            (format!("{SPEC}[sink.kafka]\n\"bootstrap.servers\" = \"x:1\"\n"), "sink.kafka"),
             (SPEC.replace("[source]\n", "[source]\ngroup_id = \"g\"\n"), "source.group_id"),
             (format!("{SPEC}[state]\nchangelog_topic = \"acme.c\"\n"), "state.changelog_topic"),
             (
