@@ -10,6 +10,24 @@
 #                                 run a Kafka CLI class on the broker's classpath,
 #                                 e.g. org.apache.kafka.tools.TopicCommand
 #
+# Besides PLAINTEXT on 127.0.0.1:$WEIR_KAFKA_PORT, the same broker serves secured
+# listeners for the tests of Kafka client security (issue 43):
+#   SSL       127.0.0.1:$WEIR_KAFKA_SSL_PORT (default port+10): TLS, server cert only;
+#             a client there is User:ANONYMOUS, a super user (like PLAINTEXT)
+#   SASL_SSL  127.0.0.1:$WEIR_KAFKA_SASL_SSL_PORT (default port+11): TLS + SCRAM-SHA-512,
+#             SCRAM-SHA-256, PLAIN, or OAUTHBEARER (unsecured JWTs, test use only)
+# with the KRaft StandardAuthorizer on and super.users=User:ANONYMOUS;User:admin.
+# SCRAM/PLAIN users: admin/admin-secret (super user) and weir/weir-secret (no
+# rights until a test grants ACLs). Certificates (made with openssl on the first
+# start, kept while valid) are in $WEIR_KAFKA_DIR/tls: ca.pem signs the broker's
+# certificate (SANs 127.0.0.1 and localhost); untrusted-ca.pem is a CA that
+# signed nothing here. All of it is written to $WEIR_KAFKA_DIR/secured.env
+# (shell syntax: SSL_BROKERS, SASL_SSL_BROKERS, CA_PEM, UNTRUSTED_CA_PEM,
+# ADMIN_USER, ADMIN_PASSWORD, CLIENT_USER, CLIENT_PASSWORD, SASL_MECHANISMS,
+# ADMIN_CONFIG = a --command-config file for Kafka's tools as admin over
+# SASL_SSL); `status` prints its path. Ports +2/+3 are left free because a test
+# starts a second broker on port+2 (controller port+3).
+#
 # The broker jars come from Maven Central through `mvn` (scripts/kafka/pom.xml
 # pins the Kafka version); Java 17+ and Maven are the only prerequisites
 # (Debian: apt-get install openjdk-17-jre-headless maven).
@@ -17,6 +35,8 @@
 # Environment (all optional):
 #   WEIR_KAFKA_PORT             client port, default 9092
 #   WEIR_KAFKA_CONTROLLER_PORT  KRaft controller port, default WEIR_KAFKA_PORT+1
+#   WEIR_KAFKA_SSL_PORT         SSL listener port, default WEIR_KAFKA_PORT+10
+#   WEIR_KAFKA_SASL_SSL_PORT    SASL_SSL listener port, default WEIR_KAFKA_PORT+11
 #   WEIR_KAFKA_DIR              data + logs, default ~/.cache/weir/kafka-run-<port>
 #   WEIR_KAFKA_CACHE            jar cache, default ~/.cache/weir/kafka/<version>
 #   WEIR_KAFKA_START_TIMEOUT    seconds to wait for readiness, default 90
@@ -38,6 +58,8 @@ KAFKA_VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM"
 
 PORT=${WEIR_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${WEIR_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
+SSL_PORT=${WEIR_KAFKA_SSL_PORT:-$((PORT + 10))}
+SASL_SSL_PORT=${WEIR_KAFKA_SASL_SSL_PORT:-$((PORT + 11))}
 CACHE_DIR=${WEIR_KAFKA_CACHE:-$HOME/.cache/weir/kafka/$KAFKA_VERSION}
 RUN_DIR=${WEIR_KAFKA_DIR:-$HOME/.cache/weir/kafka-run-$PORT}
 START_TIMEOUT=${WEIR_KAFKA_START_TIMEOUT:-90}
@@ -54,6 +76,16 @@ PID_FILE=$RUN_DIR/kafka.pid
 PROPS_FILE=$RUN_DIR/server.properties
 PROBE_PROPS=$RUN_DIR/probe-admin.properties
 BOOTSTRAP=127.0.0.1:$PORT
+TLS_DIR=$RUN_DIR/tls
+SECURED_ENV=$RUN_DIR/secured.env
+ADMIN_CONFIG=$RUN_DIR/admin-sasl-ssl.properties
+# Marks that the SCRAM users exist in the metadata of the cluster id it holds.
+SCRAM_STAMP=$RUN_DIR/scram-users.cluster-id
+# The test users (SCRAM and PLAIN): admin is a super user, weir has no rights.
+ADMIN_USER=admin
+ADMIN_PASSWORD=admin-secret
+CLIENT_USER=weir
+CLIENT_PASSWORD=weir-secret
 
 say() { printf 'kafka.sh: %s\n' "$*"; }
 die() { printf 'kafka.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -66,10 +98,12 @@ usage() {
 validate_settings() {
     [[ -n $KAFKA_VERSION ]] || die "no <kafka.version> in $POM"
     local n
-    for n in PORT CONTROLLER_PORT START_TIMEOUT STOP_TIMEOUT; do
+    for n in PORT CONTROLLER_PORT SSL_PORT SASL_SSL_PORT START_TIMEOUT STOP_TIMEOUT; do
         [[ ${!n} =~ ^[0-9]+$ ]] || die "$n must be a number, got '${!n}'"
     done
-    [[ $PORT != "$CONTROLLER_PORT" ]] || die "client and controller port are both $PORT"
+    local ports
+    ports=$(printf '%s\n' "$PORT" "$CONTROLLER_PORT" "$SSL_PORT" "$SASL_SSL_PORT" | sort | uniq -d)
+    [[ -z $ports ]] || die "port $ports is given to two listeners (PLAINTEXT $PORT, CONTROLLER $CONTROLLER_PORT, SSL $SSL_PORT, SASL_SSL $SASL_SSL_PORT)"
     # Split on spaces/newlines (no globbing) and reject malformed entries now,
     # before anything on disk changes.
     EXTRA_PROPS=()
@@ -205,10 +239,37 @@ controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
 controller.listener.names=CONTROLLER
 
 # Loopback only: this broker is for local tests, never for the network.
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
+
+# Secured listeners for the client-security tests (see the top of kafka.sh).
+# The authorizer denies whatever no ACL allows, except to super users:
+# User:ANONYMOUS is every PLAINTEXT client, the controller and inter-broker
+# connections (all PLAINTEXT) and SSL clients (no client certificate), so all
+# of those keep working exactly as without an authorizer; admin is the SCRAM
+# super user, and weir gets only what a test grants.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:$ADMIN_USER
+
+# TLS: PEM files made by openssl (unencrypted PKCS#8 key + chain in one file).
+ssl.keystore.type=PEM
+ssl.keystore.location=$TLS_DIR/broker-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.pem
+ssl.client.auth=none
+
+# SASL on the SASL_SSL listener. SCRAM users live in the metadata (added at
+# format time); PLAIN checks the JAAS users below; OAUTHBEARER has no
+# validator configured, so Kafka's unsecured-JWT validator accepts any
+# unsigned token (librdkafka's enable.sasl.oauthbearer.unsecure.jwt): a test
+# broker on loopback only.
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$ADMIN_USER="$ADMIN_PASSWORD" user_$CLIENT_USER="$CLIENT_PASSWORD";
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="$ADMIN_USER";
 
 log.dirs=$DATA_DIR
 
@@ -264,6 +325,117 @@ default.api.timeout.ms=10000
 EOF
 }
 
+# The CA, the broker's certificate and an untrusted CA, made with openssl into
+# $TLS_DIR on the first start and kept while the broker certificate is valid
+# for another day, so that clients holding ca.pem keep trusting a restarted
+# broker. EC P-256 keys: fast to make, and both Java and OpenSSL take them.
+ensure_certs() {
+    if [[ -f $TLS_DIR/broker-keystore.pem && -f $TLS_DIR/ca.pem && -f $TLS_DIR/untrusted-ca.pem ]] &&
+        openssl x509 -checkend 86400 -noout -in "$TLS_DIR/broker.pem" >/dev/null 2>&1; then
+        return 0
+    fi
+    command -v openssl >/dev/null || die "openssl not found (Debian: apt-get install openssl, or scripts/setup.sh kafka)"
+    say "making test certificates in $TLS_DIR"
+    local tmp=$TLS_DIR.tmp
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    if ! (
+        set -e
+        cd "$tmp"
+        new_ca() { # $1 = file stem, $2 = subject CN
+            openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+                -keyout "$1.key" -out "$1.pem" -days 3650 -subj "/CN=$2" \
+                -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+        }
+        new_ca ca "Weir test CA"
+        new_ca untrusted-ca "Weir untrusted test CA"
+        rm untrusted-ca.key
+        openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+            -keyout broker.key -out broker.csr -subj "/CN=localhost"
+        printf '%s\n' 'subjectAltName=IP:127.0.0.1,DNS:localhost' 'basicConstraints=CA:FALSE' \
+            'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth' >broker.ext
+        openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -CAserial ca.srl \
+            -days 825 -extfile broker.ext -out broker.pem
+        # Kafka's PEM keystore: the private key, then the certificate chain.
+        cat broker.key broker.pem ca.pem >broker-keystore.pem
+        rm broker.csr broker.ext
+        chmod 600 ./*.key broker-keystore.pem
+    ) >"$LOG_DIR/openssl.log" 2>&1; then
+        cat "$LOG_DIR/openssl.log" >&2
+        die "openssl could not make the test certificates (output above)"
+    fi
+    rm -rf "$TLS_DIR"
+    mv "$tmp" "$TLS_DIR"
+}
+
+# What a test needs to reach the secured listeners, in shell syntax (values
+# have no spaces or quotes), plus a --command-config file for Kafka's tools.
+write_secured_env() {
+    cat >"$ADMIN_CONFIG" <<EOF
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="$ADMIN_USER" password="$ADMIN_PASSWORD";
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.pem
+request.timeout.ms=10000
+default.api.timeout.ms=30000
+EOF
+    cat >"$SECURED_ENV.tmp" <<EOF
+# Written by scripts/kafka.sh start: the test broker's secured listeners.
+PLAINTEXT_BROKERS=$BOOTSTRAP
+SSL_BROKERS=127.0.0.1:$SSL_PORT
+SASL_SSL_BROKERS=127.0.0.1:$SASL_SSL_PORT
+SASL_MECHANISMS=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
+CA_PEM=$TLS_DIR/ca.pem
+UNTRUSTED_CA_PEM=$TLS_DIR/untrusted-ca.pem
+ADMIN_USER=$ADMIN_USER
+ADMIN_PASSWORD=$ADMIN_PASSWORD
+CLIENT_USER=$CLIENT_USER
+CLIENT_PASSWORD=$CLIENT_PASSWORD
+ADMIN_CONFIG=$ADMIN_CONFIG
+EOF
+    mv "$SECURED_ENV.tmp" "$SECURED_ENV"
+}
+
+# The SCRAM credentials of both users in kafka-storage's --add-scram syntax.
+scram_args() {
+    local mechanism user
+    SCRAM_ARGS=()
+    for mechanism in SCRAM-SHA-512 SCRAM-SHA-256; do
+        for user in "$ADMIN_USER=$ADMIN_PASSWORD" "$CLIENT_USER=$CLIENT_PASSWORD"; do
+            SCRAM_ARGS+=(--add-scram "$mechanism=[name=${user%%=*},password=${user#*=}]")
+        done
+    done
+}
+
+# A data dir formatted before the secured listeners existed has no SCRAM
+# users: add them once through the running broker (PLAINTEXT, as the
+# ANONYMOUS super user). The stamp holds the cluster id they were added to.
+ensure_scram_users() {
+    local cluster_id
+    cluster_id=$(sed -n 's/^cluster.id=//p' "$DATA_DIR/meta.properties")
+    [[ -f $SCRAM_STAMP && $(cat "$SCRAM_STAMP") == "$cluster_id" ]] && return 0
+    say "adding the SCRAM users $ADMIN_USER and $CLIENT_USER to the existing cluster $cluster_id"
+    local mechanism user
+    tool_java_cmd
+    # One mechanism per call: the broker refuses two changes to one user's
+    # credentials in one request.
+    for mechanism in SCRAM-SHA-512 SCRAM-SHA-256; do
+        for user in "$ADMIN_USER=$ADMIN_PASSWORD" "$CLIENT_USER=$CLIENT_PASSWORD"; do
+            if ! "${TOOL_CMD[@]}" kafka.admin.ConfigCommand --bootstrap-server "$BOOTSTRAP" \
+                --alter --entity-type users --entity-name "${user%%=*}" \
+                --add-config "$mechanism=[password=${user#*=}]" >>"$LOG_FILE" 2>&1; then
+                # The PLAINTEXT broker is up and fine for everything else, so
+                # warn rather than fail the start; the next start tries again.
+                print_log_tail
+                say "warning: adding the $mechanism user ${user%%=*} failed (log above): its SASL_SSL logins will be refused"
+                return 0
+            fi
+        done
+    done
+    echo "$cluster_id" >"$SCRAM_STAMP"
+}
+
 # A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, like
 # Uuid.randomUuid(), which also avoids a leading '-' (it reads as a CLI flag).
 new_cluster_id() {
@@ -283,11 +455,13 @@ format_storage_once() {
     cluster_id=$(new_cluster_id)
     say "formatting new storage in $DATA_DIR (cluster id $cluster_id)"
     tool_java_cmd
+    scram_args
     if ! "${TOOL_CMD[@]}" kafka.tools.StorageTool format \
-        -t "$cluster_id" -c "$PROPS_FILE" >>"$LOG_FILE" 2>&1; then
+        -t "$cluster_id" -c "$PROPS_FILE" "${SCRAM_ARGS[@]}" >>"$LOG_FILE" 2>&1; then
         print_log_tail
         die "formatting storage failed"
     fi
+    echo "$cluster_id" >"$SCRAM_STAMP"
 }
 
 # Keep the previous run's log as server.log.1 so a restart after a failure
@@ -395,6 +569,7 @@ cmd_start() {
     if running_pid; then
         say "already running (pid $BROKER_PID); nothing to do"
         echo "bootstrap servers: $BOOTSTRAP"
+        echo "secured listeners: $SECURED_ENV"
         return 0
     fi
     if [[ -f $PID_FILE ]]; then
@@ -404,20 +579,24 @@ cmd_start() {
     # Fail clearly instead of letting the readiness probe talk to some other
     # broker that already owns the port.
     local p
-    for p in "$PORT" "$CONTROLLER_PORT"; do
+    for p in "$PORT" "$CONTROLLER_PORT" "$SSL_PORT" "$SASL_SSL_PORT"; do
         if port_in_use "$p"; then
-            die "port $p on 127.0.0.1 is already in use (set WEIR_KAFKA_PORT / WEIR_KAFKA_CONTROLLER_PORT)"
+            die "port $p on 127.0.0.1 is already in use (set WEIR_KAFKA_PORT, WEIR_KAFKA_CONTROLLER_PORT, WEIR_KAFKA_SSL_PORT, WEIR_KAFKA_SASL_SSL_PORT)"
         fi
     done
     ensure_jars
     mkdir -p "$DATA_DIR"
     rotate_log
+    ensure_certs
     write_config
     format_storage_once
     launch_broker
     say "started pid $BROKER_PID, waiting up to ${START_TIMEOUT} s for it to serve metadata"
     wait_until_ready
+    ensure_scram_users
+    write_secured_env
     echo "bootstrap servers: $BOOTSTRAP"
+    echo "secured listeners: $SECURED_ENV"
 }
 
 # ---------------------------------------------------------------------------
@@ -464,6 +643,7 @@ cmd_status() {
     validate_settings
     if running_pid; then
         echo "running: pid $BROKER_PID, bootstrap servers: $BOOTSTRAP, controller port $CONTROLLER_PORT, dir $RUN_DIR"
+        echo "secured listeners (SSL $SSL_PORT, SASL_SSL $SASL_SSL_PORT): $SECURED_ENV"
         return 0
     fi
     if [[ -f $PID_FILE ]]; then

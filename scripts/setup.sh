@@ -14,7 +14,7 @@
 #             rustc-web cargo-web rust-web-src lld-22 wasi-libc
 #   python    Python 3 with venv    pytest  pytest    node  Node.js 20+ with npm    go  Go 1.24+
 #   polyglot  python pytest node go (the SDKs' tests and builds)
-#   kafka     Java 17+ and Maven (scripts/kafka.sh fetches the broker from Maven Central)
+#   kafka     Java 17+, Maven (scripts/kafka.sh fetches the broker from Maven Central) and openssl
 #   browser   Debian's chromium and chromium-driver (the dashboard's browser test drives them
 #             headless through WebDriver; test frameworks' own browser downloads are not used)
 #
@@ -71,6 +71,8 @@ weir_setup() {
             kafka)
                 command -v "${JAVA_HOME:+$JAVA_HOME/bin/}java" >/dev/null || packages+=(openjdk-17-jre-headless)
                 command -v mvn >/dev/null || packages+=(maven)
+                # kafka.sh makes the test broker's TLS certificates with openssl.
+                command -v openssl >/dev/null || packages+=(openssl)
                 ;;
             browser)
                 packages+=(chromium chromium-driver)

@@ -9,6 +9,7 @@ pub mod broker;
 pub mod flights;
 pub mod pipeline;
 pub mod records;
+pub mod secured;
 pub mod webdriver;
 
 use std::path::PathBuf;
