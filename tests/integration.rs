@@ -19,6 +19,7 @@ mod polyglot;
 mod recovery_evidence;
 mod release;
 mod scale_out;
+mod secured_kafka;
 mod source_positions;
 mod table_join;
 mod transform_cli;

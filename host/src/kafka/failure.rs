@@ -138,6 +138,20 @@ pub(crate) fn note_client_error(error: &KafkaError, reason: &str) {
     }
 }
 
+/// Notes a log line of librdkafka (every client context of Weir passes its lines here): a
+/// connection refused during SASL authentication or the TLS handshake is remembered for
+/// [`recent_refusal`]. librdkafka logs these from its broker threads as they happen, while the
+/// matching error events wait in a queue the client may not poll before its request times out.
+pub(crate) fn note_client_log(facility: &str, line: &str) {
+    if facility == "FAIL"
+        && (line.contains("SASL authentication error")
+            || line.contains("SSL handshake failed")
+            || line.contains("Authentication failed"))
+    {
+        *LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), line.to_owned()));
+    }
+}
+
 /// Why the cluster refused a connection of this process in the last minute, if it did: a SASL
 /// authentication refused (wrong password, unknown user, a mechanism the listener does not
 /// enable) or a TLS handshake that failed (an untrusted certificate, a host name mismatch).

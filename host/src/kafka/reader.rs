@@ -12,6 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::repeats::{Repeats, log_client_error};
 use crate::config::ClusterConfig;
+use rdkafka::config::RDKafkaLogLevel;
 
 /// How long one poll of [`TopicReader::read`] waits; when it returns nothing, the positions are
 /// checked for partitions whose end is a transaction marker.
@@ -40,6 +41,9 @@ struct ReaderContext {
 }
 
 impl ClientContext for ReaderContext {
+    fn log(&self, _: RDKafkaLogLevel, facility: &str, line: &str) {
+        super::failure::note_client_log(facility, line);
+    }
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&self.repeats, &self.client, &error, reason);
     }

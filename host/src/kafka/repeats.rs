@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, ProducerContext};
@@ -96,6 +97,9 @@ impl LogContext {
 }
 
 impl ClientContext for LogContext {
+    fn log(&self, _: RDKafkaLogLevel, facility: &str, line: &str) {
+        super::failure::note_client_log(facility, line);
+    }
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&self.repeats, self.client, &error, reason);
     }

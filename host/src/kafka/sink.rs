@@ -23,6 +23,7 @@ use super::failure::{ErrorClass, Fenced, classify_code};
 use super::repeats::{Repeats, log_client_error};
 use crate::config::ClusterConfig;
 use crate::wasm::OutputView;
+use rdkafka::config::RDKafkaLogLevel;
 
 /// Why a call of a [`ProducerSlot`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +63,9 @@ struct SinkContext {
 }
 
 impl ClientContext for SinkContext {
+    fn log(&self, _: RDKafkaLogLevel, facility: &str, line: &str) {
+        super::failure::note_client_log(facility, line);
+    }
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&self.repeats, "sink producer", &error, reason);
     }

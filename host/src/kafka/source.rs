@@ -24,6 +24,7 @@ use super::group::{decode_assignment, instance_of};
 use super::repeats::{Repeats, log_client_error};
 use crate::config::ClusterConfig;
 use crate::types::TaskId;
+use rdkafka::config::RDKafkaLogLevel;
 
 /// A change of the partitions the group gives this process, to apply between polls.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +58,9 @@ pub struct GroupContext {
 }
 
 impl ClientContext for GroupContext {
+    fn log(&self, _: RDKafkaLogLevel, facility: &str, line: &str) {
+        super::failure::note_client_log(facility, line);
+    }
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&self.repeats, "source consumer", &error, reason);
     }
