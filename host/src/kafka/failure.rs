@@ -134,7 +134,7 @@ pub(crate) fn note_client_error(error: &KafkaError, reason: &str) {
         error.rdkafka_error_code(),
         Some(Code::Authentication | Code::SaslAuthenticationFailed | Code::SSL | Code::IllegalSASLState)
     ) {
-        *LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), format!("{error}: {reason}")));
+        remember_refusal(format!("{error}: {reason}"));
     }
 }
 
@@ -148,8 +148,12 @@ pub(crate) fn note_client_log(facility: &str, line: &str) {
             || line.contains("SSL handshake failed")
             || line.contains("Authentication failed"))
     {
-        *LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), line.to_owned()));
+        remember_refusal(line.to_owned());
     }
+}
+
+fn remember_refusal(reason: String) {
+    *LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), reason));
 }
 
 /// Why the cluster refused a connection of this process in the last minute, if it did: a SASL

@@ -4,15 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::repeats::{Repeats, log_client_error};
+use super::repeats::LogContext;
 use crate::config::ClusterConfig;
-use rdkafka::config::RDKafkaLogLevel;
 
 /// How long one poll of [`TopicReader::read`] waits; when it returns nothing, the positions are
 /// checked for partitions whose end is a transaction marker.
@@ -27,29 +25,12 @@ pub type KeyValue = (Vec<u8>, Option<Vec<u8>>);
 
 /// Reads partitions of one topic read_committed, from given offsets, without a consumer group.
 pub struct TopicReader {
-    consumer: BaseConsumer<ReaderContext>,
+    /// Its context logs each kind of error at most once per interval: a reader nobody polls for
+    /// a while (a changelog reader between restores) queues one per connection attempt during a
+    /// broker outage, and hands them all to its next poll.
+    consumer: BaseConsumer<LogContext>,
     topic: String,
 }
-
-/// Logs the consumer's errors, each kind at most once per
-/// [`REPEAT_INTERVAL`](super::repeats::REPEAT_INTERVAL): a reader nobody polls for a while (a
-/// changelog reader between restores) queues one per connection attempt during a broker outage,
-/// and hands them all to its next poll.
-struct ReaderContext {
-    client: String,
-    repeats: Repeats,
-}
-
-impl ClientContext for ReaderContext {
-    fn log(&self, _: RDKafkaLogLevel, facility: &str, line: &str) {
-        super::failure::note_client_log(facility, line);
-    }
-    fn error(&self, error: KafkaError, reason: &str) {
-        log_client_error(&self.repeats, &self.client, &error, reason);
-    }
-}
-
-impl ConsumerContext for ReaderContext {}
 
 impl TopicReader {
     /// A read_committed consumer of `topic` on `cluster` with librdkafka `overrides`. `client`
@@ -63,7 +44,7 @@ impl TopicReader {
         topic: &str,
         client: &str,
     ) -> Result<Self, KafkaError> {
-        let context = ReaderContext { client: format!("topic reader of {topic}"), repeats: Repeats::default() };
+        let context = LogContext::new(format!("topic reader of {topic}"));
         let consumer = super::consumer_config(cluster, overrides, client, &[]).create_with_context(context)?;
         Ok(Self { consumer, topic: topic.to_owned() })
     }

@@ -79,20 +79,18 @@ impl Repeats {
     }
 }
 
-/// Logs librdkafka's error event `error` (`reason`) of the client `client` (e.g. `topic
-/// reader`), through `repeats`; a partition's end, which librdkafka reports as an error event,
-/// is no error.
 /// The context of a client with nothing else to do with librdkafka's events than log them
-/// ([`log_client_error`]): the admin clients and the command-line tools' clients.
+/// ([`log_client_error`]): the admin clients, the topic readers and the command-line tools'
+/// clients.
 pub struct LogContext {
-    client: &'static str,
+    client: String,
     repeats: Repeats,
 }
 
 impl LogContext {
     /// A context logging as `client` (e.g. `admin client`).
-    pub fn new(client: &'static str) -> Self {
-        Self { client, repeats: Repeats::default() }
+    pub fn new(client: impl Into<String>) -> Self {
+        Self { client: client.into(), repeats: Repeats::default() }
     }
 }
 
@@ -101,7 +99,7 @@ impl ClientContext for LogContext {
         super::failure::note_client_log(facility, line);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        log_client_error(&self.repeats, self.client, &error, reason);
+        log_client_error(&self.repeats, &self.client, &error, reason);
     }
 }
 
@@ -114,6 +112,9 @@ impl ProducerContext for LogContext {
     fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
 }
 
+/// Logs librdkafka's error event `error` (`reason`) of the client `client` (e.g. `topic
+/// reader`), through `repeats`; a partition's end, which librdkafka reports as an error event,
+/// is no error.
 pub(crate) fn log_client_error(repeats: &Repeats, client: &str, error: &KafkaError, reason: &str) {
     if matches!(error, KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
         return;
