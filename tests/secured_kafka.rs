@@ -3,9 +3,17 @@
 //! refused-credential messages and the redaction check are not in yet: see issue 43's note.)
 
 use std::process::Command;
+use std::time::Duration;
 
-use weir_tests::secured::secured;
-use weir_tests::weir_binary;
+use weir_tests::flights::verify;
+use weir_tests::pipeline::{
+    RUN_TIMEOUT, Reader, Spec, TestPipeline, http_get, keyed, produce, run_to_completion, wait_exit,
+};
+use weir_tests::secured::{Secured, acl, secured};
+use weir_tests::{Isolation, flight_rows, weir_binary};
+
+/// Partitions of the secured pipelines' topics.
+const PARTITIONS: i32 = 4;
 
 /// Runs `weir <args>` with `env`; returns (success, stdout, stderr).
 fn weir(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
@@ -54,4 +62,149 @@ async fn the_tools_produce_consume_and_read_status_over_tls() {
         weir(&["txn", "list", "--kafka-config", kafka_config, "--prefix", "weir-tls", "--output", "json"], &[]);
     assert!(ok, "weir txn list over TLS: {stderr}");
     assert!(stdout.contains("transactional_ids"), "{stdout}");
+}
+
+/// The environment variable the secured pipelines' `sasl.password` refers to.
+const PASSWORD_VARIABLE: &str = "WEIR_TEST_KAFKA_PASSWORD";
+
+/// Points `pipeline`'s file at the SASL_SSL listener as `user`, SCRAM-SHA-512: its
+/// `source.brokers` becomes a `[kafka]` table whose password is `${env:WEIR_TEST_KAFKA_PASSWORD}`.
+fn over_sasl_ssl(pipeline: &TestPipeline, secured: &Secured, user: &str) {
+    let text = std::fs::read_to_string(&pipeline.file).unwrap();
+    let brokers_line = format!("brokers = \"{}\"\n", weir_tests::bootstrap());
+    assert!(text.contains(&brokers_line), "{text}");
+    let kafka = format!(
+        "\n[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"security.protocol\" = \"SASL_SSL\"\n\
+         \"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{user}\"\n\
+         \"sasl.password\" = \"${{env:{PASSWORD_VARIABLE}}}\"\n\"ssl.ca.location\" = \"{}\"\n",
+        secured.sasl_ssl,
+        secured.ca.display()
+    );
+    std::fs::write(&pipeline.file, text.replacen(&brokers_line, "", 1) + &kafka).unwrap();
+}
+
+/// The `kafka-acls.sh` commands of docs/configuration.md's "ACLs" section (the lines starting
+/// with `$acl`), for `pipeline` and `principal`: each is the list of arguments after `--add`.
+/// The docs' names (pipeline `flight-delays`, source `flights`, principal
+/// `User:weir-flight-delays`) are replaced by the pipeline's; the sink topic stands for the
+/// dead-letter topic too, as the docs' comment says.
+fn documented_acls(pipeline: &TestPipeline, principal: &str) -> Vec<Vec<String>> {
+    let docs = std::fs::read_to_string(weir_tests::repo_root().join("docs/configuration.md")).unwrap();
+    let section = &docs[docs.find("### ACLs").expect("docs/configuration.md has an ACLs section")..];
+    let commands: Vec<Vec<String>> = section
+        .lines()
+        .take_while(|line| !line.starts_with("## "))
+        .filter_map(|line| line.strip_prefix("$acl "))
+        .map(|line| {
+            let line = line.split('#').next().unwrap();
+            let mut args = vec!["--allow-principal".to_owned(), principal.to_owned()];
+            let mut flag = "";
+            for word in line.split_whitespace() {
+                let names: Vec<String> = match (flag, word) {
+                    ("--topic", "flights") => vec![pipeline.source.clone()],
+                    ("--topic", "flight-delays") => vec![pipeline.sink.clone(), pipeline.dead_letters.clone()],
+                    ("--topic", "flight-delays-changelog") => vec![format!("{}-changelog", pipeline.name)],
+                    ("--group", "weir-flight-delays") => vec![format!("weir-{}", pipeline.name)],
+                    ("--transactional-id", "flight-delays") => vec![pipeline.name.clone()],
+                    ("--topic" | "--group" | "--transactional-id", name) => panic!("the docs name {flag} {name}"),
+                    _ => vec![word.to_owned()],
+                };
+                if names.len() > 1 {
+                    // One name per flag: `--topic a --topic b`.
+                    args.push(names[0].clone());
+                    for name in &names[1..] {
+                        args.push(flag.to_owned());
+                        args.push(name.clone());
+                    }
+                } else {
+                    args.extend(names);
+                }
+                flag = if word.starts_with("--") { word } else { "" };
+            }
+            args
+        })
+        .collect();
+    assert!(commands.len() >= 5, "the docs' ACL commands: {commands:?}");
+    commands
+}
+
+/// Runs `acl --add` (or `--remove`) with each of `commands`.
+fn grant(operation: &str, commands: &[Vec<String>]) {
+    for command in commands {
+        let mut args = vec![operation];
+        args.extend(command.iter().map(String::as_str));
+        acl(&args);
+    }
+}
+
+/// What `pipeline` prints and serves, for the redaction check: its log, `weir status` (table
+/// and JSON) and, while it runs with `--metrics`, every route of the metrics server.
+fn everything_shown(pipeline: &TestPipeline, address: &str, env: &[(&str, &str)]) -> String {
+    let mut shown = String::new();
+    for route in ["/metrics", "/api/pipelines", "/readyz", "/healthz", "/"] {
+        let (_, body) = http_get(&format!("http://{address}{route}"));
+        shown.push_str(&body.to_string());
+    }
+    for json in [false, true] {
+        let file = pipeline.file.to_str().unwrap();
+        let args: Vec<&str> = if json { vec!["status", file, "--output", "json"] } else { vec!["status", file] };
+        let (ok, stdout, stderr) = weir(&args, env);
+        assert!(ok, "weir status over SASL_SSL: {stderr}");
+        assert!(stdout.contains(&pipeline.name) || json, "{stdout}");
+        shown.push_str(&stdout);
+        shown.push_str(&stderr);
+    }
+    shown.push_str(&pipeline.log_text());
+    shown
+}
+
+/// The flight-delays pipeline over SASL_SSL (SCRAM-SHA-512) as a user with exactly the ACLs the
+/// docs list: exactly-once output, the password nowhere in what Weir prints or serves; with the
+/// consumer group's Read taken away, a restart stops with a message naming it (no retry loop);
+/// granted again, the next run completes the output exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn flight_delays_run_exactly_once_over_sasl_ssl_with_the_documented_acls() {
+    let secured = secured();
+    let (user, password) = &secured.user;
+    let env = [(PASSWORD_VARIABLE, password.as_str())];
+    let pipeline = TestPipeline::new("weir-sasl", &Spec::new("flight-delays"));
+    over_sasl_ssl(&pipeline, &secured, user);
+    for topic in [&pipeline.sink, &pipeline.dead_letters] {
+        weir_tests::create_topic(topic, PARTITIONS).await;
+    }
+    let acls = documented_acls(&pipeline, &format!("User:{user}"));
+    grant("--add", &acls);
+
+    let rows = flight_rows(4_000);
+    let (first, second) = rows.split_at(2_000);
+    produce(&pipeline.source, PARTITIONS, &keyed(first)).await;
+    let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
+    let mut run = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &env);
+    let address = pipeline.metrics_address(&mut run);
+    let read = reader.read_until(first.len(), RUN_TIMEOUT);
+    assert_eq!(read, first.len(), "outputs over SASL_SSL; log:\n{}", pipeline.log_text());
+    let shown = everything_shown(&pipeline, &address, &env);
+    assert!(pipeline.stop(&mut run, Duration::from_secs(60)).success(), "{}", pipeline.log_text());
+    assert!(shown.contains("checkpoint committed") && shown.contains(&pipeline.source), "shown: {shown}");
+    assert!(!shown.contains(password.as_str()), "the password is shown:\n{shown}");
+
+    // Without Read on the consumer group the start stops, naming the group and the right.
+    let group = acls.iter().find(|a| a.iter().any(|w| w == "--group")).expect("a group ACL").clone();
+    grant("--remove", std::slice::from_ref(&group));
+    produce(&pipeline.source, PARTITIONS, &keyed(second)).await;
+    let mut refused = pipeline.spawn(&env);
+    let status = wait_exit(&mut refused, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("no stop without the group ACL; log:\n{}", pipeline.log_text()));
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{log}");
+    let stop = log.lines().find(|line| line.contains("the cluster refuses")).unwrap_or_else(|| panic!("{log}"));
+    assert!(stop.contains("Group authorization failed"), "the message names the refusal: {stop}");
+    assert!(stop.contains(&format!("consumer group weir-{}", pipeline.name)), "the message names the group: {stop}");
+    assert!(stop.contains("grant the pipeline's principal the ACLs"), "the message says what to do: {stop}");
+
+    grant("--add", &[group]);
+    run_to_completion(&pipeline, &mut reader, rows.len(), &env);
+    reader.drain(Duration::from_secs(2));
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
 }

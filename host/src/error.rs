@@ -35,17 +35,15 @@ pub enum PipelineError {
         /// librdkafka's error.
         source: KafkaError,
     },
-    /// A Kafka request found no broker while the cluster was refusing this process's
-    /// connections ([`crate::kafka::recent_refusal`]): wrong credentials, an untrusted
-    /// certificate, a host name mismatch. No retry changes them: the pipeline stops.
-    #[error(
-        "kafka: {operation} failed: the cluster refuses the connection: {reason}{}",
-        hint(ErrorClass::Authorization)
-    )]
-    ConnectionRefused {
+    /// A Kafka request found no broker (or timed out) while the cluster was refusing this
+    /// process's credentials or rights ([`crate::kafka::recent_refusal`]): wrong credentials,
+    /// an untrusted certificate, a host name mismatch, a missing ACL. No retry changes them: the
+    /// pipeline stops.
+    #[error("kafka: {operation} failed: the cluster refuses: {reason}{}", hint(ErrorClass::Authorization))]
+    ClusterRefused {
         /// What Weir was doing.
         operation: String,
-        /// librdkafka's reason for the refusal (SASL or TLS).
+        /// librdkafka's reason for the refusal (SASL, TLS or an ACL).
         reason: String,
     },
     /// Another producer took over one of the sink's transactional ids.
@@ -95,11 +93,11 @@ impl PipelineError {
     pub fn kafka<E: Into<ProducerError>>(operation: impl Into<String>) -> impl FnOnce(E) -> Self {
         let operation = operation.into();
         move |error| match error.into() {
-            // librdkafka reports a refused SASL or TLS handshake only as an event, and a request
-            // then times out as if no broker were up.
+            // librdkafka reports a refused SASL or TLS handshake, and a refused group or topic,
+            // only as an event, and a request then times out as if no broker were up.
             ProducerError::Kafka(source) if crate::kafka::is_unreachable(&source) => {
                 match crate::kafka::recent_refusal() {
-                    Some(reason) => PipelineError::ConnectionRefused { operation, reason },
+                    Some(reason) => PipelineError::ClusterRefused { operation, reason },
                     None => PipelineError::Kafka { operation, source },
                 }
             }

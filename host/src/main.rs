@@ -35,12 +35,12 @@ fn main() -> ExitCode {
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             let mut text = message(&error);
-            // A tool's request that found no broker, while the cluster refused its handshake.
+            // A tool's request that found no broker, while the cluster refused its handshake or a right.
             let unreachable = error.chain().any(|c| c.downcast_ref().is_some_and(weir::kafka::is_unreachable));
             if let Some(reason) = weir::kafka::recent_refusal().filter(|_| unreachable) {
                 text.push_str(&format!(
-                    ": the cluster refuses the connection: {reason}; check the security properties \
-                     (security.protocol, sasl.*, ssl.*) of --kafka-config or the pipeline's [kafka]"
+                    ": the cluster refuses: {reason}; check the security properties (security.protocol, \
+                     sasl.*, ssl.*) of --kafka-config or the pipeline's [kafka], or the principal's ACLs"
                 ));
             }
             eprintln!("error: {}", redact(&text));

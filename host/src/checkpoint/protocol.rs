@@ -27,9 +27,12 @@ use std::time::{Duration, Instant};
 use super::fault::{FaultPoint, inject};
 use super::restore::{self, LostChangelog, Restored};
 use crate::error::PipelineError;
-use crate::kafka::{Changelog, ChangelogReader, CheckpointMetadata, GroupOffset, Lineage, ProducerSlot, Source};
+use crate::kafka::{
+    Changelog, ChangelogReader, CheckpointMetadata, GroupOffset, Lineage, ProducerError, ProducerSlot, Source,
+};
 use crate::state::{ChangelogEntry, Checkpoint, Committed, Owner, Position, StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
+use rdkafka::error::RDKafkaErrorCode;
 
 /// What one task hands over at barrier N.
 #[derive(Debug)]
@@ -238,7 +241,21 @@ pub struct RecoverOptions {
 pub fn fence(fence: &[&ProducerSlot], timeout: Duration) -> Result<(), PipelineError> {
     for slot in fence {
         let id = slot.transactional_id.as_deref().unwrap_or_default();
-        slot.fence(timeout).map_err(PipelineError::kafka(format!("init_transactions for transactional id {id}")))?;
+        slot.fence(timeout).map_err(|error| match error {
+            // The start-up check could not read the broker's limit (no DescribeConfigs right on
+            // the cluster); the broker checks it here, and says the same on every retry.
+            ProducerError::Kafka(error)
+                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidTransactionTimeout) =>
+            {
+                PipelineError::Refused(format!(
+                    "the broker refuses transactional id {id}'s transaction.timeout.ms ({error}): \
+                     sink.transaction_timeout_ms exceeds the broker's transaction.max.timeout.ms; lower \
+                     sink.transaction_timeout_ms (keeping checkpoint.interval_ms + checkpoint.timeout_ms below it) \
+                     or raise the broker's limit"
+                ))
+            }
+            error => PipelineError::kafka(format!("init_transactions for transactional id {id}"))(error),
+        })?;
     }
     Ok(())
 }
@@ -273,8 +290,9 @@ pub fn recover_tasks(
     options: &RecoverOptions,
 ) -> Result<Recovered, PipelineError> {
     let timeout = options.timeout;
-    let group =
-        source.group_offsets(tasks, timeout).map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
+    let group = source
+        .group_offsets(tasks, timeout)
+        .map_err(PipelineError::kafka(format!("fetching consumer group {}'s committed offsets", source.group_id())))?;
     let started = Instant::now();
     let (committed, Restored { reseed, topic_id, .. }) = loop {
         let (committed, restored) = restore_tasks(db, reader, tasks, owner, lineage, adoptable, options)?;

@@ -39,7 +39,7 @@ pub fn execute(args: SavepointArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
-    let reader = ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog)?;
+    let reader = ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog, &config.group_id())?;
     // The components are named when the state directory is at hand (it may be on another host).
     let components = StateDb::open_read_only(&config.state.dir).and_then(|db| db.components()).unwrap_or_default();
     let taken = savepoint::take(&reader, &tasks, &config.name, components, timeout)?;

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::repeats::LogContext;
 use crate::config::ClusterConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, ConfigResource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// How long one metadata or admin request may take before it is an error.
@@ -128,15 +130,10 @@ impl Admin {
     /// topic, else the broker's default), from one `DescribeConfigs` request: name → value.
     ///
     /// # Errors
-    /// When the cluster cannot be reached or refuses (e.g. the topic is missing).
+    /// When the cluster cannot be reached or refuses: `TopicAuthorizationFailed` when the
+    /// principal lacks `DescribeConfigs` on the topic (or the topic is missing).
     pub async fn topic_configs(&self, topic: &str) -> Result<BTreeMap<String, String>, KafkaError> {
-        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
-        let results = self.client.describe_configs(&[ResourceSpecifier::Topic(topic)], &options).await?;
-        let resource = results
-            .into_iter()
-            .next()
-            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))?
-            .map_err(KafkaError::AdminOp)?;
+        let resource = self.describe_configs(&[ResourceSpecifier::Topic(topic)]).await?.remove(0);
         Ok(resource.entries.into_iter().filter_map(|entry| Some((entry.name, entry.value?))).collect())
     }
 
@@ -192,6 +189,36 @@ impl Admin {
         }
     }
 
+    /// One `DescribeConfigs` request for `resources`: their configs, in the same order.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached, or refuses a resource: rust-rdkafka (0.39) drops a
+    /// resource's own error code and hands back an empty config, so a resource described with no
+    /// entry at all — every topic and broker has some, their defaults at least — is taken as
+    /// refused, `TopicAuthorizationFailed` or `ClusterAuthorizationFailed` (the principal lacks
+    /// `DescribeConfigs`; a topic deleted since the caller's existence check looks the same).
+    async fn describe_configs(&self, resources: &[ResourceSpecifier<'_>]) -> Result<Vec<ConfigResource>, KafkaError> {
+        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+        let results = self.client.describe_configs(resources, &options).await?;
+        if results.len() != resources.len() {
+            return Err(KafkaError::AdminOp(RDKafkaErrorCode::Fail));
+        }
+        results
+            .into_iter()
+            .zip(resources)
+            .map(|(result, specifier)| {
+                let resource = result.map_err(KafkaError::AdminOp)?;
+                if !resource.entries.is_empty() {
+                    return Ok(resource);
+                }
+                Err(KafkaError::AdminOp(match specifier {
+                    ResourceSpecifier::Topic(_) => RDKafkaErrorCode::TopicAuthorizationFailed,
+                    _ => RDKafkaErrorCode::ClusterAuthorizationFailed,
+                }))
+            })
+            .collect()
+    }
+
     fn options(&self) -> AdminOptions {
         AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT))
     }
@@ -203,14 +230,12 @@ impl Admin {
     /// When the cluster cannot be reached, refuses, or does not report the setting.
     pub async fn max_message_bytes(&self, topics: &[&str]) -> Result<BTreeMap<String, usize>, KafkaError> {
         let resources: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
-        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
-        let results = self.client.describe_configs(&resources, &options).await?;
+        let results = self.describe_configs(&resources).await?;
         topics
             .iter()
             .zip(results)
-            .map(|(topic, result)| {
-                let value = result
-                    .map_err(KafkaError::AdminOp)?
+            .map(|(topic, resource)| {
+                let value = resource
                     .get("max.message.bytes")
                     .and_then(|entry| entry.value.as_deref())
                     .and_then(|value| value.parse::<usize>().ok())
@@ -225,7 +250,8 @@ impl Admin {
     /// cluster metadata.
     ///
     /// # Errors
-    /// When the cluster cannot be reached or the broker does not report the setting.
+    /// When the cluster cannot be reached or the broker does not report the setting;
+    /// `ClusterAuthorizationFailed` when the principal lacks `DescribeConfigs` on the cluster.
     pub async fn transaction_max_timeout(&self) -> Result<Duration, KafkaError> {
         let metadata = self.client.inner().fetch_metadata(None, REQUEST_TIMEOUT)?;
         let broker = metadata
@@ -233,13 +259,7 @@ impl Admin {
             .first()
             .map(|b| b.id())
             .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::BrokerNotAvailable))?;
-        let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
-        let results = self.client.describe_configs(&[ResourceSpecifier::Broker(broker)], &options).await?;
-        let resource = results
-            .into_iter()
-            .next()
-            .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))?
-            .map_err(KafkaError::AdminOp)?;
+        let resource = self.describe_configs(&[ResourceSpecifier::Broker(broker)]).await?.remove(0);
         let value = resource
             .get("transaction.max.timeout.ms")
             .and_then(|entry| entry.value.as_deref())

@@ -258,7 +258,7 @@ pub struct ChangelogReader {
 
 impl ChangelogReader {
     /// A read_committed consumer of `changelog` on `cluster` (the sink's) with librdkafka
-    /// `overrides`, without a consumer group.
+    /// `overrides`, in the pipeline's consumer group `group` ([`TopicReader::new`]: never joined).
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
@@ -266,9 +266,10 @@ impl ChangelogReader {
         cluster: &ClusterConfig,
         overrides: &BTreeMap<String, String>,
         changelog: Changelog,
+        group: &str,
     ) -> Result<Self, KafkaError> {
         Ok(Self {
-            reader: TopicReader::new(cluster, overrides, &changelog.topic, "weir-changelog-restore")?,
+            reader: TopicReader::new(cluster, overrides, &changelog.topic, group)?,
             admin: Admin::new(cluster, overrides)?,
             changelog,
         })

@@ -112,7 +112,8 @@ pub fn hint(class: ErrorClass) -> &'static str {
             "; the cluster refuses the pipeline's credentials, its certificate or its rights: check the \
              cluster's security properties (security.protocol, sasl.*, ssl.*) in [kafka], or grant the \
              pipeline's principal the ACLs it needs (docs/configuration.md, \"Secured clusters\": Read on the \
-             source topics and the consumer group, Write on the sink topics, Write on the transactional ids)"
+             source topics and the consumer group, Write on the sink topics, Write on the transactional ids, \
+             DescribeConfigs on the topics)"
         }
     }
 }
@@ -121,18 +122,28 @@ pub fn hint(class: ErrorClass) -> &'static str {
 /// times librdkafka's reconnect back-off (`reconnect.backoff.max.ms`, 10 s by default).
 const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
 
-/// The last connection a cluster refused in this process: when, and librdkafka's reason.
+/// The last refusal by a cluster of this process's credentials or rights: when, and librdkafka's reason.
 static LAST_REFUSAL: Mutex<Option<(Instant, String)>> = Mutex::new(None);
 
 /// Notes an error event of a client (every client context of Weir passes its events here): a
-/// refused SASL authentication or a failed TLS handshake is remembered for [`recent_refusal`].
-/// librdkafka reports these only as events and keeps reconnecting, so a request then just
-/// finds no broker until its timeout.
+/// refused SASL authentication, a failed TLS handshake or a refused right (an ACL: the group
+/// coordinator's `FindCoordinator` refused for the group, a topic's metadata) is remembered for
+/// [`recent_refusal`]. librdkafka reports these only as events and keeps retrying, so a request
+/// then just finds no broker, or no coordinator, until its timeout.
 pub(crate) fn note_client_error(error: &KafkaError, reason: &str) {
     use RDKafkaErrorCode as Code;
     if matches!(
         error.rdkafka_error_code(),
-        Some(Code::Authentication | Code::SaslAuthenticationFailed | Code::SSL | Code::IllegalSASLState)
+        Some(
+            Code::Authentication
+                | Code::SaslAuthenticationFailed
+                | Code::SSL
+                | Code::IllegalSASLState
+                | Code::GroupAuthorizationFailed
+                | Code::TopicAuthorizationFailed
+                | Code::TransactionalIdAuthorizationFailed
+                | Code::ClusterAuthorizationFailed
+        )
     ) {
         remember_refusal(format!("{error}: {reason}"));
     }
@@ -156,9 +167,11 @@ fn remember_refusal(reason: String) {
     *LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), reason));
 }
 
-/// Why the cluster refused a connection of this process in the last minute, if it did: a SASL
-/// authentication refused (wrong password, unknown user, a mechanism the listener does not
-/// enable) or a TLS handshake that failed (an untrusted certificate, a host name mismatch).
+/// Why the cluster refused this process in the last minute, if it did: a SASL authentication
+/// refused (wrong password, unknown user, a mechanism the listener does not enable), a TLS
+/// handshake that failed (an untrusted certificate, a host name mismatch), or a right an ACL
+/// does not grant (librdkafka's reason names the kind of resource, e.g. `Group authorization
+/// failed`).
 pub fn recent_refusal() -> Option<String> {
     let last = LAST_REFUSAL.lock().unwrap_or_else(|e| e.into_inner());
     last.as_ref().filter(|(at, _)| at.elapsed() < REFUSAL_WINDOW).map(|(_, reason)| reason.clone())

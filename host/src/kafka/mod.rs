@@ -80,20 +80,18 @@ pub(crate) fn producer_message_max_bytes(overrides: &BTreeMap<String, String>) -
         .unwrap_or(crate::wasm::DEFAULT_MAX_RECORD_BYTES as u64)
 }
 
-/// A Weir consumer's configuration (the source's and the topic readers'): group `group_id`,
+/// A Weir consumer's configuration (the source's and the topic readers'):
 /// [`CONSUMER_DEFAULTS`] under `overrides`, and what exactly-once needs over both: only
 /// committed records (`isolation.level`), offsets committed by Weir alone, in its transactions
 /// (KIP-447), never by librdkafka (`enable.auto.commit`, `enable.auto.offset.store`), and an
 /// error instead of a silent jump when a stored offset is out of range (`auto.offset.reset`),
-/// no end-of-partition events (`enable.partition.eof`); then `extra`.
+/// no end-of-partition events (`enable.partition.eof`); then `extra` (the source's `group.id`).
 pub(crate) fn consumer_config(
     cluster: &ClusterConfig,
     overrides: &BTreeMap<String, String>,
-    group_id: &str,
     extra: &[(&str, &str)],
 ) -> ClientConfig {
     let mut own = vec![
-        ("group.id", group_id),
         ("isolation.level", "read_committed"),
         ("enable.auto.commit", "false"),
         ("enable.auto.offset.store", "false"),

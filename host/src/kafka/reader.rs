@@ -33,8 +33,11 @@ pub struct TopicReader {
 }
 
 impl TopicReader {
-    /// A read_committed consumer of `topic` on `cluster` with librdkafka `overrides`. `client`
-    /// names it to the broker (`group.id`, which is never joined or committed to).
+    /// A read_committed consumer of `topic` on `cluster` with librdkafka `overrides`, in
+    /// consumer group `group`, which it never joins or commits to (it assigns partitions
+    /// itself). librdkafka still looks up the group's coordinator (and refuses to assign without
+    /// a group), so the principal needs `Describe` on `group` (ACLs): a pipeline's readers use
+    /// its `source.group_id`, to which it has the rights already.
     ///
     /// # Errors
     /// When librdkafka rejects the configuration.
@@ -42,10 +45,11 @@ impl TopicReader {
         cluster: &ClusterConfig,
         overrides: &BTreeMap<String, String>,
         topic: &str,
-        client: &str,
+        group: &str,
     ) -> Result<Self, KafkaError> {
         let context = LogContext::new(format!("topic reader of {topic}"));
-        let consumer = super::consumer_config(cluster, overrides, client, &[]).create_with_context(context)?;
+        let consumer =
+            super::consumer_config(cluster, overrides, &[("group.id", group)]).create_with_context(context)?;
         Ok(Self { consumer, topic: topic.to_owned() })
     }
 

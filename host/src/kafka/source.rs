@@ -184,8 +184,8 @@ impl Source {
         group_id: &str,
         member: &[(&str, &str)],
     ) -> Result<Self, KafkaError> {
-        let consumer =
-            super::consumer_config(cluster, overrides, group_id, member).create_with_context(GroupContext::default())?;
+        let own: Vec<(&str, &str)> = [("group.id", group_id)].into_iter().chain(member.iter().copied()).collect();
+        let consumer = super::consumer_config(cluster, overrides, &own).create_with_context(GroupContext::default())?;
         Ok(Self { consumer, group_id: group_id.to_owned() })
     }
 
@@ -289,6 +289,11 @@ impl Source {
     /// The underlying consumer, for polling.
     pub fn consumer(&self) -> &BaseConsumer<GroupContext> {
         &self.consumer
+    }
+
+    /// The consumer group, `source.group_id`.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
     }
 
     /// The group's committed offsets of `tasks` (partitions without one are left out).

@@ -391,17 +391,18 @@ impl<'a> Runner<'a> {
         let membership = Membership { instance, discovery_interval: config.source.partition_discovery_interval };
         let source = Source::member(&config.source.cluster, &config.source.consumer, &config.group_id(), &membership)
             .map_err(PipelineError::kafka("creating the source consumer"))?;
-        let reader = ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog.clone())
-            .map_err(PipelineError::kafka("creating the changelog reader"))?;
+        let reader =
+            ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog.clone(), &config.group_id())
+                .map_err(PipelineError::kafka("creating the changelog reader"))?;
         let changelog_watch = ChangelogWatch::new(sink_admin(config)?, changelog.clone());
         let slots = fenced_slots(config, &db, instance)?;
 
         // The pipeline's lineage, which every instance must agree on: the group's offsets name
         // it once a checkpoint committed; before, the state directory's, else the changelog
         // topic's id (the same for every instance, and new when the topic is recreated).
-        let group = source
-            .group_offsets(&task_ids, config.checkpoint.timeout)
-            .map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
+        let group = source.group_offsets(&task_ids, config.checkpoint.timeout).map_err(PipelineError::kafka(
+            format!("fetching consumer group {}'s committed offsets", source.group_id()),
+        ))?;
         let from_group = protocol::group_lineage(&group, &config.name);
         let lineage_from_group = from_group.is_some();
         let lineage = match from_group {
@@ -415,7 +416,7 @@ impl<'a> Runner<'a> {
         let next = db.epoch_floor()?.max(db.committed()?.id).next();
         tracing::info!(pipeline = %config.name, instance, lineage = %lineage.lineage, next_epoch = %next, "recovered; joining the consumer group {}", config.group_id());
         metrics.restored(db.committed()?.id);
-        let tables = Tables::load(&config.source, config.checkpoint.timeout)?;
+        let tables = Tables::load(&config.source, &config.group_id(), config.checkpoint.timeout)?;
         let workers = Workers::start(config.runtime.workers_for(task_ids.len()))
             .map_err(|e| PipelineError::Refused(format!("cannot start the worker threads (runtime.workers): {e}")))?;
         tracing::info!(workers = workers.len(), "worker threads started");
@@ -716,10 +717,9 @@ impl<'a> Runner<'a> {
         }
         // Whether the pipeline ever committed a checkpoint, on any instance: a partition without
         // an offset then was added since, and starts at its earliest offset.
-        let pipeline_group = self
-            .source
-            .group_offsets(&all, config.checkpoint.timeout)
-            .map_err(PipelineError::kafka("fetching the group's committed offsets"))?;
+        let pipeline_group = self.source.group_offsets(&all, config.checkpoint.timeout).map_err(
+            PipelineError::kafka(format!("fetching consumer group {}'s committed offsets", self.source.group_id())),
+        )?;
         let first_start =
             committed.offsets.is_empty() && protocol::group_lineage(&pipeline_group, &config.name).is_none();
 
@@ -1309,10 +1309,20 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
         tracing::info!(topic, partitions, "created sink topic");
     }
     if config.sink.guarantee == Guarantee::ExactlyOnce {
-        let max = block_on(sink_admin.transaction_max_timeout())
-            .map_err(PipelineError::kafka("reading the broker's transaction.max.timeout.ms"))?;
+        let max = match block_on(sink_admin.transaction_max_timeout()) {
+            // A principal without DescribeConfigs on the cluster may still run the pipeline:
+            // the broker refuses a longer timeout at `init_transactions` (protocol::fence).
+            Err(KafkaError::AdminOp(RDKafkaErrorCode::ClusterAuthorizationFailed)) => {
+                tracing::info!(
+                    "cannot read the broker's transaction.max.timeout.ms (no DescribeConfigs right on the cluster); \
+                     init_transactions checks sink.transaction_timeout_ms against it instead"
+                );
+                None
+            }
+            read => Some(read.map_err(PipelineError::kafka("reading the broker's transaction.max.timeout.ms"))?),
+        };
         let wanted = config.sink.transaction_timeout;
-        if wanted > max {
+        if let Some(max) = max.filter(|max| wanted > *max) {
             return Err(PipelineError::Refused(format!(
                 "sink.transaction_timeout_ms = {} exceeds the broker's transaction.max.timeout.ms = {}; lower sink.transaction_timeout_ms (keeping checkpoint.interval_ms + checkpoint.timeout_ms below it) or raise the broker's limit",
                 wanted.as_millis(),

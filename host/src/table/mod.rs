@@ -44,17 +44,17 @@ struct Rows {
 }
 
 impl Tables {
-    /// Reads every table of `source` to its last stable offset, then starts following them.
-    /// `timeout` bounds the wait for a partition's leader and for each fetch.
+    /// Reads every table of `source` to its last stable offset, then starts following them,
+    /// with readers in the pipeline's consumer group `group` ([`TopicReader::new`]: never
+    /// joined). `timeout` bounds the wait for a partition's leader and for each fetch.
     ///
     /// # Errors
     /// [`PipelineError::Refused`] when a table's topic does not exist or the table outgrows
     /// its `max_mb`; a Kafka error when reading fails.
-    pub fn load(source: &SourceConfig, timeout: Duration) -> Result<Self, PipelineError> {
+    pub fn load(source: &SourceConfig, group: &str, timeout: Duration) -> Result<Self, PipelineError> {
         let mut tables = Vec::with_capacity(source.tables.len());
         for config in &source.tables {
-            let client = format!("weir-table-{}", config.name);
-            let reader = TopicReader::new(&source.cluster, &source.consumer, &config.topic, &client)
+            let reader = TopicReader::new(&source.cluster, &source.consumer, &config.topic, group)
                 .map_err(PipelineError::kafka(format!("creating the reader of table {}", config.name)))?;
             let mut table = Table {
                 header: format!("{HEADER_PREFIX}{}", config.name),
