@@ -1,6 +1,7 @@
-//! Weir against a secured cluster: the test broker's SSL listener (`scripts/kafka.sh`), reached
-//! by the command-line tools through `--kafka-config`. (Pipelines over SASL_SSL with ACLs, the
-//! refused-credential messages and the redaction check are not in yet: see issue 43's note.)
+//! Weir against a secured cluster, the test broker's SSL and SASL_SSL listeners
+//! (`scripts/kafka.sh`): the tools over TLS through `--kafka-config`; the flight-delays pipeline
+//! exactly once over SASL_SSL with the documented ACLs, its password redacted everywhere, and a
+//! missing ACL refused; refused credentials and certificates stopping with a message.
 
 use std::process::Command;
 use std::time::Duration;
@@ -207,4 +208,85 @@ async fn flight_delays_run_exactly_once_over_sasl_ssl_with_the_documented_acls()
     reader.drain(Duration::from_secs(2));
     let verdict = verify(&rows, &reader.records, 15);
     assert!(verdict.is_exactly_once(), "{verdict:?}");
+}
+
+/// Refused credentials and certificates, and a secret reference that does not resolve: the tools
+/// and `weir run` stop with one message naming the refusal (not librdkafka's retry loop, not a
+/// bare "no broker"), and never print the password. The cases run as concurrent processes.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_credentials_and_certificates_stop_with_a_message_naming_them() {
+    let secured = secured();
+    let dir = tempfile::tempdir().unwrap();
+    let config = |name: &str, lines: &[String]| {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let sasl = |user: &str, variable: &str| {
+        vec![
+            format!("\"bootstrap.servers\" = \"{}\"", secured.sasl_ssl),
+            "\"security.protocol\" = \"SASL_SSL\"".to_owned(),
+            "\"sasl.mechanism\" = \"SCRAM-SHA-512\"".to_owned(),
+            format!("\"sasl.username\" = \"{user}\""),
+            format!("\"sasl.password\" = \"${{env:{variable}}}\""),
+            format!("\"ssl.ca.location\" = \"{}\"", secured.ca.display()),
+        ]
+    };
+    let wrong_password = "not-the-weir-secret";
+    let (user, _) = &secured.user;
+    let untrusted = config(
+        "untrusted",
+        &[
+            format!("\"bootstrap.servers\" = \"{}\"", secured.ssl),
+            "\"security.protocol\" = \"SSL\"".to_owned(),
+            format!("\"ssl.ca.location\" = \"{}\"", secured.untrusted_ca.display()),
+        ],
+    );
+    let cases = [
+        ("wrong password", config("wrong-password", &sasl(user, PASSWORD_VARIABLE)), "invalid credentials"),
+        ("unknown user", config("unknown-user", &sasl("no-such-user", PASSWORD_VARIABLE)), "invalid credentials"),
+        ("untrusted CA", untrusted, "SSL handshake failed"),
+        ("unset variable", config("unset", &sasl(user, "WEIR_TEST_UNSET_VARIABLE")), "${env:WEIR_TEST_UNSET_VARIABLE}"),
+    ];
+    let topic = weir_tests::unique_name("weir-refused");
+    let tools: Vec<_> = cases
+        .iter()
+        .map(|(_, file, _)| {
+            Command::new(weir_binary())
+                .args(["consume", "--kafka-config", file, "--topic", &topic, "--timeout", "1"])
+                .env_remove("WEIR_KAFKA_BOOTSTRAP")
+                .env_remove("WEIR_TEST_UNSET_VARIABLE")
+                .env(PASSWORD_VARIABLE, wrong_password)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("run weir consume")
+        })
+        .collect();
+
+    // A pipeline with the wrong password stops too, rather than retry.
+    let pipeline = TestPipeline::new("weir-refused", &Spec::new("passthrough"));
+    over_sasl_ssl(&pipeline, &secured, user);
+    let mut run = pipeline.spawn(&[(PASSWORD_VARIABLE, wrong_password)]);
+
+    for ((case, _, expected), tool) in cases.iter().zip(tools) {
+        let output = tool.wait_with_output().expect("weir consume");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let message = stderr.lines().find(|line| line.starts_with("error: ")).unwrap_or_default();
+        assert!(!output.status.success(), "{case}: {stderr}");
+        assert!(message.contains(expected), "{case}: the message names the refusal ({expected}): {stderr}");
+        assert!(!stderr.contains(wrong_password), "{case}: the password is shown: {stderr}");
+        if *case != "unset variable" {
+            assert!(message.contains("the cluster refuses"), "{case}: {stderr}");
+        } else {
+            assert!(message.contains("sasl.password"), "{case}: the message names the key: {stderr}");
+        }
+    }
+    let status = wait_exit(&mut run, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("weir run with a wrong password did not stop; log:\n{}", pipeline.log_text()));
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{log}");
+    let stop = log.lines().find(|line| line.contains("the cluster refuses")).unwrap_or_else(|| panic!("{log}"));
+    assert!(stop.contains("invalid credentials") && stop.contains("SCRAM-SHA-512"), "{stop}");
+    assert!(!log.contains(wrong_password), "the password is shown: {log}");
 }

@@ -1,8 +1,10 @@
 //! Start-up checks through the Kafka admin API: topics, partitions, broker configuration.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::events::EventPump;
 use super::repeats::LogContext;
 use crate::config::ClusterConfig;
 use rdkafka::admin::{
@@ -15,6 +17,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An admin client for one cluster.
 pub struct Admin {
+    /// Serves the client's main queue (its log lines and error events); declared first so
+    /// that it stops before the client is destroyed.
+    _events: EventPump,
     client: AdminClient<LogContext>,
     cluster: ClusterConfig,
 }
@@ -34,9 +39,10 @@ impl Admin {
     /// # Errors
     /// When librdkafka rejects the configuration.
     pub fn new(cluster: &ClusterConfig, overrides: &BTreeMap<String, String>) -> Result<Self, KafkaError> {
-        let client =
+        let client: AdminClient<LogContext> =
             super::client_config(cluster, &[], overrides, &[]).create_with_context(LogContext::new("admin client"))?;
-        Ok(Self { client, cluster: cluster.clone() })
+        let events = EventPump::start(client.inner().native_ptr(), Arc::clone(client.inner().context()));
+        Ok(Self { _events: events, client, cluster: cluster.clone() })
     }
 
     /// The cluster's id (KIP-78), the same whichever of its brokers bootstrap names.

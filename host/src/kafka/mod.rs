@@ -6,6 +6,7 @@
 
 mod admin;
 mod changelog;
+mod events;
 mod failure;
 mod group;
 mod headers;
