@@ -21,6 +21,8 @@ struct Serve {
     dir: tempfile::TempDir,
     child: Option<Child>,
     base: String,
+    /// Extra environment variables of the process (a secret its `[kafka]` refers to).
+    env: Vec<(String, String)>,
 }
 
 impl Serve {
@@ -37,13 +39,19 @@ impl Serve {
     }
 
     fn node(node_id: &str, registry: &str, extra: &str) -> Self {
+        Self::on_cluster(node_id, registry, &format!("brokers = \"{}\"\n", bootstrap()), extra, Vec::new())
+    }
+
+    /// Starts a node whose cluster is `cluster`: a `brokers = …` line, or a `[kafka]` table
+    /// (written last) whose secret references `env` resolves.
+    fn on_cluster(node_id: &str, registry: &str, cluster: &str, extra: &str, env: Vec<(String, String)>) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
+        let (brokers, table) = if cluster.starts_with('[') { ("", cluster) } else { (cluster, "") };
         let text = format!(
-            "listen = \"127.0.0.1:0\"\nbrokers = \"{}\"\ndata_dir = \"data\"\nnode_id = \"{node_id}\"\nregistry_topic = \"{registry}\"\n{extra}\n",
-            bootstrap(),
+            "listen = \"127.0.0.1:0\"\n{brokers}data_dir = \"data\"\nnode_id = \"{node_id}\"\nregistry_topic = \"{registry}\"\n{extra}\n{table}",
         );
         std::fs::write(dir.path().join("serve.toml"), text).expect("serve.toml");
-        let mut serve = Self { dir, child: None, base: String::new() };
+        let mut serve = Self { dir, child: None, base: String::new(), env };
         serve.spawn();
         serve
     }
@@ -65,6 +73,7 @@ impl Serve {
             .args(["serve", "--config", "serve.toml"])
             .current_dir(self.dir.path())
             .env("WEIR_ADMIN_TOKEN", ADMIN)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -775,4 +784,45 @@ async fn readyz_counts_a_failed_pipeline_names_it_only_to_the_admin_and_forgets_
     let (_, ready) =
         poll_until(&readyz, "200 once the failed pipeline is stopped", RUN_TIMEOUT, |status, _| status == 200);
     assert_eq!((&ready["total"], &ready["not_ready"]), (&json!(1), &json!({})), "{ready}");
+}
+
+/// `weir serve` with its cluster in `[kafka]`, over SASL_SSL (SCRAM-SHA-512, the platform's
+/// principal, its password a `${env:…}` reference): the registry, a tenant's upload and
+/// flight-delays pipeline all work through it, the output is exact, and neither the API nor the
+/// server's log shows the password.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_runs_a_tenant_exactly_once_over_sasl_ssl() {
+    const PARTITIONS: i32 = 2;
+    let secured = weir_tests::secured::secured();
+    let (user, password) = &secured.admin;
+    let cluster = format!(
+        "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"security.protocol\" = \"SASL_SSL\"\n\
+         \"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{user}\"\n\
+         \"sasl.password\" = \"${{env:WEIR_TEST_SERVE_PASSWORD}}\"\n\"ssl.ca.location\" = \"{}\"\n",
+        secured.sasl_ssl,
+        secured.ca.display()
+    );
+    let env = vec![("WEIR_TEST_SERVE_PASSWORD".to_owned(), password.clone())];
+    let serve = Serve::on_cluster("node-1", &unique_name("weir-registry"), &cluster, "", env);
+    let prefix = format!("{}.", unique_name("weir-sasl-host"));
+    let token = serve.tenant("acme", &prefix, None);
+    let (source, sink) = (format!("{prefix}flights"), format!("{prefix}delays"));
+    let rows = flight_rows(2_000);
+    produce(&source, PARTITIONS, &keyed(&rows)).await;
+    let (status, uploaded) = serve.upload(&token, "flight-delays", std::fs::read(plugin("flight-delays")).unwrap());
+    assert_eq!(status, 201, "{uploaded}");
+    serve.ok("PUT", "/v1/pipelines/delays", &token, toml_body(&flight_delays_spec(&source, &sink, None)));
+    let mut reader = Reader::new(&sink, PARTITIONS, Isolation::ReadCommitted);
+    let read = reader.read_until(rows.len(), RUN_TIMEOUT);
+    reader.drain(Duration::from_secs(2));
+    assert_eq!(read, rows.len(), "{}", serve.log());
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+    let mut shown = serve.log();
+    for route in ["/v1/pipelines/delays", "/v1/pipelines/delays/logs", "/v1/pipelines", "/api/pipelines", "/metrics"] {
+        shown.push_str(&serve.call("GET", route, Some(&token), None).1.to_string());
+        shown.push_str(&serve.call("GET", route, Some(ADMIN), None).1.to_string());
+    }
+    assert!(shown.contains("checkpoint committed"), "{shown}");
+    assert!(!shown.contains(password.as_str()), "the password is shown:\n{shown}");
 }
