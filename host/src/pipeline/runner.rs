@@ -1377,8 +1377,9 @@ fn check_same_cluster(source: &Admin, sink: &Admin) -> Result<(), PipelineError>
     if source_id != sink_id {
         return Err(PipelineError::Refused(format!(
             "sink.guarantee = \"exactly-once\" needs the sink on the source's cluster (the source offsets are \
-             committed in the sink's transactions), but sink.brokers = \"{}\" is cluster {sink_id} and \
-             source.brokers = \"{}\" is cluster {source_id}; point sink.brokers at the source's cluster, or set \
+             committed in the sink's transactions), but the sink's cluster {} ([sink.kafka] or sink.brokers) is \
+             cluster {sink_id} and the source's {} ([kafka] or source.brokers) is cluster {source_id}; point the \
+             sink at the source's cluster (or leave out [sink.kafka] and sink.brokers), or set \
              sink.guarantee = \"at-least-once\"",
             sink.brokers(),
             source.brokers()
