@@ -70,13 +70,19 @@ die() { printf 'bench: error: %s\n' "$*" >&2; exit 1; }
 # template (rendered to @PIPELINE@; TEMPLATE:PLUGIN runs target/plugins/PLUGIN.wasm in it, e.g.
 # the Python port that `scripts/build-polyglot.sh py` builds) or - | finals: ref (the reference
 # aggregates), check (must equal the reference) or - | command. Command placeholders, fresh per run: @BOOTSTRAP@ @INPUT@
-# @OUTPUT@ @ID@ (group, application and transactional id) @DIR@ (empty state directory).
-# No spaces inside paths or arguments.
+# @OUTPUT@ @ID@ (group, application and transactional id) @DIR@ (empty state directory);
+# @TLS_BOOTSTRAP@ and @CA@: the broker's SSL listener and the CA file that trusts it. A system
+# whose name ends in -tls reaches the broker over TLS: its pipeline gets a [kafka] table for the
+# SSL listener instead of source.brokers (the input is loaded and the output counted over
+# PLAINTEXT alike). No spaces inside paths or arguments.
 systems=(
     "rdkafka-loop | $bin/rdkafka-loop | - | - | $bin/rdkafka-loop --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --group @ID@"
     "rdkafka-loop-txn | $bin/rdkafka-loop | - | - | $bin/rdkafka-loop --bootstrap @BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --group @ID@ --transactional-id @ID@ --commit-interval-ms 1000"
+    "rdkafka-loop-txn-tls | $bin/rdkafka-loop | - | - | $bin/rdkafka-loop --bootstrap @TLS_BOOTSTRAP@ --input @INPUT@ --output @OUTPUT@ --group @ID@ --transactional-id @ID@ --commit-interval-ms 1000 --property security.protocol=SSL --property ssl.ca.location=@CA@"
     "weir-passthrough | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@"
     "weir-flight-delays | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | ref | $bin/weir run @PIPELINE@"
+    "weir-passthrough-tls | $plugins/passthrough.wasm | bench/weir-passthrough.toml | - | $bin/weir run @PIPELINE@"
+    "weir-flight-delays-tls | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@"
     "weir-flight-delays-1-worker | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@ --workers 1"
     "weir-flight-delays-2-workers | $plugins/flight-delays.wasm | bench/weir-flight-delays.toml | check | $bin/weir run @PIPELINE@ --workers 2"
     "weir-flight-delays-py-1-worker | $plugins/flight-delays-py.wasm | bench/weir-flight-delays.toml:flight-delays-py | check | $bin/weir run @PIPELINE@ --workers 1"
@@ -117,6 +123,15 @@ if ! scripts/kafka.sh status > /dev/null 2>&1; then
     scripts/kafka.sh start
     stop_broker=1
 fi
+
+# The broker's SSL listener, for the -tls systems: kafka.sh status names its secured.env
+# (SSL_BROKERS, CA_PEM, ...).
+secured_env=$(scripts/kafka.sh status | sed -n 's/^secured listeners.*: //p')
+if [[ -f $secured_env ]]; then
+    # shellcheck source=/dev/null
+    source "$secured_env"
+fi
+tls_bootstrap=${SSL_BROKERS:-no-SSL-listener:0} ca=${CA_PEM:-no-CA}
 
 if [[ ${BENCH_BUILD:-1} != 0 ]]; then
     # The one cargo build of the repository (scripts/test.sh), so neither invalidates the other.
@@ -177,11 +192,17 @@ measure() {
         sed -e "s|@NAME@|$id|g" -e "${plugin:+s|^wasm = .*|wasm = \"$plugin_dir/$plugin.wasm\"|}" -e "s|@BROKERS@|$bootstrap|g" -e "s|@INPUT@|$input|g" \
             -e "s|@OUTPUT@|$id-out|g" -e "s|@PLUGINS@|$plugin_dir|g" -e "s|@STATE_DIR@|$dir/state|g" \
             "$template" > "$dir/pipeline.toml"
+        if [[ $name == *-tls ]]; then
+            sed -i '/^brokers = /d' "$dir/pipeline.toml"
+            printf '\n[kafka]\n"bootstrap.servers" = "%s"\n"security.protocol" = "SSL"\n"ssl.ca.location" = "%s"\n' \
+                "$tls_bootstrap" "$ca" >> "$dir/pipeline.toml"
+        fi
     fi
     command=()
     for word in $(field "$line" 4); do
         word=${word//@BOOTSTRAP@/$bootstrap} word=${word//@INPUT@/$input} word=${word//@OUTPUT@/$id-out}
         word=${word//@ID@/$id} word=${word//@DIR@/$dir/state} word=${word//@PIPELINE@/$dir/pipeline.toml}
+        word=${word//@TLS_BOOTSTRAP@/$tls_bootstrap} word=${word//@CA@/$ca}
         command+=("$word")
     done
     local profiler=()

@@ -44,6 +44,15 @@ struct Args {
     /// Time between transaction commits, with `--transactional-id`.
     #[arg(long, default_value_t = 1000)]
     commit_interval_ms: u64,
+    /// A librdkafka property of both clients, `KEY=VALUE` (repeatable), e.g.
+    /// `security.protocol=SSL`: the TLS runs of scripts/bench.sh.
+    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = parse_property)]
+    properties: Vec<(String, String)>,
+}
+
+fn parse_property(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text.split_once('=').ok_or_else(|| format!("`{text}` is not KEY=VALUE"))?;
+    Ok((key.to_owned(), value.to_owned()))
 }
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -74,6 +83,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
     for (key, value) in weir::kafka::CONSUMER_DEFAULTS {
         consumer.set(key, value);
     }
+    for (key, value) in &args.properties {
+        consumer.set(key, value);
+    }
     let consumer: BaseConsumer = consumer
         .set("bootstrap.servers", &args.bootstrap)
         .set("group.id", &args.group)
@@ -95,6 +107,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
     consumer.assign(&assignment).context("could not assign the input partitions")?;
 
     let mut config = ClientConfig::new();
+    for (key, value) in &args.properties {
+        config.set(key, value);
+    }
     config.set("bootstrap.servers", &args.bootstrap);
     if let Some(id) = &args.transactional_id {
         config.set("transactional.id", id).set("enable.idempotence", "true").set("transaction.timeout.ms", "60000");
