@@ -1,7 +1,7 @@
 //! Weir against a secured cluster, the test broker's SSL and SASL_SSL listeners
 //! (`scripts/kafka.sh`): the tools over TLS through `--kafka-config`; the flight-delays pipeline
 //! exactly once over SASL_SSL with the documented ACLs, its password redacted everywhere, and a
-//! missing ACL refused; refused credentials and certificates stopping with a message.
+//! missing ACL refused; refused credentials, certificates and host names stopping with a message.
 
 use std::process::Command;
 use std::time::Duration;
@@ -258,7 +258,20 @@ async fn refused_credentials_and_certificates_stop_with_a_message_naming_them() 
             format!("\"ssl.ca.location\" = \"{}\"", secured.untrusted_ca.display()),
         ],
     );
+    // The broker's certificate names 127.0.0.1 and localhost; the same address written as an
+    // IPv4-mapped IPv6 address reaches the same listener under a name the certificate lacks.
+    let port = secured.ssl.rsplit(':').next().unwrap();
+    let mismatch = |check: &str| {
+        vec![
+            format!("\"bootstrap.servers\" = \"[::ffff:127.0.0.1]:{port}\""),
+            "\"security.protocol\" = \"SSL\"".to_owned(),
+            format!("\"ssl.ca.location\" = \"{}\"", secured.ca.display()),
+            format!("\"ssl.endpoint.identification.algorithm\" = \"{check}\""),
+        ]
+    };
+    let unchecked = config("unchecked", &mismatch("none"));
     let cases = [
+        ("host name mismatch", config("mismatch", &mismatch("https")), "SSL handshake failed"),
         ("wrong password", config("wrong-password", &sasl(user, PASSWORD_VARIABLE)), "invalid credentials"),
         ("unknown user", config("unknown-user", &sasl("no-such-user", PASSWORD_VARIABLE)), "invalid credentials"),
         ("untrusted CA", untrusted, "SSL handshake failed"),
@@ -298,6 +311,9 @@ async fn refused_credentials_and_certificates_stop_with_a_message_naming_them() 
             assert!(message.contains("sasl.password"), "{case}: the message names the key: {stderr}");
         }
     }
+    // The control: without the host name check the same address connects (and finds no topic).
+    let (ok, _, stderr) = weir(&["consume", "--kafka-config", &unchecked, "--topic", &topic, "--timeout", "1"], &[]);
+    assert!(!ok && stderr.contains("does not exist"), "the mismatch address connects unchecked: {stderr}");
     let status = wait_exit(&mut run, RUN_TIMEOUT)
         .unwrap_or_else(|| panic!("weir run with a wrong password did not stop; log:\n{}", pipeline.log_text()));
     let log = pipeline.log_text();
