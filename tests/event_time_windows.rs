@@ -210,6 +210,13 @@ async fn flights_hourly_equals_a_batch_computation_and_closes_each_hour_once_und
         let target = want.len() * (kill as usize + 1) / (KILLS as usize + 2);
         let read = reader.read_until(target, RUN_TIMEOUT * 3);
         assert!(read >= target, "only {read} hours before kill {kill}; log:\n{}", pipeline.log_text());
+        // The run has recovered before it is killed: a run that committed past the next target
+        // would otherwise get its successor killed mid-recovery.
+        let started = Instant::now();
+        while pipeline.log_text().matches("recovered").count() <= kill as usize {
+            assert!(started.elapsed() < RUN_TIMEOUT, "run {kill} never recovered; log:\n{}", pipeline.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
         signal(&child, "KILL");
         child.wait().expect("reap");
         child = pipeline.spawn(&[]);
