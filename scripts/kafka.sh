@@ -16,13 +16,15 @@
 #             a client there is User:ANONYMOUS, a super user (like PLAINTEXT)
 #   SASL_SSL  127.0.0.1:$WEIR_KAFKA_SASL_SSL_PORT (default port+11): TLS + SCRAM-SHA-512,
 #             SCRAM-SHA-256, PLAIN, or OAUTHBEARER (unsecured JWTs, test use only)
+#   SASL_PLAINTEXT 127.0.0.1:$WEIR_KAFKA_SASL_PLAINTEXT_PORT (default port+12): the same
+#             SASL mechanisms without TLS
 # with the KRaft StandardAuthorizer on and super.users=User:ANONYMOUS;User:admin.
 # SCRAM/PLAIN users: admin/admin-secret (super user) and weir/weir-secret (no
 # rights until a test grants ACLs). Certificates (made with openssl on the first
 # start, kept while valid) are in $WEIR_KAFKA_DIR/tls: ca.pem signs the broker's
 # certificate (SANs 127.0.0.1 and localhost); untrusted-ca.pem is a CA that
 # signed nothing here. All of it is written to $WEIR_KAFKA_DIR/secured.env
-# (shell syntax: SSL_BROKERS, SASL_SSL_BROKERS, CA_PEM, UNTRUSTED_CA_PEM,
+# (shell syntax: SSL_BROKERS, SASL_SSL_BROKERS, SASL_PLAINTEXT_BROKERS, CA_PEM, UNTRUSTED_CA_PEM,
 # ADMIN_USER, ADMIN_PASSWORD, CLIENT_USER, CLIENT_PASSWORD, SASL_MECHANISMS,
 # ADMIN_CONFIG = a --command-config file for Kafka's tools as admin over
 # SASL_SSL); `status` prints its path. Ports +2/+3 are left free because a test
@@ -37,6 +39,8 @@
 #   WEIR_KAFKA_CONTROLLER_PORT  KRaft controller port, default WEIR_KAFKA_PORT+1
 #   WEIR_KAFKA_SSL_PORT         SSL listener port, default WEIR_KAFKA_PORT+10
 #   WEIR_KAFKA_SASL_SSL_PORT    SASL_SSL listener port, default WEIR_KAFKA_PORT+11
+#   WEIR_KAFKA_SASL_PLAINTEXT_PORT
+#                               SASL_PLAINTEXT listener port, default WEIR_KAFKA_PORT+12
 #   WEIR_KAFKA_DIR              data + logs, default ~/.cache/weir/kafka-run-<port>
 #   WEIR_KAFKA_CACHE            jar cache, default ~/.cache/weir/kafka/<version>
 #   WEIR_KAFKA_START_TIMEOUT    seconds to wait for readiness, default 90
@@ -60,6 +64,7 @@ PORT=${WEIR_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${WEIR_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
 SSL_PORT=${WEIR_KAFKA_SSL_PORT:-$((PORT + 10))}
 SASL_SSL_PORT=${WEIR_KAFKA_SASL_SSL_PORT:-$((PORT + 11))}
+SASL_PLAINTEXT_PORT=${WEIR_KAFKA_SASL_PLAINTEXT_PORT:-$((PORT + 12))}
 CACHE_DIR=${WEIR_KAFKA_CACHE:-$HOME/.cache/weir/kafka/$KAFKA_VERSION}
 RUN_DIR=${WEIR_KAFKA_DIR:-$HOME/.cache/weir/kafka-run-$PORT}
 START_TIMEOUT=${WEIR_KAFKA_START_TIMEOUT:-90}
@@ -98,12 +103,12 @@ usage() {
 validate_settings() {
     [[ -n $KAFKA_VERSION ]] || die "no <kafka.version> in $POM"
     local n
-    for n in PORT CONTROLLER_PORT SSL_PORT SASL_SSL_PORT START_TIMEOUT STOP_TIMEOUT; do
+    for n in PORT CONTROLLER_PORT SSL_PORT SASL_SSL_PORT SASL_PLAINTEXT_PORT START_TIMEOUT STOP_TIMEOUT; do
         [[ ${!n} =~ ^[0-9]+$ ]] || die "$n must be a number, got '${!n}'"
     done
     local ports
-    ports=$(printf '%s\n' "$PORT" "$CONTROLLER_PORT" "$SSL_PORT" "$SASL_SSL_PORT" | sort | uniq -d)
-    [[ -z $ports ]] || die "port $ports is given to two listeners (PLAINTEXT $PORT, CONTROLLER $CONTROLLER_PORT, SSL $SSL_PORT, SASL_SSL $SASL_SSL_PORT)"
+    ports=$(printf '%s\n' "$PORT" "$CONTROLLER_PORT" "$SSL_PORT" "$SASL_SSL_PORT" "$SASL_PLAINTEXT_PORT" | sort | uniq -d)
+    [[ -z $ports ]] || die "port $ports is given to two listeners (PLAINTEXT $PORT, CONTROLLER $CONTROLLER_PORT, SSL $SSL_PORT, SASL_SSL $SASL_SSL_PORT, SASL_PLAINTEXT $SASL_PLAINTEXT_PORT)"
     # Split on spaces/newlines (no globbing) and reject malformed entries now,
     # before anything on disk changes.
     EXTRA_PROPS=()
@@ -239,9 +244,9 @@ controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
 controller.listener.names=CONTROLLER
 
 # Loopback only: this broker is for local tests, never for the network.
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 
 # Secured listeners for the client-security tests (see the top of kafka.sh).
@@ -260,16 +265,23 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$TLS_DIR/ca.pem
 ssl.client.auth=none
 
-# SASL on the SASL_SSL listener. SCRAM users live in the metadata (added at
+# SASL on the SASL_SSL and SASL_PLAINTEXT listeners. SCRAM users live in the metadata (added at
 # format time); PLAIN checks the JAAS users below; OAUTHBEARER has no
 # validator configured, so Kafka's unsecured-JWT validator accepts any
 # unsigned token (librdkafka's enable.sasl.oauthbearer.unsecure.jwt): a test
 # broker on loopback only.
 sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
-listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
-listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
-listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$ADMIN_USER="$ADMIN_PASSWORD" user_$CLIENT_USER="$CLIENT_PASSWORD";
-listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="$ADMIN_USER";
+EOF
+        local listener
+        for listener in sasl_ssl sasl_plaintext; do
+            cat <<EOF
+listener.name.$listener.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.$listener.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.$listener.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$ADMIN_USER="$ADMIN_PASSWORD" user_$CLIENT_USER="$CLIENT_PASSWORD";
+listener.name.$listener.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="$ADMIN_USER";
+EOF
+        done
+        cat <<EOF
 
 log.dirs=$DATA_DIR
 
@@ -385,6 +397,7 @@ EOF
 PLAINTEXT_BROKERS=$BOOTSTRAP
 SSL_BROKERS=127.0.0.1:$SSL_PORT
 SASL_SSL_BROKERS=127.0.0.1:$SASL_SSL_PORT
+SASL_PLAINTEXT_BROKERS=127.0.0.1:$SASL_PLAINTEXT_PORT
 SASL_MECHANISMS=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
 CA_PEM=$TLS_DIR/ca.pem
 UNTRUSTED_CA_PEM=$TLS_DIR/untrusted-ca.pem
@@ -579,9 +592,9 @@ cmd_start() {
     # Fail clearly instead of letting the readiness probe talk to some other
     # broker that already owns the port.
     local p
-    for p in "$PORT" "$CONTROLLER_PORT" "$SSL_PORT" "$SASL_SSL_PORT"; do
+    for p in "$PORT" "$CONTROLLER_PORT" "$SSL_PORT" "$SASL_SSL_PORT" "$SASL_PLAINTEXT_PORT"; do
         if port_in_use "$p"; then
-            die "port $p on 127.0.0.1 is already in use (set WEIR_KAFKA_PORT, WEIR_KAFKA_CONTROLLER_PORT, WEIR_KAFKA_SSL_PORT, WEIR_KAFKA_SASL_SSL_PORT)"
+            die "port $p on 127.0.0.1 is already in use (set WEIR_KAFKA_PORT, WEIR_KAFKA_CONTROLLER_PORT, WEIR_KAFKA_SSL_PORT, WEIR_KAFKA_SASL_SSL_PORT, WEIR_KAFKA_SASL_PLAINTEXT_PORT)"
         fi
     done
     ensure_jars
@@ -643,7 +656,7 @@ cmd_status() {
     validate_settings
     if running_pid; then
         echo "running: pid $BROKER_PID, bootstrap servers: $BOOTSTRAP, controller port $CONTROLLER_PORT, dir $RUN_DIR"
-        echo "secured listeners (SSL $SSL_PORT, SASL_SSL $SASL_SSL_PORT): $SECURED_ENV"
+        echo "secured listeners (SSL $SSL_PORT, SASL_SSL $SASL_SSL_PORT, SASL_PLAINTEXT $SASL_PLAINTEXT_PORT): $SECURED_ENV"
         return 0
     fi
     if [[ -f $PID_FILE ]]; then

@@ -16,6 +16,9 @@ use weir_tests::{Isolation, flight_rows, weir_binary};
 /// Partitions of the secured pipelines' topics.
 const PARTITIONS: i32 = 4;
 
+/// The environment variable the secured pipelines' `sasl.password` refers to.
+const PASSWORD_VARIABLE: &str = "WEIR_TEST_KAFKA_PASSWORD";
+
 /// Runs `weir <args>` with `env`; returns (success, stdout, stderr).
 fn weir(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     // The cluster is the --kafka-config file's or the pipeline's: no bootstrap from the test run.
@@ -32,26 +35,41 @@ fn weir(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     )
 }
 
-/// `weir produce`, `consume` and `txn list` through `--kafka-config`, over the SSL listener and
-/// over SASL_SSL with OAUTHBEARER (librdkafka's unsecured JWTs, which the test broker's
+/// `weir produce`, `consume` and `txn list` through `--kafka-config`, over every security
+/// protocol and SASL mechanism librdkafka is built for: SSL; SASL_SSL with SCRAM-SHA-256 and
+/// OAUTHBEARER (librdkafka's unsecured JWTs, which the test broker's
 /// `OAuthBearerUnsecuredValidatorCallbackHandler` accepts; the OIDC flow needs an identity
-/// provider, which cannot run here).
+/// provider, which cannot run here); SASL_PLAINTEXT with PLAIN and SCRAM-SHA-512. (SASL_SSL with
+/// SCRAM-SHA-512 is the pipeline test's.) The passwords are `${env:…}` references.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_tools_produce_consume_and_list_transactions_over_tls_and_oauthbearer() {
+async fn the_tools_produce_consume_and_list_transactions_over_every_protocol_and_mechanism() {
     let secured = secured();
     let dir = tempfile::tempdir().unwrap();
     let ca = format!("\"ssl.ca.location\" = \"{}\"\n", secured.ca.display());
+    let (admin, admin_password) = &secured.admin;
+    let sasl = |servers: &str, protocol: &str, mechanism: &str| {
+        format!(
+            "\"bootstrap.servers\" = \"{servers}\"\n\"security.protocol\" = \"{protocol}\"\n\
+             \"sasl.mechanism\" = \"{mechanism}\"\n\"sasl.username\" = \"{admin}\"\n\
+             \"sasl.password\" = \"${{env:{PASSWORD_VARIABLE}}}\"\n{}",
+            if protocol == "SASL_SSL" { ca.as_str() } else { "" }
+        )
+    };
     let configs = [
         ("tls", format!("\"bootstrap.servers\" = \"{}\"\n\"security.protocol\" = \"SSL\"\n{ca}", secured.ssl)),
+        ("sasl-ssl-scram-256", sasl(&secured.sasl_ssl, "SASL_SSL", "SCRAM-SHA-256")),
+        ("sasl-plaintext-plain", sasl(&secured.sasl_plaintext, "SASL_PLAINTEXT", "PLAIN")),
+        ("sasl-plaintext-scram-512", sasl(&secured.sasl_plaintext, "SASL_PLAINTEXT", "SCRAM-SHA-512")),
         (
             "oauthbearer",
             format!(
                 "\"bootstrap.servers\" = \"{}\"\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"OAUTHBEARER\"\n\
-                 \"enable.sasl.oauthbearer.unsecure.jwt\" = \"true\"\n\"sasl.oauthbearer.config\" = \"principal={}\"\n{ca}",
-                secured.sasl_ssl, secured.admin.0
+                 \"enable.sasl.oauthbearer.unsecure.jwt\" = \"true\"\n\"sasl.oauthbearer.config\" = \"principal={admin}\"\n{ca}",
+                secured.sasl_ssl
             ),
         ),
     ];
+    let env = [(PASSWORD_VARIABLE, admin_password.as_str())];
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, (0..50).map(|i| format!("{{\"id\":{i}}}\n")).collect::<String>()).unwrap();
     for (name, text) in configs {
@@ -60,23 +78,20 @@ async fn the_tools_produce_consume_and_list_transactions_over_tls_and_oauthbeare
         let kafka_config = file.to_str().unwrap();
         let topic = weir_tests::unique_name(&format!("weir-{name}"));
         let (ok, _, stderr) =
-            weir(&["produce", "--kafka-config", kafka_config, "--topic", &topic, input.to_str().unwrap()], &[]);
+            weir(&["produce", "--kafka-config", kafka_config, "--topic", &topic, input.to_str().unwrap()], &env);
         assert!(ok, "weir produce over {name}: {stderr}");
         let (ok, stdout, stderr) = weir(
             &["consume", "--kafka-config", kafka_config, "--topic", &topic, "--from-beginning", "--timeout", "2"],
-            &[],
+            &env,
         );
         assert!(ok, "weir consume over {name}: {stderr}");
         assert_eq!(stdout.lines().count(), 50, "{name}: {stdout}");
         let (ok, stdout, stderr) =
-            weir(&["txn", "list", "--kafka-config", kafka_config, "--prefix", "weir-tls", "--output", "json"], &[]);
+            weir(&["txn", "list", "--kafka-config", kafka_config, "--prefix", "weir-tls", "--output", "json"], &env);
         assert!(ok, "weir txn list over {name}: {stderr}");
         assert!(stdout.contains("transactional_ids"), "{name}: {stdout}");
     }
 }
-
-/// The environment variable the secured pipelines' `sasl.password` refers to.
-const PASSWORD_VARIABLE: &str = "WEIR_TEST_KAFKA_PASSWORD";
 
 /// Points `pipeline`'s file at the SASL_SSL listener as `user`, SCRAM-SHA-512: its
 /// `source.brokers` becomes a `[kafka]` table whose password is `${env:WEIR_TEST_KAFKA_PASSWORD}`.

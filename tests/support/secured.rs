@@ -11,14 +11,18 @@ use crate::broker::kafka_sh;
 /// The secured listeners of the test broker and what a client needs to use them.
 ///
 /// The SSL listener authenticates only the broker (no client certificate), so its clients are
-/// `User:ANONYMOUS`, a super user; on the SASL_SSL listener (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN,
-/// and OAUTHBEARER with unsecured JWTs) the KRaft `StandardAuthorizer` checks ACLs.
+/// `User:ANONYMOUS`, a super user; on the SASL_SSL and SASL_PLAINTEXT listeners (SCRAM-SHA-512,
+/// SCRAM-SHA-256, PLAIN, and OAUTHBEARER with unsecured JWTs) the KRaft `StandardAuthorizer` checks
+/// ACLs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Secured {
     /// Bootstrap servers of the `SSL` listener (TLS, server certificate only), e.g. `127.0.0.1:9102`.
     pub ssl: String,
     /// Bootstrap servers of the `SASL_SSL` listener, e.g. `127.0.0.1:9103`.
     pub sasl_ssl: String,
+    /// Bootstrap servers of the `SASL_PLAINTEXT` listener (the same mechanisms without TLS), e.g.
+    /// `127.0.0.1:9104`.
+    pub sasl_plaintext: String,
     /// PEM file of the CA that signed the broker's certificate (SANs `127.0.0.1`, `localhost`):
     /// librdkafka's `ssl.ca.location`.
     pub ca: PathBuf,
@@ -81,6 +85,7 @@ pub fn secured() -> Secured {
     Secured {
         ssl: get("SSL_BROKERS"),
         sasl_ssl: get("SASL_SSL_BROKERS"),
+        sasl_plaintext: get("SASL_PLAINTEXT_BROKERS"),
         ca: PathBuf::from(get("CA_PEM")),
         untrusted_ca: PathBuf::from(get("UNTRUSTED_CA_PEM")),
         admin: (get("ADMIN_USER"), get("ADMIN_PASSWORD")),
