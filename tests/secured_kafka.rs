@@ -154,6 +154,30 @@ fn documented_acls(pipeline: &TestPipeline, principal: &str) -> Vec<Vec<String>>
     commands
 }
 
+/// The one ACL of `commands` that allows `operation` on the resource `flag name` (e.g. `Read`,
+/// `--group`, `weir-x`), as `acl --add`/`--remove` arguments: the documented command naming that
+/// resource, with its other operations and resources left out.
+fn only(commands: &[Vec<String>], operation: &str, flag: &str, name: &str) -> Vec<String> {
+    let command = commands
+        .iter()
+        .find(|c| c.windows(2).any(|w| w[0] == flag && w[1] == name) && c.iter().any(|w| w == operation))
+        .unwrap_or_else(|| panic!("the docs grant no {operation} on {flag} {name}: {commands:?}"));
+    let mut right = Vec::new();
+    let mut words = command.iter();
+    while let Some(word) = words.next() {
+        let value = words.next().expect("flags have values");
+        let keep = match word.as_str() {
+            "--operation" => value == operation,
+            "--topic" | "--group" | "--transactional-id" => word == flag && value == name,
+            _ => true,
+        };
+        if keep {
+            right.extend([word.clone(), value.clone()]);
+        }
+    }
+    right
+}
+
 /// Runs `acl --add` (or `--remove`) with each of `commands`.
 fn grant(operation: &str, commands: &[Vec<String>]) {
     for command in commands {
@@ -185,9 +209,11 @@ fn everything_shown(pipeline: &TestPipeline, address: &str, env: &[(&str, &str)]
 }
 
 /// The flight-delays pipeline over SASL_SSL (SCRAM-SHA-512) as a user with exactly the ACLs the
-/// docs list: exactly-once output, the password nowhere in what Weir prints or serves; with the
-/// consumer group's Read taken away, a restart stops with a message naming it (no retry loop);
-/// granted again, the next run completes the output exactly once.
+/// docs list: exactly-once output, the password nowhere in what Weir prints or serves; with any one
+/// of the rights it uses taken away (Read on the group and the source topic, Write on the sink
+/// topic, the changelog topic and the transactional ids), a restart stops with a message naming
+/// the refusal and the resource (no retry loop); with every right granted again, the next run
+/// completes the output exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn flight_delays_run_exactly_once_over_sasl_ssl_with_the_documented_acls() {
     let secured = secured();
@@ -220,21 +246,36 @@ async fn flight_delays_run_exactly_once_over_sasl_ssl_with_the_documented_acls()
     assert!(shown.contains("checkpoint committed") && shown.contains(&pipeline.source), "shown: {shown}");
     assert!(!shown.contains(password.as_str()), "the password is shown:\n{shown}");
 
-    // Without Read on the consumer group the start stops, naming the group and the right.
-    let group = acls.iter().find(|a| a.iter().any(|w| w == "--group")).expect("a group ACL").clone();
-    grant("--remove", std::slice::from_ref(&group));
-    produce(&pipeline.source, PARTITIONS, &keyed(second)).await;
-    let mut refused = pipeline.spawn(&env);
-    let status = wait_exit(&mut refused, RUN_TIMEOUT)
-        .unwrap_or_else(|| panic!("no stop without the group ACL; log:\n{}", pipeline.log_text()));
-    let log = pipeline.log_text();
-    assert!(!status.success(), "{log}");
-    let stop = log.lines().find(|line| line.contains("the cluster refuses")).unwrap_or_else(|| panic!("{log}"));
-    assert!(stop.contains("Group authorization failed"), "the message names the refusal: {stop}");
-    assert!(stop.contains(&format!("consumer group weir-{}", pipeline.name)), "the message names the group: {stop}");
-    assert!(stop.contains("grant the pipeline's principal the ACLs"), "the message says what to do: {stop}");
+    // Each right the pipeline uses, taken away alone: the start stops, naming the refusal and
+    // the resource; granted again, the next right is taken away. New input arrives meanwhile.
+    let changelog = format!("{}-changelog", pipeline.name);
+    let group = format!("weir-{}", pipeline.name);
+    let refusals = [
+        ("Read", "--group", group.as_str(), "Group authorization failed"),
+        ("Read", "--topic", pipeline.source.as_str(), "Topic authorization failed"),
+        ("Write", "--topic", pipeline.sink.as_str(), "Topic authorization failed"),
+        ("Write", "--topic", changelog.as_str(), "Topic authorization failed"),
+        ("Write", "--transactional-id", pipeline.name.as_str(), "Transactional Id authorization failed"),
+    ];
+    let batches = second.chunks(second.len().div_ceil(refusals.len()));
+    for ((operation, flag, resource, reason), batch) in refusals.into_iter().zip(batches) {
+        let right = only(&acls, operation, flag, resource);
+        grant("--remove", std::slice::from_ref(&right));
+        produce(&pipeline.source, PARTITIONS, &keyed(batch)).await;
+        let earlier = pipeline.log_text().len();
+        let mut refused = pipeline.spawn(&env);
+        let status = wait_exit(&mut refused, RUN_TIMEOUT).unwrap_or_else(|| {
+            panic!("no stop without {operation} on {flag} {resource}; log:\n{}", pipeline.log_text())
+        });
+        let log = pipeline.log_text().split_off(earlier);
+        assert!(!status.success(), "{log}");
+        let stop = log.lines().find(|line| line.contains("the cluster refuses")).unwrap_or_else(|| panic!("{log}"));
+        assert!(stop.contains(reason), "without {operation} on {resource}, the message names the refusal: {stop}");
+        assert!(stop.contains(resource), "the message names {resource}: {stop}");
+        assert!(stop.contains("grant the pipeline's principal the ACLs"), "the message says what to do: {stop}");
+        grant("--add", &[right]);
+    }
 
-    grant("--add", &[group]);
     run_to_completion(&pipeline, &mut reader, rows.len(), &env);
     reader.drain(Duration::from_secs(2));
     let verdict = verify(&rows, &reader.records, 15);

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 
 use crate::config::ConfigError;
-use crate::kafka::{ErrorClass, Fenced, ProducerError, classify, hint};
+use crate::kafka::{ErrorClass, Fenced, ProduceFailure, ProducerError, classify, classify_code, hint};
 use crate::state::StateError;
 use crate::types::CheckpointId;
 use crate::wasm::{LoadError, OperatorError};
@@ -45,6 +45,15 @@ pub enum PipelineError {
         operation: String,
         /// librdkafka's reason for the refusal (SASL, TLS or an ACL).
         reason: String,
+    },
+    /// The broker refused a record or a partition of the open transaction (a missing Write
+    /// right, a record the topic refuses); the transaction is aborted.
+    #[error("kafka: {failure} (seen while {operation}){}", hint(classify_code(failure.code)))]
+    ProduceRefused {
+        /// What Weir was doing when it saw the refusal.
+        operation: String,
+        /// What the broker refused, naming the topic and partition.
+        failure: ProduceFailure,
     },
     /// Another producer took over one of the sink's transactional ids.
     #[error("kafka: {operation} failed: {fenced}")]
@@ -103,6 +112,7 @@ impl PipelineError {
             }
             ProducerError::Kafka(source) => PipelineError::Kafka { operation, source },
             ProducerError::Fenced(fenced) => PipelineError::Fenced { operation, fenced },
+            ProducerError::Refused(failure) => PipelineError::ProduceRefused { operation, failure },
         }
     }
 
@@ -119,6 +129,9 @@ impl PipelineError {
         match self {
             PipelineError::Kafka { source, .. } => {
                 matches!(classify(source), ErrorClass::Transient | ErrorClass::Fenced)
+            }
+            PipelineError::ProduceRefused { failure, .. } => {
+                matches!(classify_code(failure.code), ErrorClass::Transient | ErrorClass::Fenced)
             }
             PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
             _ => false,
@@ -140,11 +153,6 @@ impl PipelineError {
     /// ([`crate::kafka::classify`]).
     pub fn is_retriable(&self) -> bool {
         match self {
-            // A record the producer refuses for its size is refused again on every replay.
-            PipelineError::Kafka {
-                source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
-                ..
-            } => false,
             // A fencing code outside `PipelineError::Fenced` is the broker's abort of a
             // transaction that outlived its timeout (the producer slot tells them apart).
             PipelineError::Kafka { source, .. } => {
@@ -156,6 +164,10 @@ impl PipelineError {
                         | ErrorClass::Fenced
                 )
             }
+            PipelineError::ProduceRefused { failure, .. } => matches!(
+                classify_code(failure.code),
+                ErrorClass::Transient | ErrorClass::MissingTopic | ErrorClass::Fenced
+            ),
             PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
             // A guest that refuses its configuration will refuse it again, an output or a state
             // write too large for the sink or the changelog is made again from the same input,

@@ -38,6 +38,11 @@ pub enum ErrorClass {
     /// the broker aborted a transaction that outlived `transaction.timeout.ms`, which fences the
     /// same way. The producer slot tells them apart ([`Fenced`] is the first).
     Fenced,
+    /// The broker refuses a record for what it is: larger than the topic's `max.message.bytes`
+    /// (or the producer's `message.max.bytes`), a timestamp outside the topic's
+    /// `message.timestamp.before.max.ms`/`after.max.ms` (KIP-937), a record the topic cannot
+    /// take (a null key into a compacted topic). A replay makes the same record.
+    RecordRefused,
 }
 
 /// The class of `error`.
@@ -72,6 +77,9 @@ pub fn classify_code(code: RDKafkaErrorCode) -> ErrorClass {
             ErrorClass::MissingTopic
         }
         Code::AutoOffsetReset | Code::OffsetOutOfRange => ErrorClass::OffsetOutOfRange,
+        Code::MessageSizeTooLarge | Code::InvalidTimestamp | Code::InvalidRecord | Code::MessageBatchTooLarge => {
+            ErrorClass::RecordRefused
+        }
         _ => ErrorClass::Transient,
     }
 }
@@ -114,6 +122,12 @@ pub fn hint(class: ErrorClass) -> &'static str {
              pipeline's principal the ACLs it needs (docs/configuration.md, \"Secured clusters\": Read on the \
              source topics and the consumer group, Write on the sink topics, Write on the transactional ids, \
              DescribeConfigs on the topics)"
+        }
+        ErrorClass::RecordRefused => {
+            "; the broker refuses this record, and would refuse it on every replay, so the pipeline stops: \
+             change the transform's output or the topic's config named above (max.message.bytes, \
+             message.timestamp.before.max.ms, message.timestamp.after.max.ms, cleanup.policy), then start \
+             again; nothing after the last checkpoint was committed"
         }
     }
 }

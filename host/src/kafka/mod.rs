@@ -11,6 +11,7 @@ mod failure;
 mod group;
 mod headers;
 mod metadata;
+mod produce_failure;
 mod reader;
 mod record_limit;
 mod repeats;
@@ -25,6 +26,7 @@ pub use failure::{ErrorClass, Fenced, classify, classify_code, hint, is_unreacha
 pub use group::instance_of;
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
+pub use produce_failure::ProduceFailure;
 pub use reader::{RecordBatch, TopicReader};
 pub use record_limit::{changelog_record_limit, sink_record_limit};
 pub use repeats::LogContext;

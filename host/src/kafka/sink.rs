@@ -2,10 +2,11 @@
 //! transactional producer with the fixed `transactional.id` `<prefix>-<slot>`.
 //!
 //! # Failure
-//! Every call returns a [`ProducerError`]: librdkafka's error, or [`Fenced`] when another
+//! Every call returns a [`ProducerError`]: librdkafka's error; [`Fenced`] when another
 //! producer with the slot's `transactional.id` took it over (the producer's fatal error is a
 //! fencing one and its transaction was younger than `transaction.timeout.ms`, so the broker's
-//! timeout abort — which fences the same way — cannot be the cause).
+//! timeout abort — which fences the same way — cannot be the cause); or the [`ProduceFailure`]
+//! behind it when the broker refused a record or a partition of the open transaction.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 
 use super::failure::{ErrorClass, Fenced, classify_code};
+use super::produce_failure::{FailureLog, ProduceFailure};
 use super::repeats::{Repeats, log_client_error};
 use crate::config::ClusterConfig;
 use crate::wasm::OutputView;
@@ -35,6 +37,10 @@ pub enum ProducerError {
     /// Another producer took over the slot's `transactional.id`; this one can never write again.
     #[error(transparent)]
     Fenced(#[from] Fenced),
+    /// The broker refused a record or a partition of the open transaction (or a delivery), which
+    /// can then only be aborted; the error librdkafka returned was a consequence of it.
+    #[error(transparent)]
+    Refused(#[from] ProduceFailure),
 }
 
 /// Failed deliveries seen by a producer since its creation: count and first error.
@@ -60,11 +66,14 @@ struct SinkContext {
     /// librdkafka's error events, logged once per kind and interval (a broker outage raises
     /// one per connection attempt).
     repeats: Arc<Repeats>,
+    /// What the broker refused of the open transaction, from librdkafka's log.
+    refusals: Arc<FailureLog>,
 }
 
 impl ClientContext for SinkContext {
     fn log(&self, _: RDKafkaLogLevel, facility: &str, line: &str) {
         super::failure::note_client_log(facility, line);
+        self.refusals.note_log(facility, line);
     }
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&self.repeats, "sink producer", &error, reason);
@@ -76,7 +85,9 @@ impl ProducerContext for SinkContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, kind: usize) {
         match result {
-            Err((error, _)) => {
+            Err((error, message)) => {
+                let code = error.rdkafka_error_code();
+                self.refusals.note_delivery(message.topic(), message.partition(), code, &error.to_string());
                 if let Ok(mut errors) = self.errors.lock() {
                     errors.count += 1;
                     errors.first.get_or_insert_with(|| error.to_string());
@@ -139,6 +150,7 @@ pub struct ProducerSlot {
     producer: ThreadedProducer<SinkContext>,
     errors: Arc<Mutex<DeliveryErrors>>,
     changelog: Arc<Mutex<BTreeMap<i32, i64>>>,
+    refusals: Arc<FailureLog>,
     /// `transaction.timeout.ms`, when transactional.
     transaction_timeout: Duration,
     /// When the open transaction first reached the coordinator.
@@ -196,6 +208,7 @@ impl ProducerSlot {
         let context = SinkContext::default();
         let errors = context.errors.clone();
         let changelog = context.changelog.clone();
+        let refusals = context.refusals.clone();
         let producer = super::producer_config(cluster, overrides, own).create_with_context(context)?;
         Ok(Self {
             slot,
@@ -203,6 +216,7 @@ impl ProducerSlot {
             producer,
             errors,
             changelog,
+            refusals,
             transaction_timeout: Duration::ZERO,
             transaction_began: TransactionStart::new(),
             prefix: None,
@@ -232,6 +246,7 @@ impl ProducerSlot {
     pub fn begin(&self) -> Result<(), ProducerError> {
         self.check(self.producer.begin_transaction())?;
         self.transaction_began.clear();
+        self.refusals.clear();
         Ok(())
     }
 
@@ -370,9 +385,32 @@ impl ProducerSlot {
     }
 
     /// `result`, with its error turned into [`ProducerError::Fenced`] when another producer
-    /// fenced this one.
+    /// fenced this one, or into [`ProducerError::Refused`] when the broker refused part of the
+    /// open transaction.
     fn check<T>(&self, result: Result<T, KafkaError>) -> Result<T, ProducerError> {
-        result.map_err(|error| self.fenced().map_or(ProducerError::Kafka(error), ProducerError::Fenced))
+        result.map_err(|error| match (self.fenced(), self.refusal_behind(&error)) {
+            (Some(fenced), _) => ProducerError::Fenced(fenced),
+            (None, Some(refusal)) => ProducerError::Refused(refusal),
+            (None, None) => ProducerError::Kafka(error),
+        })
+    }
+
+    /// The refusal that `error` follows from, if the broker refused part of the open transaction.
+    /// librdkafka logs a refusal as it happens, to the main queue that the producer's thread serves
+    /// every ~100 ms; a `produce` refused for the transaction's state may come first, so that
+    /// error waits a moment for the line.
+    fn refusal_behind(&self, error: &KafkaError) -> Option<ProduceFailure> {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let refusal = self.refusals.failure();
+            if refusal.is_some()
+                || error.rdkafka_error_code() != Some(RDKafkaErrorCode::State)
+                || Instant::now() >= deadline
+            {
+                return refusal;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Whether another producer with this slot's `transactional.id` took it over.

@@ -950,7 +950,15 @@ impl<'a> Runner<'a> {
                         // librdkafka retries; the consumer's context logged the error (once per
                         // kind and interval: a broker outage raises one per poll).
                     }
-                    Some(Err(error)) => flow.failed = Some(PipelineError::kafka("reading the source")(error)),
+                    Some(Err(error)) => {
+                        // Named in full: a refusal may be of any of them.
+                        let operation = format!(
+                            "reading the source topics {} as consumer group {}",
+                            self.config.source.topics.join(", "),
+                            self.source.group_id()
+                        );
+                        flow.failed = Some(PipelineError::kafka(operation)(error));
+                    }
                     None => {}
                 }
             }
