@@ -257,7 +257,28 @@ async fn flight_delays_run_exactly_once_over_sasl_ssl_with_the_documented_acls()
         ("Write", "--topic", changelog.as_str(), "Topic authorization failed"),
         ("Write", "--transactional-id", pipeline.name.as_str(), "Transactional Id authorization failed"),
     ];
-    let batches = second.chunks(second.len().div_ceil(refusals.len()));
+    let mut batches = second.chunks(second.len().div_ceil(refusals.len() + 2));
+
+    // Taken away while the pipeline runs: its next transaction is refused, and it stops.
+    let (before, after) = (batches.next().unwrap(), batches.next().unwrap());
+    let mut running = pipeline.spawn(&env);
+    produce(&pipeline.source, PARTITIONS, &keyed(before)).await;
+    let read = reader.read_until(first.len() + before.len(), RUN_TIMEOUT);
+    assert!(read >= first.len() + before.len(), "outputs before the refusal; log:\n{}", pipeline.log_text());
+    let write = only(&acls, "Write", "--topic", &pipeline.sink);
+    grant("--remove", std::slice::from_ref(&write));
+    produce(&pipeline.source, PARTITIONS, &keyed(after)).await;
+    let status = wait_exit(&mut running, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("the running pipeline did not stop without Write; log:\n{}", pipeline.log_text()));
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.lines()
+            .any(|line| line.contains("Topic authorization failed") && line.contains(&format!("{} [", pipeline.sink))),
+        "the stop names the refused sink topic: {log}"
+    );
+    grant("--add", &[write]);
+
     for ((operation, flag, resource, reason), batch) in refusals.into_iter().zip(batches) {
         let right = only(&acls, operation, flag, resource);
         grant("--remove", std::slice::from_ref(&right));
