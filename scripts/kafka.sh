@@ -16,7 +16,7 @@
 #             a client there is User:ANONYMOUS, a super user (like PLAINTEXT)
 #   SASL_SSL  127.0.0.1:$WEIR_KAFKA_SASL_SSL_PORT (default port+11): TLS + SCRAM-SHA-512,
 #             SCRAM-SHA-256, PLAIN, or OAUTHBEARER (unsecured JWTs, test use only)
-#   SASL_PLAINTEXT 127.0.0.1:$WEIR_KAFKA_SASL_PLAINTEXT_PORT (default port+12): the same
+#   SASL_PLAINTEXT 127.0.0.1:$WEIR_KAFKA_SASL_PLAINTEXT_PORT (default port+20): the same
 #             SASL mechanisms without TLS
 # with the KRaft StandardAuthorizer on and super.users=User:ANONYMOUS;User:admin.
 # SCRAM/PLAIN users: admin/admin-secret (super user) and weir/weir-secret (no
@@ -27,8 +27,8 @@
 # (shell syntax: SSL_BROKERS, SASL_SSL_BROKERS, SASL_PLAINTEXT_BROKERS, CA_PEM, UNTRUSTED_CA_PEM,
 # ADMIN_USER, ADMIN_PASSWORD, CLIENT_USER, CLIENT_PASSWORD, SASL_MECHANISMS,
 # ADMIN_CONFIG = a --command-config file for Kafka's tools as admin over
-# SASL_SSL); `status` prints its path. Ports +2/+3 are left free because a test
-# starts a second broker on port+2 (controller port+3).
+# SASL_SSL); `status` prints its path. Ports +2/+3, +12/+13 and +22 are left free because a test
+# starts a second broker on port+2 (controller +3, SSL +12, SASL_SSL +13, SASL_PLAINTEXT +22).
 #
 # The broker jars come from Maven Central through `mvn` (scripts/kafka/pom.xml
 # pins the Kafka version); Java 17+ and Maven are the only prerequisites
@@ -40,7 +40,7 @@
 #   WEIR_KAFKA_SSL_PORT         SSL listener port, default WEIR_KAFKA_PORT+10
 #   WEIR_KAFKA_SASL_SSL_PORT    SASL_SSL listener port, default WEIR_KAFKA_PORT+11
 #   WEIR_KAFKA_SASL_PLAINTEXT_PORT
-#                               SASL_PLAINTEXT listener port, default WEIR_KAFKA_PORT+12
+#                               SASL_PLAINTEXT listener port, default WEIR_KAFKA_PORT+20
 #   WEIR_KAFKA_DIR              data + logs, default ~/.cache/weir/kafka-run-<port>
 #   WEIR_KAFKA_CACHE            jar cache, default ~/.cache/weir/kafka/<version>
 #   WEIR_KAFKA_START_TIMEOUT    seconds to wait for readiness, default 90
@@ -64,7 +64,7 @@ PORT=${WEIR_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${WEIR_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
 SSL_PORT=${WEIR_KAFKA_SSL_PORT:-$((PORT + 10))}
 SASL_SSL_PORT=${WEIR_KAFKA_SASL_SSL_PORT:-$((PORT + 11))}
-SASL_PLAINTEXT_PORT=${WEIR_KAFKA_SASL_PLAINTEXT_PORT:-$((PORT + 12))}
+SASL_PLAINTEXT_PORT=${WEIR_KAFKA_SASL_PLAINTEXT_PORT:-$((PORT + 20))}
 CACHE_DIR=${WEIR_KAFKA_CACHE:-$HOME/.cache/weir/kafka/$KAFKA_VERSION}
 RUN_DIR=${WEIR_KAFKA_DIR:-$HOME/.cache/weir/kafka-run-$PORT}
 START_TIMEOUT=${WEIR_KAFKA_START_TIMEOUT:-90}

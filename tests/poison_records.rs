@@ -298,3 +298,126 @@ async fn the_changelog_topics_max_message_bytes_is_checked_too() {
     let setting = format!("max.message.bytes = 20000 of topic `{changelog}`");
     assert!(error.contains("too large for the changelog") && error.contains(&setting), "{error}");
 }
+
+/// Creates `topic` (one partition) with `configs`.
+async fn create_topic_with(topic: &str, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("admin client");
+    let new = configs.iter().fold(NewTopic::new(topic, 1, TopicReplication::Fixed(1)), |t, (k, v)| t.set(k, v));
+    let created = admin.create_topics(&[new], &AdminOptions::new()).await.expect("create the topic");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+}
+
+/// Writes (key, value, timestamp) records to partition 0 of `topic`, in order.
+fn produce_at(topic: &str, records: &[(Option<&str>, &str, i64)]) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("producer");
+    for (key, value, timestamp) in records {
+        let mut record = BaseRecord::<str, str>::to(topic).partition(0).payload(*value).timestamp(*timestamp);
+        record.key = *key;
+        producer.send(record).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush the input");
+}
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
+
+/// Kafka's "no bound" for the timestamp configs (`Long.MAX_VALUE`): the source takes any timestamp.
+const UNBOUNDED: &str = "9223372036854775807";
+
+/// A sink topic and a dead-letter topic that refuse timestamps more than an hour ahead or a week
+/// behind, and records without a key (compacted); a source that takes any timestamp.
+async fn refusing_topics(pipeline: &TestPipeline) {
+    create_topic_with(&pipeline.source, &[("message.timestamp.after.max.ms", UNBOUNDED)]).await;
+    let refusing = [
+        ("message.timestamp.after.max.ms", "3600000"),
+        ("message.timestamp.before.max.ms", "604800000"),
+        ("cleanup.policy", "compact"),
+    ];
+    create_topic_with(&pipeline.sink, &refusing).await;
+    create_topic_with(&pipeline.dead_letters, &refusing).await;
+}
+
+/// Records the sink topic's broker would refuse (issue 46 item 2): a timestamp two days ahead,
+/// one thirty days behind, and no key into a compacted topic, between good records. Each is
+/// dead-lettered, naming the topic's config; the dead-letter topic, which refuses the same, takes
+/// the dead letters (the producer's clock for a refused timestamp, kept in `weir.timestamp`; a
+/// key from the source position for a keyless record); the good records commit once, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_the_sink_topics_refuse_for_timestamp_or_key_are_dead_lettered_and_the_rest_commits() {
+    let mut spec = Spec::new("passthrough");
+    spec.transform = "on_error = \"dead-letter\"".into();
+    let pipeline = TestPipeline::new("weir-refused-record", &spec);
+    refusing_topics(&pipeline).await;
+    let now = weir::time::now_ms();
+    let (ahead, behind) = (now + 2 * DAY_MS, now - 30 * DAY_MS);
+    let input = [
+        (Some("k0"), "good-0", now),
+        (Some("k1"), "ahead", ahead),
+        (Some("k2"), "good-1", now),
+        (Some("k3"), "behind", behind),
+        (Some("k4"), "good-2", now),
+        (None, "keyless", now),
+        (Some("k6"), "good-3", now),
+    ];
+    produce_at(&pipeline.source, &input);
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 4, &[]);
+
+    let output = read_raw(&pipeline.sink, 1, 4, RUN_TIMEOUT);
+    let want: Vec<Vec<u8>> = (0..4).map(|i| format!("good-{i}").into_bytes()).collect();
+    assert_eq!(values(&output), want, "the good records commit, once, in order");
+    let dead = read_raw(&pipeline.dead_letters, 1, 3, RUN_TIMEOUT);
+    assert_eq!(values(&dead), [&b"ahead"[..], b"behind", b"keyless"], "each refused record is dead-lettered once");
+    let errors = dead_letter_errors(&dead);
+    let sink = format!("topic `{}`", pipeline.sink);
+    for (error, setting) in
+        errors.iter().zip(["message.timestamp.after.max.ms", "message.timestamp.before.max.ms", "compacted"])
+    {
+        assert!(error.contains(&sink) && error.contains(setting), "names the topic and {setting}: {error}");
+    }
+    for (letter, (offset, timestamp)) in dead.iter().zip([(1, ahead), (3, behind)]) {
+        assert_eq!(header_value(letter, "weir.offset"), Some(offset.to_string().as_bytes()));
+        assert_eq!(
+            header_value(letter, "weir.timestamp"),
+            Some(timestamp.to_string().as_bytes()),
+            "the input's timestamp is kept"
+        );
+    }
+    let position = format!("{}/0/5", pipeline.source);
+    assert_eq!(
+        dead[2].record.key.as_deref(),
+        Some(position.as_bytes()),
+        "a keyless dead letter is keyed by its position"
+    );
+}
+
+/// Under `on_error = "fail"`, a record the sink topic refuses stops the pipeline before anything of
+/// its epoch commits, naming the record's source position, the sink topic and the broker's rule;
+/// it is not retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_the_sink_topic_refuses_under_fail_stops_the_pipeline_naming_position_topic_and_reason() {
+    let mut spec = Spec::new("passthrough");
+    spec.transform = "on_error = \"fail\"".into();
+    let pipeline = TestPipeline::new("weir-refused-fail", &spec);
+    refusing_topics(&pipeline).await;
+    let now = weir::time::now_ms();
+    let input: Vec<_> =
+        (0..4).map(|_| (Some("k"), "good", now)).chain([(Some("k"), "ahead", now + 2 * DAY_MS)]).collect();
+    produce_at(&pipeline.source, &input);
+    let mut child = pipeline.spawn(&[]);
+    let status = wait_exit(&mut child, Duration::from_secs(90));
+    let log = pipeline.log_text();
+    let status = status.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("weir run did not stop on a record the sink refuses; log:\n{log}")
+    });
+    assert!(!status.success(), "{log}");
+    let named = format!("{}[0] offsets 4..=4", pipeline.source);
+    assert!(log.contains(&named), "names the record ({named}):\n{log}");
+    let rule = format!("topic `{}`'s message.timestamp.after.max.ms = 3600000", pipeline.sink);
+    assert!(log.contains(&rule), "names the topic and its rule:\n{log}");
+    assert!(!log.contains("recovering after back-off"), "not retried:\n{log}");
+}

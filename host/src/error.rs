@@ -177,6 +177,7 @@ impl PipelineError {
                     && !matches!(
                         error.kind,
                         crate::wasm::ErrorKind::OutputTooLarge { .. }
+                            | crate::wasm::ErrorKind::OutputRefused { .. }
                             | crate::wasm::ErrorKind::StateTooLarge { .. }
                             | crate::wasm::ErrorKind::EventTime { .. }
                     )

@@ -21,7 +21,7 @@ pub struct Secured {
     /// Bootstrap servers of the `SASL_SSL` listener, e.g. `127.0.0.1:9103`.
     pub sasl_ssl: String,
     /// Bootstrap servers of the `SASL_PLAINTEXT` listener (the same mechanisms without TLS), e.g.
-    /// `127.0.0.1:9104`.
+    /// `127.0.0.1:9112`.
     pub sasl_plaintext: String,
     /// PEM file of the CA that signed the broker's certificate (SANs `127.0.0.1`, `localhost`):
     /// librdkafka's `ssl.ca.location`.

@@ -139,8 +139,8 @@ impl Admin {
     /// When the cluster cannot be reached or refuses: `TopicAuthorizationFailed` when the
     /// principal lacks `DescribeConfigs` on the topic (or the topic is missing).
     pub async fn topic_configs(&self, topic: &str) -> Result<BTreeMap<String, String>, KafkaError> {
-        let resource = self.describe_configs(&[ResourceSpecifier::Topic(topic)]).await?.remove(0);
-        Ok(resource.entries.into_iter().filter_map(|entry| Some((entry.name, entry.value?))).collect())
+        let mut configs = self.topics_configs(&[topic]).await?;
+        configs.remove(topic).ok_or(KafkaError::AdminOp(RDKafkaErrorCode::Fail))
     }
 
     /// The topic id of `topic` (KIP-516): a UUID the cluster gives a topic when it is created,
@@ -229,26 +229,25 @@ impl Admin {
         AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)).operation_timeout(Some(REQUEST_TIMEOUT))
     }
 
-    /// Each topic's `max.message.bytes` (the largest record batch the broker accepts for it;
-    /// 1048588 by default), from one describe-configs request.
+    /// [`Admin::topic_configs`] of each of `topics`, from one `DescribeConfigs` request: topic →
+    /// name → value.
     ///
     /// # Errors
-    /// When the cluster cannot be reached, refuses, or does not report the setting.
-    pub async fn max_message_bytes(&self, topics: &[&str]) -> Result<BTreeMap<String, usize>, KafkaError> {
+    /// As [`Admin::topic_configs`], for any of the topics.
+    pub async fn topics_configs(
+        &self,
+        topics: &[&str],
+    ) -> Result<BTreeMap<String, BTreeMap<String, String>>, KafkaError> {
         let resources: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
         let results = self.describe_configs(&resources).await?;
-        topics
+        Ok(topics
             .iter()
             .zip(results)
             .map(|(topic, resource)| {
-                let value = resource
-                    .get("max.message.bytes")
-                    .and_then(|entry| entry.value.as_deref())
-                    .and_then(|value| value.parse::<usize>().ok())
-                    .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::InvalidConfig))?;
-                Ok(((*topic).to_owned(), value))
+                let entries = resource.entries.into_iter().filter_map(|entry| Some((entry.name, entry.value?)));
+                ((*topic).to_owned(), entries.collect())
             })
-            .collect()
+            .collect())
     }
 
     /// The broker's `transaction.max.timeout.ms` (the upper bound of a producer's

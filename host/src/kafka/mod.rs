@@ -13,9 +13,9 @@ mod headers;
 mod metadata;
 mod produce_failure;
 mod reader;
-mod record_limit;
 mod repeats;
 mod sink;
+mod sink_topics;
 mod source;
 
 pub use admin::{Admin, TopicCheck};
@@ -28,9 +28,9 @@ pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use produce_failure::ProduceFailure;
 pub use reader::{RecordBatch, TopicReader};
-pub use record_limit::{changelog_record_limit, sink_record_limit};
 pub use repeats::LogContext;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
+pub use sink_topics::{SinkTopics, changelog_record_limit, sink_topics};
 pub use source::{GroupContext, GroupOffset, Membership, Rebalance, Source};
 
 use std::collections::BTreeMap;

@@ -429,6 +429,7 @@ fn kind_label(kind: &ErrorKind) -> &'static str {
         ErrorKind::Trap { .. } => "trap",
         ErrorKind::InvalidOutput { .. } => "invalid_output",
         ErrorKind::OutputTooLarge { .. } => "output_too_large",
+        ErrorKind::OutputRefused { .. } => "output_refused",
         ErrorKind::StateTooLarge { .. } => "state_too_large",
         ErrorKind::Guest { .. } => "guest_error",
         ErrorKind::State(_) => "state",

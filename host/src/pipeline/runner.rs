@@ -19,13 +19,15 @@ use crate::error::PipelineError;
 use crate::kafka::{
     Admin, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, ErrorClass, GroupOffset, Lineage, Membership,
     ProducerError, ProducerSlot, Rebalance, Source, TopicCheck, changelog_record_limit, classify, describe_unsafe,
-    record_headers, sink_record_limit,
+    record_headers, sink_topics,
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{Fields, OperatorLimits, Outputs, RecordBatch, ResourcePool, TransformComponent, WasmEngine};
+use crate::wasm::{
+    Fields, OperatorLimits, Outputs, RecordBatch, ResourcePool, TopicRules, TransformComponent, WasmEngine,
+};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -240,6 +242,9 @@ fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
 struct Out {
     slot: Arc<ProducerSlot>,
     sink: Arc<SinkConfig>,
+    /// What the dead-letter topic refuses: a dead letter keeps its record's timestamp only
+    /// where the topic takes it.
+    dead_letter_rules: Arc<TopicRules>,
     metrics: Arc<PipelineMetrics>,
 }
 
@@ -264,7 +269,9 @@ impl Out {
                 .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
         }
         if let Some(topic) = &self.sink.dead_letter_topic {
-            let records: Vec<_> = dead_letters.iter().map(|d| d.to_output(task.max_record())).collect();
+            let now_ms = crate::time::now_ms();
+            let records: Vec<_> =
+                dead_letters.iter().map(|d| d.to_output(task.max_record(), &self.dead_letter_rules, now_ms)).collect();
             for dead_letter in Outputs::from_records(&records).iter() {
                 self.slot
                     .send(topic, dead_letter, None)
@@ -320,6 +327,8 @@ struct Runner<'a> {
     options: &'a RunOptions,
     outputs: Vec<String>,
     /// What every operator shares: the largest output record the sink can write, the pool.
+    /// What the dead-letter topic refuses ([`Out::dead_letter_rules`]).
+    dead_letter_rules: Arc<TopicRules>,
     limits: OperatorLimits,
     lineage: Lineage,
     /// Whether the lineage was read from the group's offsets (else from the state directory or
@@ -382,8 +391,9 @@ impl<'a> Runner<'a> {
         let task_ids = check_cluster(config)?;
         let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
         ensure_changelog(config, &changelog, &task_ids)?;
-        let max_record = block_on(sink_record_limit(&config.sink))
-            .map_err(PipelineError::kafka("reading the sink topics' max.message.bytes"))?;
+        let sink_topics = block_on(sink_topics(&config.sink)).map_err(PipelineError::kafka(
+            "reading the sink topics' configs (max.message.bytes, message.timestamp.*, cleanup.policy)",
+        ))?;
         let max_state_record = block_on(changelog_record_limit(&config.sink, &changelog.topic))
             .map_err(PipelineError::kafka("reading the changelog topic's max.message.bytes"))?;
         let db = Arc::new(StateDb::open(&config.state.dir.join(instance))?.with_quota(config.state.max_bytes));
@@ -425,9 +435,11 @@ impl<'a> Runner<'a> {
             chain,
             options,
             outputs: config.sink.outputs.keys().cloned().collect(),
+            dead_letter_rules: Arc::new(sink_topics.dead_letters),
             limits: OperatorLimits {
-                max_record,
+                max_record: sink_topics.max_record,
                 max_state_record,
+                sink_rules: Arc::new(sink_topics.rules),
                 pool: options.pool.clone(),
                 stop: Some(shutdown.clone()),
                 ..OperatorLimits::default()
@@ -1075,7 +1087,12 @@ impl<'a> Runner<'a> {
 
     /// Where the open epoch's output goes, for the workers.
     fn out(&self) -> Out {
-        Out { slot: self.slot().clone(), sink: self.sink.clone(), metrics: self.metrics.clone() }
+        Out {
+            slot: self.slot().clone(),
+            sink: self.sink.clone(),
+            dead_letter_rules: self.dead_letter_rules.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// The producer the open epoch writes through: slot N mod k (the only one when not

@@ -13,7 +13,7 @@ use crate::time::{TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
     BatchOffsets, Call, ErrorKind, Fields, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
-    Outputs, RecordBatch, RecordLimit, TransformComponent, record_size,
+    Outputs, RecordBatch, RecordLimit, TopicRules, TransformComponent, record_size,
 };
 
 /// Most `on-timer` calls per operator in one [`Task::fire_timers`]: a transform that keeps
@@ -46,12 +46,28 @@ impl DeadLetter {
     /// The record as it goes to the dead-letter topic: key, value and headers of the input,
     /// plus `weir.error`, `weir.operator`, `weir.topic`, `weir.partition`, `weir.offset`.
     ///
+    /// It keeps the input's timestamp unless the dead-letter topic's `rules` refuse it at
+    /// `now_ms` (e.g. the record was dead-lettered for that very timestamp): then the producer
+    /// stamps its clock and a `weir.timestamp` header keeps the input's. A record without a key
+    /// bound for a compacted dead-letter topic is keyed by its source position,
+    /// `<topic>/<partition>/<offset>`, which no other dead letter shares.
+    ///
     /// When that is larger than `limit` (the input was itself too large to write, or the
     /// added headers push it over), the input's value, then its key, then its headers are left
     /// out, and a `weir.dropped` header says which and how large they were: the record can
     /// still be read at its source offset.
-    pub fn to_output(&self, limit: &RecordLimit) -> OutputRecord {
+    pub fn to_output(&self, limit: &RecordLimit, rules: &TopicRules, now_ms: i64) -> OutputRecord {
         let mut output = self.full_output();
+        if rules.requires_key && output.key.is_none() {
+            let position = format!("{}/{}/{}", self.record.topic, self.record.partition, self.record.offset);
+            output.key = Some(position.into_bytes());
+        }
+        if rules.refusal(true, output.timestamp, now_ms).is_some() {
+            let original = output.timestamp.take().unwrap_or_default();
+            output
+                .headers
+                .push(Header { key: "weir.timestamp".into(), value: Some(original.to_string().into_bytes()) });
+        }
         let mut dropped = Vec::new();
         let mut input_headers = self.record.headers.len();
         while record_size(&output) > limit.bytes {
@@ -165,9 +181,15 @@ impl Task {
             .transpose()?;
         let mut steps = Vec::with_capacity(chain.len());
         let mut snapshots = BTreeMap::new();
-        for (component, config) in chain {
-            let limits =
-                OperatorLimits { memory_bytes: config.memory_limit_bytes, deadline: config.deadline, ..limits.clone() };
+        for (index, (component, config)) in chain.iter().enumerate() {
+            // Only the last operator's output goes to the sink: an earlier one's feeds the next.
+            let sink_rules = if index + 1 == chain.len() { limits.sink_rules.clone() } else { Default::default() };
+            let limits = OperatorLimits {
+                memory_bytes: config.memory_limit_bytes,
+                deadline: config.deadline,
+                sink_rules,
+                ..limits.clone()
+            };
             let state = open_state(&config.name)?;
             // A scope of its own, which no operator name can take (names are `[A-Za-z0-9._-]`).
             let timers = open_state(&format!("{}:timers", config.name))?;
@@ -327,8 +349,12 @@ impl Task {
                 OnError::Fail => match step.operator.process_batch(&records) {
                     Ok(outputs) => outputs,
                     Err(error)
-                        if matches!(error.kind, ErrorKind::OutputTooLarge { .. } | ErrorKind::StateTooLarge { .. })
-                            && records.len() > 1 =>
+                        if matches!(
+                            error.kind,
+                            ErrorKind::OutputTooLarge { .. }
+                                | ErrorKind::OutputRefused { .. }
+                                | ErrorKind::StateTooLarge { .. }
+                        ) && records.len() > 1 =>
                     {
                         return Err(locate(&mut step.operator, records, error));
                     }

@@ -179,6 +179,18 @@ pub enum ErrorKind {
         /// The limit in force and the setting behind it (boxed: errors stay small).
         limit: Box<super::RecordLimit>,
     },
+    /// An output record that a sink topic's broker would refuse for its key or timestamp
+    /// ([`super::OperatorLimits::sink_rules`]). Retrying cannot help: the same input makes the
+    /// same record.
+    #[error(
+        "output record {index} would be refused by the sink: {reason}; change the transform's output or the topic's config"
+    )]
+    OutputRefused {
+        /// Index of the record in the call's output.
+        index: usize,
+        /// What the broker refuses, naming the topic and its config (boxed: errors stay small).
+        reason: Box<str>,
+    },
     /// The guest reported an error for the batch (`process` returned `err`), or `init` or
     /// `restore` refused.
     #[error("transform error: {message}{}", offset.map(|o| format!(" (at offset {o})")).unwrap_or_default())]

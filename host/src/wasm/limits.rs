@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use super::{OutputRecord, OutputView, ResourcePool};
+use super::{OutputRecord, OutputView, ResourcePool, SinkRules};
 
 /// Default linear-memory limit of one operator instance: 64 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
@@ -98,6 +98,10 @@ pub struct OperatorLimits {
     /// pipeline sets the smaller of its producer's limit and its changelog topic's, so that a
     /// value the checkpoint could never write fails the call that wrote it.
     pub max_state_record: RecordLimit,
+    /// What the sink's topics refuse of a record besides its size (a timestamp outside their
+    /// bounds, no key in a compacted topic), checked on every output; no rule by default. A
+    /// pipeline gives its last operator its sink topics' rules.
+    pub sink_rules: Arc<SinkRules>,
     /// Memory and CPU shared with other operators (a tenant's under `weir serve`); none by
     /// default.
     pub pool: Option<Arc<ResourcePool>>,
@@ -114,6 +118,7 @@ impl Default for OperatorLimits {
             deadline: DEFAULT_DEADLINE,
             max_record: RecordLimit::default(),
             max_state_record: RecordLimit::default(),
+            sink_rules: Arc::default(),
             pool: None,
             stop: None,
         }

@@ -32,6 +32,7 @@ mod outputs;
 mod packed_batch;
 mod pool;
 mod record_batch;
+mod sink_rules;
 
 pub use bindings::current::weir::transform::log::Level;
 pub use bindings::current::weir::transform::types::{
@@ -48,3 +49,4 @@ pub use outputs::{OutputView, Outputs};
 pub use packed_batch::Headers;
 pub use pool::ResourcePool;
 pub use record_batch::{Fields, RecordBatch};
+pub use sink_rules::{BROKER_CLOCK_MARGIN_MS, SinkRules, TopicRules};

@@ -137,7 +137,14 @@ impl Operator {
         let outputs =
             self.call(Call::Process, offsets.clone(), |bindings, store| bindings.call_process(store, batch))?;
         let result = match outputs {
-            Ok(outputs) => self.validate(&outputs).map(|()| outputs),
+            Ok(mut outputs) => {
+                // An output without a timestamp takes its batch's last record's (DESIGN.md), as
+                // the broker will see it.
+                if let Some(&last) = batch.timestamps().last() {
+                    outputs.set_missing_timestamps(last);
+                }
+                self.validate(&outputs).map(|()| outputs)
+            }
             // A runtime that turns a refused growth into an exception (Python's MemoryError,
             // which the SDK reports as an error) ran out of memory all the same: say so.
             Err(error) => Err(match self.memory_refused() {
@@ -200,10 +207,15 @@ impl Operator {
     pub fn on_timer(&mut self, timers: &[Timer]) -> Result<Outputs, OperatorError> {
         let outputs = self.call(Call::OnTimer, None, |bindings, store| bindings.call_on_timer(store, timers))?;
         let result = match outputs {
-            Ok(outputs) => self.validate(&outputs).map(|()| outputs),
+            Ok(mut outputs) => {
+                if let Some(last) = timers.last() {
+                    outputs.set_missing_timestamps(last.time);
+                }
+                self.validate(&outputs).map(|()| outputs)
+            }
             Err(error) => Err(ErrorKind::Guest { message: error.message, offset: error.offset }),
         };
-        let result = result.and_then(|mut outputs| {
+        let result = result.and_then(|outputs| {
             let Instance::Live { store, .. } = &mut self.instance else {
                 unreachable!("this is a bug in Weir: the instance is live after a successful call")
             };
@@ -211,9 +223,6 @@ impl Operator {
             // not make it fire again.
             for timer in timers {
                 store.data_mut().timer_writes.insert(timer_key(clock(timer.domain), timer.time, &timer.key), None);
-            }
-            if let Some(last) = timers.last() {
-                outputs.set_missing_timestamps(last.time);
             }
             store.data_mut().commit_writes().map(|()| outputs)
         });
@@ -412,6 +421,8 @@ impl Operator {
 
     fn validate(&self, outputs: &Outputs) -> Result<(), ErrorKind> {
         let max = &self.limits.max_record;
+        let rules = &self.limits.sink_rules;
+        let now_ms = (!rules.is_unbounded()).then(crate::time::now_ms);
         for (index, output) in outputs.iter().enumerate() {
             let invalid =
                 |reason: String| Err(ErrorKind::InvalidOutput { reason: format!("output record {index}: {reason}") });
@@ -431,6 +442,11 @@ impl Operator {
                 && timestamp < 0
             {
                 return invalid(format!("negative timestamp {timestamp}"));
+            }
+            if let Some(now_ms) = now_ms
+                && let Some(reason) = rules.of(output.output).refusal(output.key.is_some(), output.timestamp, now_ms)
+            {
+                return Err(ErrorKind::OutputRefused { index, reason: reason.into() });
             }
         }
         Ok(())
