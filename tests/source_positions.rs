@@ -71,13 +71,40 @@ async fn a_recreated_source_topic_fails_the_start_or_is_read_from_its_start() {
     delete_topic(&pipeline.source).await;
     create_topic(&pipeline.source, 1).await;
     produce_to(&pipeline.source, 0, &values("new", 0..10));
-    expect_refusal(&pipeline, &["is 100", "offsets 0 to 10", "recreated"]);
+    expect_refusal(&pipeline, &["is 100", "offsets 0 to 10", "deleted and created again"]);
 
     pipeline.set("source", "offset_reset = \"earliest\"");
     run_to_completion(&pipeline, &mut reader, 110, &[]);
     reader.drain(Duration::from_secs(1));
     let want: BTreeSet<String> = values("old", 0..100).into_iter().chain(values("new", 0..10)).collect();
     assert_eq!(distinct_values(&reader), want);
+}
+
+/// Issue 46 item 7: the recreated topic's log reaches past the checkpoint offset (5 of 10), so
+/// the range check alone passed and the new topic's offsets 0..4 were skipped. The topic id
+/// recorded with the checkpoint tells the old topic from the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_topic_recreated_past_the_checkpoint_offset_fails_the_start_or_is_read_from_its_start() {
+    let pipeline = TestPipeline::new("weir-recreate-past", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("old", 0..5));
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 5, &[]);
+
+    delete_topic(&pipeline.source).await;
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("new", 0..10));
+    let partition = format!("{}[0]", pipeline.source);
+    expect_refusal(&pipeline, &[&partition, "is 5", "deleted and created again", "topic id", "source.offset_reset"]);
+    reader.drain(Duration::from_secs(1));
+    assert_eq!(reader.records.len(), 5, "the refused start wrote nothing");
+
+    pipeline.set("source", "offset_reset = \"earliest\"");
+    run_to_completion(&pipeline, &mut reader, 15, &[]);
+    reader.drain(Duration::from_secs(1));
+    let want: BTreeSet<String> = values("old", 0..5).into_iter().chain(values("new", 0..10)).collect();
+    assert_eq!(distinct_values(&reader), want, "every record of the new topic comes out, once");
+    assert!(pipeline.log_text().contains("reading the new topic from its start offset"), "{}", pipeline.log_text());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -60,14 +60,17 @@ pub struct Sealed {
 /// Phase 1: assembles checkpoint `id` from every task's barrier. A task's position goes to the
 /// changelog when it moved since `recorded` (the last committed positions) or the task has
 /// other records in this checkpoint, so every task's changelog partition ends with its position.
+///
+/// `topic_ids` are the source topics' ids (KIP-516), recorded with their offsets.
 pub fn barrier(
     id: CheckpointId,
     tasks: Vec<TaskBarrier>,
     recorded: &BTreeMap<TaskId, i64>,
     lineage: &Lineage,
+    topic_ids: &BTreeMap<String, String>,
 ) -> Sealed {
     let sealed_unix_ms = restore::unix_ms(std::time::SystemTime::now());
-    let mut checkpoint = Checkpoint { id, sealed_unix_ms, ..Checkpoint::default() };
+    let mut checkpoint = Checkpoint { id, sealed_unix_ms, topic_ids: topic_ids.clone(), ..Checkpoint::default() };
     let mut changelog = Vec::new();
     for task in tasks {
         let writes_before = changelog.len();
@@ -83,8 +86,13 @@ pub fn barrier(
         if let Some(offset) = task.next_offset {
             checkpoint.offsets.insert(task.task.clone(), offset);
             if changelog.len() > writes_before || recorded.get(&task.task) != Some(&offset) {
-                let position =
-                    Position { task: task.task.clone(), offset, checkpoint: id, lineage: lineage.lineage.clone() };
+                let position = Position {
+                    task: task.task.clone(),
+                    offset,
+                    checkpoint: id,
+                    lineage: lineage.lineage.clone(),
+                    topic_id: topic_ids.get(&task.task.topic).cloned().unwrap_or_default(),
+                };
                 changelog.push((task.task.clone(), ChangelogEntry::Position(position)));
             }
         }
@@ -362,6 +370,7 @@ fn restore_tasks(
     let committed = Committed {
         id: all.id,
         offsets: all.offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
+        topic_ids: all.topic_ids.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
         snapshots: all.snapshots.into_iter().filter(|((_, t), _)| tasks.contains(t)).collect(),
         changelog_offsets: all.changelog_offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
     };
@@ -467,7 +476,7 @@ mod tests {
         let recorded = BTreeMap::from([(task(0), 10), (task(1), 5), (task(2), 7)]);
         let tasks =
             vec![barrier_of(0, 12, 2, 0), barrier_of(1, 5, 0, 0), barrier_of(2, 7, 1, 1), barrier_of(3, 0, 0, 0)];
-        let sealed = barrier(CheckpointId(4), tasks, &recorded, &lineage());
+        let sealed = barrier(CheckpointId(4), tasks, &recorded, &lineage(), &BTreeMap::new());
         let positions: Vec<(i32, i64)> = sealed
             .changelog
             .iter()

@@ -326,10 +326,13 @@ struct Runner<'a> {
     chain: &'a Chain,
     options: &'a RunOptions,
     outputs: Vec<String>,
-    /// What every operator shares: the largest output record the sink can write, the pool.
     /// What the dead-letter topic refuses ([`Out::dead_letter_rules`]).
     dead_letter_rules: Arc<TopicRules>,
+    /// What every operator shares: the largest output record the sink can write, the pool.
     limits: OperatorLimits,
+    /// Each source topic's id (KIP-516) at start: recorded with the offsets, and compared with
+    /// the recorded ones, since a recreated topic's offsets mean nothing in the old one's.
+    topic_ids: BTreeMap<String, String>,
     lineage: Lineage,
     /// Whether the lineage was read from the group's offsets (else from the state directory or
     /// the changelog topic's id, and a changelog naming another one is adopted).
@@ -388,7 +391,7 @@ impl<'a> Runner<'a> {
         shutdown: &Arc<AtomicBool>,
         metrics: &Arc<PipelineMetrics>,
     ) -> Result<Self, PipelineError> {
-        let task_ids = check_cluster(config)?;
+        let (task_ids, topic_ids) = check_cluster(config)?;
         let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
         ensure_changelog(config, &changelog, &task_ids)?;
         let sink_topics = block_on(sink_topics(&config.sink)).map_err(PipelineError::kafka(
@@ -436,6 +439,7 @@ impl<'a> Runner<'a> {
             options,
             outputs: config.sink.outputs.keys().cloned().collect(),
             dead_letter_rules: Arc::new(sink_topics.dead_letters),
+            topic_ids,
             limits: OperatorLimits {
                 max_record: sink_topics.max_record,
                 max_state_record,
@@ -760,7 +764,8 @@ impl<'a> Runner<'a> {
             self.renumber()?;
             tracing::info!(savepoint = %savepoint.manifest.id, of = %savepoint.manifest.pipeline, checkpoint = %savepoint::checkpoint(savepoint), tasks = savepoint.tasks.len(), "starting from a savepoint; the first checkpoint writes it to the changelog and the group");
         }
-        let positions = start_positions(config, &self.source, &assigned, &committed, &group, first_start)?;
+        let positions =
+            start_positions(config, &self.source, &assigned, &committed, &self.topic_ids, &group, first_start)?;
         for id in &assigned {
             let snapshot = |operator: &str| committed.snapshots.get(&(operator.to_owned(), id.clone())).cloned();
             let mut task = Task::new(
@@ -1129,7 +1134,7 @@ impl<'a> Runner<'a> {
             .into_iter()
             .map(|(_, barrier)| barrier)
             .collect::<Result<Vec<_>, _>>()?;
-        let mut sealed = protocol::barrier(id, barriers, &self.recorded, &self.lineage);
+        let mut sealed = protocol::barrier(id, barriers, &self.recorded, &self.lineage, &self.topic_ids);
         let state_bytes: usize =
             sealed.checkpoint.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
         let changelog_records = sealed.changelog.len();
@@ -1275,7 +1280,7 @@ fn log_upgrades(db: &StateDb, chain: &Chain) -> Result<(), PipelineError> {
 
 /// Checks topics, the clusters and the transaction timeout; creates sink topics when allowed.
 /// Returns the pipeline's tasks, one per source partition.
-fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> {
+fn check_cluster(config: &PipelineConfig) -> Result<(Vec<TaskId>, BTreeMap<String, String>), PipelineError> {
     let brokers = &config.source.cluster;
     let admin = Admin::new(brokers, &config.source.consumer)
         .map_err(PipelineError::kafka("creating a client with the properties of source.consumer"))?;
@@ -1284,10 +1289,14 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
         .topics(&names)
         .map_err(PipelineError::kafka(format!("reading the topic metadata of {brokers} (is the broker up?)")))?;
     let mut tasks = Vec::new();
+    let mut topic_ids = BTreeMap::new();
     for (topic, check) in &found {
         match check {
             TopicCheck::Exists(partitions) => {
-                tasks.extend((0..*partitions).map(|partition| TaskId { topic: topic.clone(), partition }))
+                tasks.extend((0..*partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
+                let id =
+                    admin.topic_id(topic).map_err(PipelineError::kafka(format!("reading the topic id of {topic}")))?;
+                topic_ids.insert(topic.clone(), id);
             }
             TopicCheck::Missing => {
                 return Err(PipelineError::Refused(format!(
@@ -1355,7 +1364,7 @@ fn check_cluster(config: &PipelineConfig) -> Result<Vec<TaskId>, PipelineError> 
             )));
         }
     }
-    Ok(tasks)
+    Ok((tasks, topic_ids))
 }
 
 /// Creates the changelog topic, or checks it, with a partition for every task.
@@ -1491,8 +1500,8 @@ fn earlier_producers(
         .collect()
 }
 
-/// Where each task starts: its committed offset (checked against the log's range, see
-/// [`in_range`]), else — for a partition without one — the configured `source.start` on the
+/// Where each task starts: its committed offset (checked against the log's range and its topic's
+/// id, see [`in_range`]), else — for a partition without one — the configured `source.start` on the
 /// pipeline's `first_start` (no instance ever committed a checkpoint) and the earliest offset
 /// afterwards (the partition was added since).
 fn start_positions(
@@ -1500,6 +1509,7 @@ fn start_positions(
     source: &Source,
     tasks: &[TaskId],
     committed: &Committed,
+    topic_ids: &BTreeMap<String, String>,
     group: &BTreeMap<TaskId, GroupOffset>,
     first_start: bool,
 ) -> Result<BTreeMap<TaskId, i64>, PipelineError> {
@@ -1509,7 +1519,12 @@ fn start_positions(
     for task in tasks {
         match committed.offsets.get(task) {
             Some(offset) => {
-                positions.insert(task.clone(), in_range(config, source, task, *offset, "checkpoint")?);
+                // A topic id recorded with the offset and another now: the topic was recreated.
+                let recreated = match (committed.topic_ids.get(task), topic_ids.get(&task.topic)) {
+                    (Some(then), Some(now)) if then != now => Some((then.as_str(), now.as_str())),
+                    _ => None,
+                };
+                positions.insert(task.clone(), in_range(config, source, task, *offset, "checkpoint", recreated)?);
             }
             None => fresh.push(task.clone()),
         }
@@ -1531,7 +1546,8 @@ fn start_positions(
             let mut offsets = BTreeMap::new();
             let without: Vec<TaskId> = fresh.iter().filter(|t| !group.contains_key(*t)).cloned().collect();
             for task in fresh.iter().filter(|t| group.contains_key(*t)) {
-                offsets.insert(task.clone(), in_range(config, source, task, group[task].offset, "consumer group")?);
+                offsets
+                    .insert(task.clone(), in_range(config, source, task, group[task].offset, "consumer group", None)?);
             }
             offsets.extend(earliest_offsets(source, &without, timeout)?);
             offsets
@@ -1561,7 +1577,8 @@ fn earliest_offsets(
         .map_err(PipelineError::kafka("looking up the earliest offsets of the source partitions"))
 }
 
-/// `offset` (from the `what`) if the log of `task` still holds it, else what
+/// `offset` (from the `what`) if the log of `task` still holds it and its topic is the one it
+/// was read from (`recreated`: the topic ids then and now, when they differ), else what
 /// `source.offset_reset` says: refuse, or go on from the log's start offset with a warning.
 fn in_range(
     config: &PipelineConfig,
@@ -1569,23 +1586,31 @@ fn in_range(
     task: &TaskId,
     offset: i64,
     what: &str,
+    recreated: Option<(&str, &str)>,
 ) -> Result<i64, PipelineError> {
     let (low, high) = source
         .watermarks(task, config.checkpoint.timeout)
         .map_err(PipelineError::kafka(format!("reading the offsets of {task}")))?;
-    if (low..=high).contains(&offset) {
-        return Ok(offset);
-    }
-    let why = if offset < low {
-        "records were deleted (retention or delete_records) before they were read"
-    } else {
-        "the log is shorter than that (the topic was recreated or truncated)"
+    let why = match recreated {
+        // Reading the new topic from its start offset is what offset_reset would do anyway.
+        Some((then, now)) if offset != low => format!(
+            "the topic was deleted and created again since (topic id {then}, now {now}): the offset belongs to \
+             the old topic, and reading the new one from it would skip or misplace its records"
+        ),
+        Some(_) => return Ok(offset),
+        None if (low..=high).contains(&offset) => return Ok(offset),
+        None if offset < low => "records were deleted (retention or delete_records) before they were read".to_owned(),
+        None => "the log is shorter than that (the topic was recreated or truncated)".to_owned(),
     };
     match config.source.offset_reset {
         OffsetReset::Fail => Err(PipelineError::Refused(format!(
             "the {what} offset of {task} is {offset}, but the log now holds offsets {low} to {high}: {why}. Nothing was skipped. \
              To skip to the log's start offset {low} and go on, set source.offset_reset = \"earliest\" in the pipeline file"
         ))),
+        OffsetReset::Earliest if recreated.is_some() => {
+            tracing::warn!(partition = %task, offset, log_start = low, log_end = high, "{why}: reading the new topic from its start offset (source.offset_reset = earliest)");
+            Ok(low)
+        }
         OffsetReset::Earliest if offset < low => {
             let skipped = low - offset;
             tracing::warn!(partition = %task, offset, log_start = low, log_end = high, skipped, "{why}: going on from the log's start offset (source.offset_reset = earliest); {skipped} offsets were skipped");

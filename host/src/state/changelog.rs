@@ -52,6 +52,10 @@ pub struct Position {
     pub checkpoint: CheckpointId,
     /// The lineage (a random id made with the pipeline's first state) that wrote it.
     pub lineage: String,
+    /// The topic id (KIP-516) of the task's source topic when the offset was read: a topic
+    /// deleted and created again has another, and the offset means nothing in it. Empty in
+    /// records written before Weir recorded it.
+    pub topic_id: String,
 }
 
 impl ChangelogEntry {
@@ -72,13 +76,19 @@ impl ChangelogEntry {
                 keys::push_operator_task(&mut key, operator, task);
                 (key, Some(bytes.clone()))
             }
-            Self::Position(Position { task, offset, checkpoint, lineage }) => {
+            Self::Position(Position { task, offset, checkpoint, lineage, topic_id }) => {
                 let mut key = vec![POSITION];
                 keys::push_task(&mut key, task);
-                let mut value = Vec::with_capacity(16 + lineage.len());
+                // offset, checkpoint, lineage, then (when known) NUL and the topic id: records
+                // from before the topic id end after the lineage, which holds no NUL.
+                let mut value = Vec::with_capacity(17 + lineage.len() + topic_id.len());
                 value.extend_from_slice(&offset.to_be_bytes());
                 value.extend_from_slice(&checkpoint.0.to_be_bytes());
                 value.extend_from_slice(lineage.as_bytes());
+                if !topic_id.is_empty() {
+                    value.push(0);
+                    value.extend_from_slice(topic_id.as_bytes());
+                }
                 (key, Some(value))
             }
         }
@@ -93,12 +103,16 @@ impl ChangelogEntry {
                 let (operator, task) = keys::decode_operator_task(rest)?;
                 Some(Self::Snapshot { operator, task, bytes: bytes.to_vec() })
             }
-            (POSITION, Some(value)) if value.len() >= 16 => Some(Self::Position(Position {
-                task: keys::decode_task(rest)?,
-                offset: keys::decode_i64(&value[..8])?,
-                checkpoint: CheckpointId(keys::decode_u64(&value[8..16])?),
-                lineage: String::from_utf8(value[16..].to_vec()).ok()?,
-            })),
+            (POSITION, Some(value)) if value.len() >= 16 => {
+                let mut ids = value[16..].splitn(2, |&b| b == 0);
+                Some(Self::Position(Position {
+                    task: keys::decode_task(rest)?,
+                    offset: keys::decode_i64(&value[..8])?,
+                    checkpoint: CheckpointId(keys::decode_u64(&value[8..16])?),
+                    lineage: String::from_utf8(ids.next()?.to_vec()).ok()?,
+                    topic_id: String::from_utf8(ids.next().unwrap_or_default().to_vec()).ok()?,
+                }))
+            }
             _ => None,
         }
     }
@@ -123,6 +137,14 @@ mod tests {
                 offset: 42,
                 checkpoint: CheckpointId(7),
                 lineage: "abc".into(),
+                topic_id: "0123456789abcdef0123456789abcdef".into(),
+            }),
+            ChangelogEntry::Position(Position {
+                task: task("orders", 4),
+                offset: 42,
+                checkpoint: CheckpointId(7),
+                lineage: "abc".into(),
+                topic_id: String::new(),
             }),
         ];
         for entry in &entries {

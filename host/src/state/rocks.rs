@@ -35,6 +35,9 @@ pub struct Committed {
     pub id: CheckpointId,
     /// Next offset to read, per source partition that ever had input.
     pub offsets: BTreeMap<TaskId, i64>,
+    /// The topic id (KIP-516) of each task's source topic when its offset was committed, where
+    /// known: a recreated topic has another, and the offset means nothing in it.
+    pub topic_ids: BTreeMap<TaskId, String>,
     /// Latest snapshot of each (operator, task) that took one.
     pub snapshots: BTreeMap<(String, TaskId), Vec<u8>>,
     /// Next changelog offset to read, per task whose changelog partition the state reflects.
@@ -49,6 +52,8 @@ pub struct Checkpoint {
     pub id: CheckpointId,
     /// Next offset of each partition that had input in or before this epoch.
     pub offsets: BTreeMap<TaskId, i64>,
+    /// The topic id of each source topic (KIP-516), recorded with its partitions' offsets.
+    pub topic_ids: BTreeMap<String, String>,
     /// Snapshots that changed at this barrier, per (operator, task).
     pub snapshots: BTreeMap<(String, TaskId), Vec<u8>>,
     /// State writes of the epoch: full state keys (already prefixed by [`super::state_prefix`]),
@@ -209,8 +214,14 @@ impl StateDb {
         };
         self.for_each(meta, META_OFFSET, |key, value| {
             let task = keys::decode_task(&key[META_OFFSET.len()..]);
-            match (task, keys::decode_i64(value)) {
-                (Some(task), Some(offset)) => committed.offsets.insert(task, offset),
+            let (offset, topic_id) = value.split_at_checked(8).unwrap_or((value, &[]));
+            match (task, keys::decode_i64(offset), std::str::from_utf8(topic_id)) {
+                (Some(task), Some(offset), Ok(topic_id)) => {
+                    if !topic_id.is_empty() {
+                        committed.topic_ids.insert(task.clone(), topic_id.to_owned());
+                    }
+                    committed.offsets.insert(task, offset)
+                }
                 _ => return Err(self.corrupt("committed offset", key)),
             };
             Ok(true)
@@ -256,7 +267,8 @@ impl StateDb {
             }
         }
         for (task, offset) in &checkpoint.offsets {
-            batch.put_cf(meta, task_key(META_OFFSET, task), offset.to_be_bytes());
+            let topic_id = checkpoint.topic_ids.get(&task.topic).map_or("", String::as_str);
+            batch.put_cf(meta, task_key(META_OFFSET, task), offset_value(*offset, topic_id));
         }
         for ((operator, task), snapshot) in &checkpoint.snapshots {
             let mut key = META_SNAPSHOT.to_vec();
@@ -292,8 +304,8 @@ impl StateDb {
                     keys::push_operator_task(&mut key, operator, task);
                     batch.put_cf(meta, key, bytes);
                 }
-                ChangelogEntry::Position(Position { task, offset, checkpoint: id, .. }) => {
-                    batch.put_cf(meta, task_key(META_OFFSET, task), offset.to_be_bytes());
+                ChangelogEntry::Position(Position { task, offset, checkpoint: id, topic_id, .. }) => {
+                    batch.put_cf(meta, task_key(META_OFFSET, task), offset_value(*offset, topic_id));
                     checkpoint = checkpoint.max(*id);
                 }
             }
@@ -703,6 +715,13 @@ fn drop_legacy_pending(db: &mut DB, dir: &Path) -> Result<(), StateError> {
         .map_err(|e| StateError { message: format!("cannot drop the pending column family of {}: {e}", dir.display()) })
 }
 
+/// A committed offset's value: the offset (big-endian), then its topic's id when known.
+fn offset_value(offset: i64, topic_id: &str) -> Vec<u8> {
+    let mut value = offset.to_be_bytes().to_vec();
+    value.extend_from_slice(topic_id.as_bytes());
+    value
+}
+
 /// `<prefix><topic>\0<partition BE u32>`.
 fn task_key(prefix: &[u8], task: &TaskId) -> Vec<u8> {
     let mut key = prefix.to_vec();
@@ -719,6 +738,7 @@ mod tests {
         Checkpoint {
             id: CheckpointId(id),
             offsets: BTreeMap::from([(task("orders", 0), 10 * id as i64), (task("orders", 1), 7)]),
+            topic_ids: BTreeMap::from([("orders".to_owned(), "0123456789abcdef0123456789abcdef".to_owned())]),
             snapshots: BTreeMap::from([(("dedupe".to_owned(), task("orders", 0)), format!("snap{id}").into_bytes())]),
             writes,
             changelog_offsets: BTreeMap::from([(task("orders", 0), 100 * id as i64)]),
@@ -759,6 +779,7 @@ mod tests {
             db.committed().unwrap(),
             Committed {
                 id: CheckpointId(2),
+                topic_ids: expected.offsets.keys().map(|t| (t.clone(), expected.topic_ids["orders"].clone())).collect(),
                 offsets: expected.offsets,
                 snapshots: expected.snapshots,
                 changelog_offsets: expected.changelog_offsets
@@ -795,6 +816,7 @@ mod tests {
                 offset,
                 checkpoint: CheckpointId(id),
                 lineage: "l".into(),
+                topic_id: String::new(),
             })
         };
         let entries = vec![
