@@ -107,6 +107,25 @@ async fn a_source_topic_recreated_past_the_checkpoint_offset_fails_the_start_or_
     assert!(pipeline.log_text().contains("reading the new topic from its start offset"), "{}", pipeline.log_text());
 }
 
+/// A source topic recreated with fewer partitions: the changelog holds the state of partitions
+/// the topic no longer has, and the refusal names them (not the changelog as a stranger's).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_topic_recreated_with_fewer_partitions_is_refused_naming_the_vanished_ones() {
+    let pipeline = TestPipeline::new("weir-recreate-fewer", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 3).await;
+    for partition in 0..3 {
+        produce_to(&pipeline.source, partition, &values(&format!("p{partition}"), 0..5));
+    }
+    let mut reader = Reader::new(&pipeline.sink, 3, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 15, &[]);
+
+    delete_topic(&pipeline.source).await;
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("new", 0..5));
+    let vanished = format!("{0}[1], {0}[2]", pipeline.source);
+    expect_refusal(&pipeline, &[&vanished, "no longer have", "drop that state", "--partitions"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn start_latest_is_fixed_once_per_partition_even_for_a_partition_without_input() {
     let mut spec = Spec::new("passthrough");
@@ -171,6 +190,8 @@ async fn partitions_added_while_running_or_stopped_are_read_from_their_earliest_
     let read = reader.read_until(100, RUN_TIMEOUT);
     assert_eq!(read, 100, "the records of the added partitions come out; log:\n{}", pipeline.log_text());
     assert!(pipeline.log_text().contains("source partition added while running"), "{}", pipeline.log_text());
+    // The changelog's new partitions are known to the producer before a task writes them.
+    assert!(!pipeline.log_text().contains("recovering"), "no failure on the way; log:\n{}", pipeline.log_text());
     assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success());
 
     // Added while stopped: a pipeline that has a checkpoint reads them from the earliest offset,

@@ -112,16 +112,30 @@ impl Admin {
         Ok(())
     }
 
-    /// Grows `topic` to `partitions` partitions (`CreatePartitions`).
+    /// Grows `topic` to `partitions` partitions (`CreatePartitions`), and returns once the
+    /// broker's metadata lists them.
     ///
     /// # Errors
-    /// When the broker refuses (e.g. the topic has more already) or cannot be reached.
+    /// When the broker refuses (e.g. the topic has more already) or cannot be reached, or
+    /// `UnknownPartition` when its metadata does not list the partitions within the request
+    /// timeout.
     pub async fn create_partitions(&self, topic: &str, partitions: i32) -> Result<(), KafkaError> {
         let request = NewPartitions::new(topic, partitions as usize);
         for result in self.client.create_partitions(&[request], &self.options()).await? {
             result.map_err(|(_, code)| KafkaError::AdminOp(code))?;
         }
-        Ok(())
+        // The controller has the new partitions; a broker's metadata lists them a moment later,
+        // and a client asked about one before then answers "Unknown partition".
+        let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            match self.topics(&[topic])?.get(topic) {
+                Some(TopicCheck::Exists(listed)) if *listed >= partitions => return Ok(()),
+                _ if std::time::Instant::now() >= deadline => {
+                    return Err(KafkaError::AdminOp(RDKafkaErrorCode::UnknownPartition));
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
     }
 
     /// The value of topic config `key` of `topic` (e.g. `cleanup.policy`).

@@ -68,6 +68,13 @@ impl Changelog {
         task.partition * self.source_topics.len() as i32 + index as i32
     }
 
+    /// The task whose state changelog partition `partition` holds: the inverse of
+    /// [`partition`](Self::partition).
+    pub fn task(&self, partition: i32) -> TaskId {
+        let topics = self.source_topics.len() as i32;
+        TaskId { topic: self.source_topics[(partition % topics) as usize].clone(), partition: partition / topics }
+    }
+
     /// Partitions the topic needs for `tasks`.
     pub fn partitions_needed<'a>(&self, tasks: impl IntoIterator<Item = &'a TaskId>) -> i32 {
         tasks.into_iter().map(|t| self.partition(t) + 1).max().unwrap_or(1)
@@ -347,6 +354,15 @@ mod tests {
             defaults.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         configs.extend(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         configs
+    }
+
+    #[test]
+    fn a_changelog_partition_names_the_task_it_holds() {
+        let changelog = Changelog::new("c", &["a".to_owned(), "b".to_owned()]);
+        for partition in 0..6 {
+            assert_eq!(changelog.partition(&changelog.task(partition)), partition);
+        }
+        assert_eq!(changelog.task(3), TaskId { topic: "b".into(), partition: 1 });
     }
 
     fn keys(settings: &[UnsafeSetting]) -> Vec<(&str, &str)> {

@@ -59,7 +59,16 @@ impl TopicReader {
     /// # Errors
     /// When the partition's leader cannot be reached within `timeout`.
     pub fn range(&self, partition: i32, timeout: Duration) -> Result<(i64, i64), KafkaError> {
-        self.consumer.fetch_watermarks(&self.topic, partition, timeout)
+        match self.consumer.fetch_watermarks(&self.topic, partition, timeout) {
+            // A partition added since this client cached the topic's metadata (a changelog grown
+            // for a source partition added while running): a metadata request refreshes the
+            // cache, then the partition is known.
+            Err(KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownPartition)) => {
+                self.consumer.fetch_metadata(Some(&self.topic), timeout)?;
+                self.consumer.fetch_watermarks(&self.topic, partition, timeout)
+            }
+            range => range,
+        }
     }
 
     /// The topic's partition count.

@@ -52,6 +52,9 @@ pub struct DeliveryErrors {
     pub first: Option<String>,
 }
 
+/// How long a metadata refresh for a partition the producer does not know yet may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The delivery opaque of a changelog record: its delivered offset is tracked.
 const CHANGELOG_RECORD: usize = 1;
 /// The delivery opaque of any other record.
@@ -301,6 +304,7 @@ impl ProducerSlot {
 
     /// Sends `base`; when the queue is full, waits for room.
     fn send_waiting(&self, mut base: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), ProducerError> {
+        let mut refreshed = false;
         loop {
             match self.producer.send(base) {
                 Ok(()) => {
@@ -311,6 +315,14 @@ impl ProducerSlot {
                     base = returned;
                     // The producer's own thread drains the queue; give it a moment.
                     std::thread::sleep(Duration::from_millis(2));
+                }
+                // A partition added since the producer cached the topic's metadata (a changelog
+                // grown for a source partition added while running): a metadata request
+                // refreshes the cache, once.
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), returned)) if !refreshed => {
+                    base = returned;
+                    refreshed = true;
+                    self.check(self.producer.client().fetch_metadata(Some(base.topic), METADATA_TIMEOUT))?;
                 }
                 Err((error, _)) => return self.check(Err(error)),
             }

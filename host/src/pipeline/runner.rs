@@ -701,7 +701,7 @@ impl<'a> Runner<'a> {
         // Partitions added to a source topic while running need changelog partitions.
         let all = self.source_tasks()?;
         let known = all.iter().chain(assigned.iter());
-        ensure_changelog_partitions(config, &self.changelog, self.changelog.partitions_needed(known))?;
+        ensure_changelog(config, &self.changelog, &known.cloned().collect::<Vec<_>>())?;
         let from_savepoint = self.savepoint().is_some();
         let recover = RecoverOptions {
             timeout: config.checkpoint.timeout,
@@ -1367,29 +1367,31 @@ fn check_cluster(config: &PipelineConfig) -> Result<(Vec<TaskId>, BTreeMap<Strin
     Ok((tasks, topic_ids))
 }
 
-/// Creates the changelog topic, or checks it, with a partition for every task.
+/// Creates the changelog topic with a partition for every task of `tasks` (the source
+/// partitions), or grows or checks it.
 fn ensure_changelog(config: &PipelineConfig, changelog: &Changelog, tasks: &[TaskId]) -> Result<(), PipelineError> {
-    ensure_changelog_partitions(config, changelog, changelog.partitions_needed(tasks))
-}
-
-/// Creates the changelog topic with `needed` partitions, or grows or checks it.
-fn ensure_changelog_partitions(
-    config: &PipelineConfig,
-    changelog: &Changelog,
-    needed: i32,
-) -> Result<(), PipelineError> {
     let topic = &changelog.topic;
-    let problem = block_on(changelog.ensure(&sink_admin(config)?, needed))
+    let problem = block_on(changelog.ensure(&sink_admin(config)?, changelog.partitions_needed(tasks)))
         .map_err(PipelineError::kafka(format!("creating or checking changelog topic {topic}")))?;
     match problem {
         Ok(()) => Ok(()),
         Err(ChangelogProblem::LosesState(settings)) => {
             Err(PipelineError::Refused(describe_unsafe(topic, config.sink.cluster.bootstrap_servers(), &settings)))
         }
-        Err(ChangelogProblem::TooManyPartitions { found, needed }) => Err(PipelineError::Refused(format!(
-            "changelog topic {topic} (state.changelog_topic) has {found} partitions, but this pipeline's tasks use {needed}: \
-             it is another pipeline's changelog, or the source topics changed; name another topic in state.changelog_topic"
-        ))),
+        Err(ChangelogProblem::TooManyPartitions { found, needed }) => {
+            // The source partitions the changelog's extra partitions hold the state of.
+            let vanished: Vec<String> =
+                (0..found).map(|p| changelog.task(p)).filter(|t| !tasks.contains(t)).map(|t| t.to_string()).collect();
+            Err(PipelineError::Refused(format!(
+                "changelog topic {topic} (state.changelog_topic) has {found} partitions, but this pipeline's source \
+                 partitions use {needed}: it holds the state of source partitions {} that the source topics no longer \
+                 have (a source topic was deleted and created again with fewer partitions, or source.topics changed), \
+                 and starting would drop that state. Kafka cannot remove partitions: give the source topic its partitions \
+                 back (kafka-topics.sh --alter --partitions), or, to start afresh without that state, name a new topic \
+                 in state.changelog_topic and a new state.dir. (A changelog of another pipeline looks the same.)",
+                vanished.join(", ")
+            )))
+        }
     }
 }
 
