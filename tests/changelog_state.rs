@@ -224,6 +224,46 @@ async fn a_pipeline_started_from_a_savepoint_under_a_new_name_goes_on_like_the_o
 }
 
 /// A flight of hour `hour` (0..) of 2013-01-01 or later, keyed by its origin.
+/// Issue 46 item 5: a savepoint loaded into a pipeline whose transform was renamed would drop
+/// that operator's state; the start is refused naming it, and goes on without it only with
+/// `--allow-non-restored-state`, which logs what was dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_savepoint_with_state_the_pipeline_would_not_restore_is_refused_unless_allowed() {
+    let original = TestPipeline::new("weir-sp-drop", &Spec::new("flight-delays"));
+    let rows = flight_rows(500);
+    produce(&original.source, PARTITIONS, &keyed(&rows)).await;
+    let mut reader = Reader::new(&original.sink, PARTITIONS, Isolation::ReadCommitted);
+    run_to_completion(&original, &mut reader, rows.len(), &[]);
+    let dir = original.dir().join("savepoint");
+    let (ok, _, stderr) = weir_tests::run_weir(&["savepoint".as_ref(), original.file.as_ref(), dir.as_ref()]);
+    assert!(ok, "weir savepoint failed: {stderr}");
+
+    // The same input under a new name, its transform renamed.
+    let renamed = TestPipeline::new("weir-sp-renamed", &Spec::new("flight-delays"));
+    let text = std::fs::read_to_string(&renamed.file).unwrap().replace(&renamed.source, &original.source);
+    let text = text.replace("name = \"flight-delays\"", "name = \"delays-v2\"");
+    std::fs::write(&renamed.file, text).unwrap();
+    let savepoint = dir.to_str().unwrap();
+    let mut refused = renamed.spawn_with(&["--from-savepoint", savepoint], &[]);
+    let status = wait_exit(&mut refused, RUN_TIMEOUT).expect("the start is refused");
+    let log = renamed.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("operator `flight-delays`") && log.contains("--allow-non-restored-state"),
+        "the refusal names the state and the flag:\n{log}"
+    );
+
+    let mut allowed = renamed.spawn_with(&["--from-savepoint", savepoint, "--allow-non-restored-state"], &[]);
+    renamed.wait_for_log("checkpoint committed", RUN_TIMEOUT);
+    assert!(renamed.stop(&mut allowed, Duration::from_secs(60)).success(), "{}", renamed.log_text());
+    let log = renamed.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("starting without the savepoint's state") && l.contains("operator `flight-delays`")),
+        "what was dropped is logged:\n{log}"
+    );
+}
+
 fn hourly_flight(hour: u64, dep_delay: i64) -> (Option<String>, String) {
     let time = hour_of(hour);
     let value = serde_json::json!({"origin": "EWR", "time_hour": time, "dep_delay": dep_delay});

@@ -269,36 +269,96 @@ fn decode_records(mut data: &[u8]) -> Option<Entries> {
     Some(records)
 }
 
-/// Loads `savepoint` into `db` for the tasks of a pipeline reading `source_topics`: each task's
-/// state becomes the savepoint's (its other keys deleted), with its snapshots and position, and
-/// `db` is released from its owner under lineage `savepoint.manifest.id` until the first
-/// checkpoint writes it all to the changelog. Returns, per task, the writes that checkpoint must
-/// carry (deletes of the keys the savepoint lacks, then every state entry of the savepoint).
+/// What of a savepoint the pipeline it is loaded into would restore: its tasks (source
+/// partitions) and the operators its state is kept under (a transform's name; its timers are
+/// `<name>:timers`, and Weir's own scopes, such as event time's, are always restored).
+#[derive(Debug, Clone, Copy)]
+pub struct Restorable<'a> {
+    /// Every task of the pipeline: each partition of its source topics.
+    pub tasks: &'a [TaskId],
+    /// The names of its transforms.
+    pub operators: &'a [&'a str],
+    /// Whether state it would not restore may be dropped (`weir run --allow-non-restored-state`,
+    /// Flink's flag); without it, a savepoint holding such state is refused.
+    pub allow_non_restored_state: bool,
+}
+
+impl Restorable<'_> {
+    /// Whether state kept under `scope` (an operator name, `<name>:timers`, or Weir's own) is
+    /// restored.
+    fn restores(&self, scope: &str) -> bool {
+        scope.starts_with("weir:")
+            || self.operators.iter().any(|name| scope == *name || scope.strip_prefix(name) == Some(":timers"))
+    }
+}
+
+/// The scope (operator) a savepoint entry's state is kept under; `None` for a position.
+fn scope_of(entry: &ChangelogEntry) -> Option<String> {
+    match entry {
+        ChangelogEntry::State { key, .. } => {
+            let end = key.iter().position(|&b| b == 0).unwrap_or(key.len());
+            Some(String::from_utf8_lossy(&key[..end]).into_owned())
+        }
+        ChangelogEntry::Snapshot { operator, .. } => Some(operator.clone()),
+        ChangelogEntry::Position(_) => None,
+    }
+}
+
+/// Loads `savepoint` into `db` for the pipeline `restorable` describes: each task's state
+/// becomes the savepoint's (its other keys deleted), with its snapshots and position, and `db`
+/// is released from its owner under lineage `savepoint.manifest.id` until the first checkpoint
+/// writes it all to the changelog. Returns, per task, the writes that checkpoint must carry
+/// (deletes of the keys the savepoint lacks, then every state entry of the savepoint).
+///
+/// State the pipeline would not restore — tasks of partitions or topics it does not read, state
+/// of operators it does not have (a transform renamed or removed) — is refused, naming each,
+/// unless `restorable.allow_non_restored_state`: then it is left out and logged.
 ///
 /// # Errors
-/// [`PipelineError::Refused`] when a task of the savepoint reads a topic the pipeline does not;
+/// [`PipelineError::Refused`] for state the pipeline would not restore, or a damaged savepoint;
 /// [`PipelineError::State`] when RocksDB fails.
 pub fn load(
     db: &StateDb,
     savepoint: &Savepoint,
-    source_topics: &[String],
+    restorable: &Restorable<'_>,
 ) -> Result<BTreeMap<TaskId, Writes>, PipelineError> {
-    let mut seeds = BTreeMap::new();
-    db.set_owner(None, &savepoint.manifest.id)?;
-    let committed = db.committed()?;
+    let mut decoded = BTreeMap::new();
+    let mut dropped = std::collections::BTreeSet::new();
     for (task, records) in &savepoint.tasks {
-        if !source_topics.contains(&task.topic) {
-            return Err(refused(format!(
-                "the savepoint holds task {task}, but the pipeline does not read topic {} (source.topics)",
-                task.topic
-            )));
-        }
         let mut entries = Vec::with_capacity(records.len());
         for (key, value) in records {
             let entry = ChangelogEntry::decode(key, Some(value))
                 .ok_or_else(|| refused(format!("the savepoint's records of {task} are damaged")))?;
             entries.push(entry);
         }
+        if !restorable.tasks.contains(task) {
+            dropped.insert(format!(
+                "task {task} (the pipeline reads no such partition: source.topics, or the topic's partitions)"
+            ));
+            continue;
+        }
+        for scope in entries.iter().filter_map(scope_of).filter(|scope| !restorable.restores(scope)) {
+            dropped.insert(format!("the state of operator `{scope}` (the pipeline has no transform of that name)"));
+        }
+        entries.retain(|entry| scope_of(entry).is_none_or(|scope| restorable.restores(&scope)));
+        decoded.insert(task.clone(), entries);
+    }
+    if !dropped.is_empty() {
+        let dropped: Vec<String> = dropped.into_iter().collect();
+        if !restorable.allow_non_restored_state {
+            return Err(refused(format!(
+                "the savepoint holds state this pipeline would not restore: {}. Starting would drop it; name the \
+                 transforms and source topics as the savepoint's pipeline did, or pass --allow-non-restored-state to \
+                 start without that state",
+                dropped.join("; ")
+            )));
+        }
+        tracing::warn!(dropped = %dropped.join("; "), "--allow-non-restored-state: starting without the savepoint's state the pipeline does not use");
+    }
+    let mut seeds = BTreeMap::new();
+    db.set_owner(None, &savepoint.manifest.id)?;
+    let committed = db.committed()?;
+    for (task, entries) in decoded {
         let kept: std::collections::BTreeSet<&Vec<u8>> = entries
             .iter()
             .filter_map(|e| match e {
@@ -307,7 +367,7 @@ pub fn load(
             })
             .collect();
         let mut writes: Writes =
-            db.task_keys(task)?.into_iter().filter(|key| !kept.contains(key)).map(|key| (key, None)).collect();
+            db.task_keys(&task)?.into_iter().filter(|key| !kept.contains(key)).map(|key| (key, None)).collect();
         let mut restored: Vec<ChangelogEntry> =
             writes.iter().map(|(key, _)| ChangelogEntry::State { key: key.clone(), value: None }).collect();
         for entry in entries {
@@ -316,9 +376,9 @@ pub fn load(
             }
             restored.push(entry);
         }
-        let reflected = committed.changelog_offsets.get(task).copied().unwrap_or(0);
-        db.restore(task, &restored, reflected)?;
-        seeds.insert(task.clone(), writes);
+        let reflected = committed.changelog_offsets.get(&task).copied().unwrap_or(0);
+        db.restore(&task, &restored, reflected)?;
+        seeds.insert(task, writes);
     }
     Ok(seeds)
 }
@@ -385,5 +445,52 @@ mod tests {
         std::fs::write(dir.path().join(MANIFEST), serde_json::to_vec(&manifest).unwrap()).unwrap();
         let error = read(dir.path()).unwrap_err().to_string();
         assert!(error.contains("is damaged: id \"x;txn=y\""), "{error}");
+    }
+
+    /// A savepoint of operator `dedup` (state and snapshot) on `flights` partitions 0 and 1.
+    fn savepoint_of_dedup() -> Savepoint {
+        let mut savepoint = savepoint_of("flights");
+        savepoint.tasks.clear();
+        for partition in 0..2 {
+            let task = TaskId { topic: "flights".into(), partition };
+            let mut key = crate::state::state_prefix("dedup", &task);
+            key.extend_from_slice(b"seen");
+            let entries = [
+                ChangelogEntry::State { key, value: Some(b"1".to_vec()) },
+                ChangelogEntry::Snapshot { operator: "dedup".into(), task: task.clone(), bytes: b"s".to_vec() },
+            ];
+            let records = entries.iter().map(|e| e.encode()).map(|(k, v)| (k, v.unwrap())).collect();
+            savepoint.tasks.insert(task, records);
+        }
+        savepoint
+    }
+
+    #[test]
+    fn state_the_pipeline_would_not_restore_is_refused_naming_it_unless_allowed() {
+        let savepoint = savepoint_of_dedup();
+        let (one, two) =
+            (TaskId { topic: "flights".into(), partition: 0 }, TaskId { topic: "flights".into(), partition: 1 });
+        let cases: [(&[TaskId], &[&str], &str); 3] = [
+            (&[one.clone(), two.clone()], &["dedup-v2"], "operator `dedup`"),
+            (&[one.clone()], &["dedup"], "task flights[1]"),
+            (&[TaskId { topic: "other".into(), partition: 0 }], &["dedup"], "task flights[0]"),
+        ];
+        for (tasks, operators, named) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let db = StateDb::open(dir.path()).unwrap();
+            let refused = Restorable { tasks, operators, allow_non_restored_state: false };
+            let error = load(&db, &savepoint, &refused).unwrap_err().to_string();
+            assert!(error.contains(named) && error.contains("--allow-non-restored-state"), "{named}: {error}");
+            let allowed = Restorable { allow_non_restored_state: true, ..refused };
+            let seeds = load(&db, &savepoint, &allowed).unwrap();
+            assert!(seeds.keys().all(|task| tasks.contains(task)), "{named}: only the pipeline's tasks are loaded");
+            let kept = db.committed().unwrap();
+            assert!(kept.snapshots.keys().all(|(operator, _)| operators.contains(&operator.as_str())), "{named}");
+        }
+        // Everything restored: loads as before.
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let all = Restorable { tasks: &[one, two], operators: &["dedup"], allow_non_restored_state: false };
+        assert_eq!(load(&db, &savepoint, &all).unwrap().len(), 2);
     }
 }

@@ -27,6 +27,12 @@ pub struct RunArgs {
     /// consumer group. Works under the savepoint's pipeline name or another one.
     #[arg(long, value_name = "DIR")]
     from_savepoint: Option<PathBuf>,
+    /// With --from-savepoint: start even when the savepoint holds state this pipeline would not
+    /// restore (a transform renamed or removed, a source partition or topic it no longer reads),
+    /// dropping that state with a warning that names it (Flink's flag). Without it such a start is
+    /// refused, naming what would be dropped.
+    #[arg(long, requires = "from_savepoint")]
+    allow_non_restored_state: bool,
     /// The changelog topic was deleted (and created again, empty) while the state directory
     /// still holds the state: write that state into the changelog with the next checkpoint, once
     /// it agrees with the consumer group's offsets, and go on. Without it such a start is
@@ -85,6 +91,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = RunOptions {
         ignore_group_offsets: args.ignore_group_offsets,
         from_savepoint,
+        allow_non_restored_state: args.allow_non_restored_state,
         reseed_changelog: args.reseed_changelog,
         metrics,
         instance: args.instance,

@@ -63,6 +63,10 @@ pub struct RunOptions {
     /// pipeline whose lineage is already the savepoint's id started from it before and ignores it.
     /// Only a process that is given every partition of the pipeline loads it.
     pub from_savepoint: Option<Savepoint>,
+    /// Start from `from_savepoint` even when it holds state the pipeline would not restore (an
+    /// operator it lacks, a partition it does not read), dropping that state with a warning
+    /// (`weir run --allow-non-restored-state`, Flink's flag); otherwise such a start is refused.
+    pub allow_non_restored_state: bool,
     /// When the changelog topic lost state that the state directory still holds (it was deleted
     /// and created again), write that state into it with the next checkpoint, once it agrees
     /// with the consumer group's offsets (`weir run --reseed-changelog`); otherwise such a start
@@ -754,7 +758,13 @@ impl<'a> Runner<'a> {
                     all.len()
                 )));
             }
-            seeds = savepoint::load(&self.db, savepoint, &config.source.topics)?;
+            let operators: Vec<&str> = self.chain.iter().map(|(_, transform)| transform.name.as_str()).collect();
+            let restorable = savepoint::Restorable {
+                tasks: &all,
+                operators: &operators,
+                allow_non_restored_state: self.options.allow_non_restored_state,
+            };
+            seeds = savepoint::load(&self.db, savepoint, &restorable)?;
             self.lineage.lineage = savepoint.manifest.id.clone();
             let restored = self.db.committed()?;
             committed.offsets = restored.offsets;

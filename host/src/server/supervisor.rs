@@ -81,6 +81,7 @@ impl Supervisor {
         let options = RunOptions {
             ignore_group_offsets: false,
             from_savepoint: None,
+            allow_non_restored_state: false,
             reseed_changelog: false,
             metrics: self.metrics.clone(),
             instance: self.instance.clone(),
