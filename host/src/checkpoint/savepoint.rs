@@ -472,7 +472,7 @@ mod tests {
             (TaskId { topic: "flights".into(), partition: 0 }, TaskId { topic: "flights".into(), partition: 1 });
         let cases: [(&[TaskId], &[&str], &str); 3] = [
             (&[one.clone(), two.clone()], &["dedup-v2"], "operator `dedup`"),
-            (&[one.clone()], &["dedup"], "task flights[1]"),
+            (std::slice::from_ref(&one), &["dedup"], "task flights[1]"),
             (&[TaskId { topic: "other".into(), partition: 0 }], &["dedup"], "task flights[0]"),
         ];
         for (tasks, operators, named) in cases {
