@@ -105,6 +105,59 @@ async fn windows_close_by_the_watermark_and_late_or_timeless_records_are_set_asi
     assert!(error.contains("no event time") && error.contains("time_hour"), "{error}");
 }
 
+/// Issue 46 item 6: one flight dated 2100 between the hours of 2013. Without a bound it moves the
+/// watermark to 2100: the 10:00 hour closes, the later flights are late (counted per partition in
+/// the dashboard's JSON, with the watermark), and a warning says why. With
+/// `source.watermark.max_future_ms` it is dead-lettered instead, and the 11:00 hour closes as
+/// the next flight's watermark says.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flight_dated_2100_is_warned_of_and_counted_or_dead_lettered_under_max_future_ms() {
+    let input = vec![
+        flight("EWR", "2013-01-01T10:00:00Z", 5),
+        flight("EWR", "2013-01-01T10:00:00Z", 7),
+        flight("EWR", "2100-01-01T00:00:00Z", 1),
+        flight("EWR", "2013-01-01T11:00:00Z", 2),
+        flight("LGA", "2013-01-01T12:00:00Z", 4),
+    ];
+    let hour = |o: &str, h: &str| (o.to_owned(), format!("2013-01-01T{h}:00:00Z"));
+    for bounded in [false, true] {
+        let lines = source(0, None) + if bounded { "max_future_ms = 86400000\n" } else { "" };
+        let (pipeline, late) = hourly("weir-evt-2100", lines, "dead-letter");
+        produce(&pipeline.source, 1, &input).await;
+        let mut child = pipeline.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+        let address = pipeline.metrics_address(&mut child);
+        let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+        let windows_out = if bounded { 2 } else { 1 };
+        reader.read_until(windows_out, RUN_TIMEOUT);
+        let set_aside =
+            read_raw(if bounded { &pipeline.dead_letters } else { &late }, 1, if bounded { 1 } else { 2 }, RUN_TIMEOUT);
+        pipeline.wait_for_log("checkpoint committed", RUN_TIMEOUT);
+        let (_, view) = weir_tests::pipeline::http_get(&format!("http://{address}/api/pipelines"));
+        let status = pipeline.stop(&mut child, Duration::from_secs(60));
+        reader.drain(Duration::from_secs(2));
+        let log = pipeline.log_text();
+        assert!(status.success(), "{log}");
+        let partition = &view["pipelines"][0]["partitions"][0];
+        if bounded {
+            assert_eq!(
+                windows(&reader.records),
+                BTreeMap::from([(hour("EWR", "10"), (2, 2, 12)), (hour("EWR", "11"), (1, 1, 2))])
+            );
+            let error =
+                set_aside[0].record.headers.iter().find(|(k, _)| k == b"weir.error").and_then(|(_, v)| v.clone());
+            let error = String::from_utf8(error.expect("weir.error")).unwrap();
+            assert!(error.contains("max_future_ms = 86400000"), "{error}");
+            assert_eq!(partition["late_records"], 0, "{view}");
+        } else {
+            assert_eq!(windows(&reader.records), BTreeMap::from([(hour("EWR", "10"), (2, 2, 12))]));
+            assert_eq!(set_aside.len(), 2, "the flights after 2100 are late");
+            assert_eq!(partition["late_records"], 2, "{view}");
+            assert_eq!(partition["watermark_ms"], 4_102_444_799_999_i64, "the watermark is at 2100: {view}");
+            assert!(log.contains("event time lies far ahead"), "a warning says why:\n{log}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partition_that_falls_silent_closes_its_windows_after_the_idle_timeout() {
     let (pipeline, _) = hourly("weir-idle", source(1, Some(1_000)), "fail");

@@ -215,6 +215,12 @@ pub struct WatermarkConfig {
     /// watermark follows the wall clock: it moves up to now less `idle_timeout_ms` less
     /// `max_out_of_orderness_ms`, so that a silent partition does not hold back its windows.
     pub idle_timeout: Option<Duration>,
+    /// `source.watermark.max_future_ms`: how far, in milliseconds, a record's event time may lie
+    /// ahead of the wall clock; by default none (any). A record further ahead (a clock gone wrong,
+    /// a typo'd year) fails like a record whose event time cannot be read — dead-lettered under
+    /// the first transform's `on_error = "dead-letter"` — instead of moving the watermark so far
+    /// that every window before it closes at once.
+    pub max_future: Option<Duration>,
 }
 
 /// `source.watermark.format`: how an event-time field is written.

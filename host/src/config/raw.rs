@@ -459,6 +459,7 @@ fn watermark(mut t: Table<'_, '_>) -> WatermarkConfig {
         format: t.optional("format").unwrap_or_default(),
         max_out_of_orderness: Duration::from_millis(t.optional("max_out_of_orderness_ms").unwrap_or(0)),
         idle_timeout: t.optional("idle_timeout_ms").map(Duration::from_millis),
+        max_future: t.optional("max_future_ms").map(Duration::from_millis),
     };
     t.finish();
     watermark

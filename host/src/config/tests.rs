@@ -652,10 +652,13 @@ fn watermark_strategy() {
             format: TimeFormat::Rfc3339,
             max_out_of_orderness: Duration::from_secs(5),
             idle_timeout: Some(Duration::from_secs(1)),
+            max_future: None,
         })
     );
     let config = with("field = \"t\"\nformat = \"epoch_s\"").unwrap();
     assert_eq!(config.source.watermark.as_ref().map(|w| (w.format, w.idle_timeout)), Some((TimeFormat::EpochS, None)));
+    let bounded = with("max_future_ms = 60000").unwrap().source.watermark.unwrap();
+    assert_eq!(bounded.max_future, Some(Duration::from_secs(60)));
     let timestamps = with("").unwrap().source.watermark.unwrap();
     assert_eq!((timestamps.field, timestamps.max_out_of_orderness), (None, Duration::ZERO));
 

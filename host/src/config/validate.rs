@@ -102,6 +102,9 @@ impl PipelineConfig {
             if let Some(idle) = watermark.idle_timeout {
                 broken.check(check_duration("source.watermark.idle_timeout_ms", idle, Duration::from_millis(1), most));
             }
+            if let Some(future) = watermark.max_future {
+                broken.check(check_duration("source.watermark.max_future_ms", future, Duration::ZERO, most));
+            }
         }
     }
 

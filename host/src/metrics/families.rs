@@ -11,6 +11,8 @@ pub(super) struct Families {
     pub bytes_out: IntCounterVec,
     pub dead_letters: IntCounterVec,
     pub position: IntGaugeVec,
+    pub watermark: IntGaugeVec,
+    pub late_records: IntCounterVec,
     pub lag: IntGaugeVec,
     pub batch_seconds: HistogramVec,
     pub guest_call_seconds: HistogramVec,
@@ -72,6 +74,16 @@ impl Families {
             ),
             dead_letters: counter("weir_dead_letters_total", "Records sent to the dead-letter topic.", PARTITION),
             position: gauge("weir_source_position", "Next source offset the pipeline processes.", PARTITION),
+            watermark: gauge(
+                "weir_watermark_ms",
+                "Event-time watermark of the source partition, in milliseconds since the Unix epoch (pipelines with [source.watermark]; 0 until its first record).",
+                PARTITION,
+            ),
+            late_records: counter(
+                "weir_late_records_total",
+                "Source records whose event time was at or below the partition's watermark when read (late).",
+                PARTITION,
+            ),
             lag: gauge(
                 "weir_source_lag_records",
                 "Last stable offset of the source partition (read_committed end) minus the pipeline's position.",

@@ -79,6 +79,8 @@ struct Partition {
     lag: Option<IntGauge>,
     records_in: IntCounter,
     records_out: IntCounter,
+    watermark: IntGauge,
+    late: IntCounter,
 }
 
 /// What changes at a lower rate than records: state, errors, checkpoints, history, and what
@@ -173,6 +175,8 @@ impl PipelineMetrics {
             bytes_out: f.bytes_out.with_label_values(&labels),
             dead_letters: f.dead_letters.with_label_values(&labels),
             position: f.position.with_label_values(&labels),
+            watermark: f.watermark.with_label_values(&labels),
+            late: f.late_records.with_label_values(&labels),
             batch: self.batch.clone(),
         };
         task.position(next_offset);
@@ -181,6 +185,8 @@ impl PipelineMetrics {
             lag: None,
             records_in: task.records_in.clone(),
             records_out: task.records_out.clone(),
+            watermark: task.watermark.clone(),
+            late: task.late.clone(),
         };
         lock(&self.partitions).insert(partition.clone(), partition_handles);
         task
@@ -391,6 +397,9 @@ impl PipelineMetrics {
                 lag_records: p.lag.as_ref().map(IntGauge::get),
                 records_in: p.records_in.get(),
                 records_out: p.records_out.get(),
+                // The gauge reads 0 until the partition's first event time.
+                watermark_ms: Some(p.watermark.get()).filter(|ms| *ms != 0),
+                late_records: p.late.get(),
             })
             .collect();
         let live = lock(&self.live);

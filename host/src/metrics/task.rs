@@ -31,6 +31,8 @@ pub struct TaskMetrics {
     pub(super) bytes_out: IntCounter,
     pub(super) dead_letters: IntCounter,
     pub(super) position: IntGauge,
+    pub(super) watermark: IntGauge,
+    pub(super) late: IntCounter,
     pub(super) batch: Histogram,
 }
 
@@ -45,6 +47,17 @@ impl TaskMetrics {
             self.dead_letters.inc_by(figures.dead_letters);
         }
         self.batch.observe(figures.duration.as_secs_f64());
+    }
+
+    /// Sets the task's watermark (milliseconds since the Unix epoch) and counts `late` records
+    /// (event time at or below the watermark before them).
+    pub fn event_time(&self, watermark: Option<i64>, late: u64) {
+        if let Some(watermark) = watermark {
+            self.watermark.set(watermark);
+        }
+        if late > 0 {
+            self.late.inc_by(late);
+        }
     }
 
     /// Sets the task's position: the next source offset it processes. Lag is measured from it.

@@ -53,6 +53,11 @@ pub struct PartitionView {
     pub records_in: u64,
     /// Records sent to the sink topics.
     pub records_out: u64,
+    /// Event-time watermark, in milliseconds since the Unix epoch: `None` without
+    /// `[source.watermark]` or before the partition's first record.
+    pub watermark_ms: Option<i64>,
+    /// Records read at or below the watermark (late).
+    pub late_records: u64,
 }
 
 /// A failure.

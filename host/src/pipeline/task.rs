@@ -9,7 +9,7 @@ use crate::config::{OnError, TransformConfig, WatermarkConfig};
 use crate::error::PipelineError;
 use crate::metrics::{OperatorMetrics, PipelineMetrics, TaskMetrics};
 use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
-use crate::time::{TIME_SCOPE, TaskTime};
+use crate::time::{Stamped, TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
     BatchOffsets, Call, ErrorKind, Fields, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
@@ -297,8 +297,9 @@ impl Task {
         dead_letters: &mut Vec<DeadLetter>,
     ) -> Result<RecordBatch, OperatorError> {
         let Some(time) = &mut self.time else { return Ok(batch) };
-        let failed = time.stamp(&mut batch);
+        let Stamped { failed, late } = time.stamp(&mut batch);
         let watermark = time.watermark();
+        self.metrics.event_time(watermark, late);
         for step in &mut self.steps {
             step.operator.set_watermark(watermark);
         }

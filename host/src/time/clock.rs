@@ -31,6 +31,11 @@ impl TaskClock {
         from_records.max(self.idle_floor)
     }
 
+    /// The largest event time read, in milliseconds since the Unix epoch.
+    pub fn max_event_time(&self) -> Option<i64> {
+        self.max_event_time
+    }
+
     /// Reads a record's event time; returns the watermark just before it.
     pub fn observe(&mut self, event_time: i64) -> Option<i64> {
         let before = self.watermark();

@@ -138,6 +138,7 @@ mod tests {
             format,
             max_out_of_orderness: Duration::ZERO,
             idle_timeout: None,
+            max_future: None,
         };
         assert_eq!(EventTimeReader::new(&config(None, TimeFormat::Rfc3339)).read(None, 42), Ok(42));
         let rfc = EventTimeReader::new(&config(Some("t"), TimeFormat::Rfc3339));

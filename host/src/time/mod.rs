@@ -24,7 +24,7 @@ mod timers;
 
 pub use clock::{TIME_SCOPE, TaskClock};
 pub use event_time::{EventTimeReader, parse_rfc3339};
-pub use task_time::TaskTime;
+pub use task_time::{Stamped, TaskTime};
 pub use timers::{Clock, parse_timer_key, timer_key, timer_prefix};
 
 /// The wall clock in milliseconds since the Unix epoch: processing time.

@@ -24,9 +24,29 @@ pub struct TaskTime {
     stored: TaskClock,
     store: Box<dyn StateStore>,
     idle_timeout: Option<Duration>,
+    /// `source.watermark.max_future_ms`, in milliseconds.
+    max_future_ms: Option<i64>,
     /// When the task last read a record (or started).
     last_input: Instant,
+    /// When it last warned of an event time far ahead of the ones before.
+    warned: Option<Instant>,
 }
+
+/// What [`TaskTime::stamp`] found in a batch.
+#[derive(Debug, Default)]
+pub struct Stamped {
+    /// The records whose event time cannot be read or lies too far ahead (`max_future_ms`),
+    /// with the reason; they leave the clock as it was.
+    pub failed: Vec<(usize, String)>,
+    /// Records whose event time was at or below the watermark before them: late.
+    pub late: u64,
+}
+
+/// How far an event time may jump ahead of the partition's largest one before a warning says
+/// it moved the watermark there (windows before it close; later records below it are late).
+const FAR_AHEAD_MS: i64 = 3_600_000;
+/// At most one such warning per task in this interval.
+const WARN_INTERVAL: Duration = Duration::from_secs(60);
 
 impl TaskTime {
     /// The event time of a task whose clock is kept in `store` (the task's time scope), as the
@@ -44,7 +64,9 @@ impl TaskTime {
             stored: clock,
             store,
             idle_timeout: config.idle_timeout,
+            max_future_ms: config.max_future.map(|d| d.as_millis() as i64),
             last_input: Instant::now(),
+            warned: None,
         })
     }
 
@@ -54,21 +76,55 @@ impl TaskTime {
     }
 
     /// Sets each record's event time and the watermark just before it, in order, moving the
-    /// clock. Returns the records whose event time cannot be read, with the reason; they leave
-    /// the clock as it was.
-    pub fn stamp(&mut self, records: &mut RecordBatch) -> Vec<(usize, String)> {
+    /// clock. Returns the records whose event time cannot be read or lies too far ahead, and how
+    /// many were late ([`Stamped`]).
+    pub fn stamp(&mut self, records: &mut RecordBatch) -> Stamped {
         self.last_input = Instant::now();
-        let mut failed = Vec::new();
+        let now_ms = self.max_future_ms.map(|_| super::now_ms());
+        let mut stamped = Stamped::default();
         for index in 0..records.len() {
-            match self.reader.read(records.value(index), records.timestamps()[index]) {
+            let read = self.reader.read(records.value(index), records.timestamps()[index]);
+            let read = read.and_then(|event_time| match (self.max_future_ms, now_ms) {
+                (Some(max), Some(now)) if event_time > now.saturating_add(max) => Err(format!(
+                    "event time {event_time} is {} ms ahead of the clock, more than source.watermark.max_future_ms = {max}",
+                    event_time - now
+                )),
+                _ => Ok(event_time),
+            });
+            match read {
                 Ok(event_time) => {
+                    self.warn_if_far_ahead(event_time, records, index);
                     let watermark = self.clock.observe(event_time);
+                    if watermark.is_some_and(|watermark| event_time <= watermark) {
+                        stamped.late += 1;
+                    }
                     records.set_time(index, event_time, watermark);
                 }
-                Err(reason) => failed.push((index, reason)),
+                Err(reason) => stamped.failed.push((index, reason)),
             }
         }
-        failed
+        stamped
+    }
+
+    /// Warns (at most once a minute) when `event_time` lies far ahead of every event time the
+    /// task read before: the watermark follows it, closing the windows before it at once.
+    fn warn_if_far_ahead(&mut self, event_time: i64, records: &RecordBatch, index: usize) {
+        let Some(largest) = self.clock.max_event_time() else { return };
+        if event_time <= largest.saturating_add(FAR_AHEAD_MS)
+            || self.warned.is_some_and(|at| at.elapsed() < WARN_INTERVAL)
+        {
+            return;
+        }
+        self.warned = Some(Instant::now());
+        tracing::warn!(
+            partition = %format!("{}[{}]", records.topic(), records.partition()),
+            offset = records.offsets()[index],
+            event_time,
+            ahead_ms = event_time - largest,
+            "a record's event time lies far ahead of the partition's largest before it: the watermark moves there, \
+             every window before it closes, and records below it are late; if its time is wrong, bound event times \
+             with source.watermark.max_future_ms"
+        );
     }
 
     /// Whether the task has read no record for `idle_timeout_ms`: it is idle once it has also
