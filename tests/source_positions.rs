@@ -126,6 +126,31 @@ async fn a_source_topic_recreated_with_fewer_partitions_is_refused_naming_the_va
     expect_refusal(&pipeline, &[&vanished, "no longer have", "drop that state", "--partitions"]);
 }
 
+/// `weir status` of a pipeline whose consumer group is gone (deleted; offsets expire the same
+/// way) shows the checkpoint the changelog holds, as recovery reads it, not "checkpoint 0" and a
+/// lag from the log's start.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_reads_the_checkpoint_from_the_changelog_when_the_group_has_no_offsets() {
+    let pipeline = TestPipeline::new("weir-status-lost", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("id", 0..40));
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, 40, &[]);
+    weir_tests::admin::delete_group(&format!("weir-{}", pipeline.name)).await;
+    produce_to(&pipeline.source, 0, &values("id", 40..50));
+
+    let (ok, stdout, stderr) =
+        weir_tests::run_weir(&["status".as_ref(), pipeline.file.as_ref(), "--output".as_ref(), "json".as_ref()]);
+    assert!(ok, "weir status: {stderr}");
+    let status: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let partition = &status["partitions"][0];
+    assert_eq!(partition["group_offset"], serde_json::Value::Null, "{status}");
+    assert_eq!(partition["checkpoint_offset"], 40, "{status}");
+    assert_eq!(partition["checkpoint_from"], "changelog", "{status}");
+    assert_eq!(partition["lag"], 10, "{status}");
+    assert!(status["committed_checkpoint"].as_u64().is_some_and(|id| id > 0), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn start_latest_is_fixed_once_per_partition_even_for_a_partition_without_input() {
     let mut spec = Spec::new("passthrough");

@@ -332,7 +332,10 @@ fn holds_state(db: &StateDb, committed: &Committed, task: &TaskId) -> Result<boo
 }
 
 /// The last position in `partition` between `low` and `high`, read_committed.
-fn last_position(
+///
+/// # Errors
+/// When the changelog cannot be read, or holds a record Weir did not write.
+pub fn last_position(
     reader: &ChangelogReader,
     partition: i32,
     low: i64,

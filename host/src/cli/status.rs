@@ -7,6 +7,8 @@
 //! The consumer group's committed offsets are the pipeline's truth on every instance: each
 //! carries the checkpoint and the transactional id `<prefix>-<instance>-<slot>` that committed
 //! it. The group's coordinator says which member owns each partition now (`DescribeGroups`).
+//! A partition the group has no offset of (the group deleted, its offsets expired, the source
+//! topic recreated) takes the last position in its changelog partition, as recovery does.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,8 +21,10 @@ use serde::Serialize;
 use weir::kafka::LogContext;
 
 use super::output::{self, Format, OutputArgs};
+use weir::checkpoint::restore::last_position;
 use weir::config::PipelineConfig;
-use weir::kafka::{Admin, CheckpointMetadata, Source, TopicCheck};
+use weir::kafka::{Admin, Changelog, ChangelogReader, CheckpointMetadata, Source, TopicCheck};
+use weir::state::Position;
 use weir::types::TaskId;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,6 +82,9 @@ struct PartitionStatus {
     /// Next offset to read according to the last committed checkpoint; null for a partition
     /// added since.
     checkpoint_offset: Option<i64>,
+    /// Where `checkpoint_offset` comes from: `"group"` (the consumer group's committed offset),
+    /// `"changelog"` (the changelog's last position, when the group has none), or null.
+    checkpoint_from: Option<&'static str>,
     /// The instance whose checkpoint committed `checkpoint_offset` (its owner, or its last one);
     /// null when none did, or under at-least-once and none.
     instance: Option<String>,
@@ -120,6 +127,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
         weir::kafka::client_config(&config.source.cluster, &[], &config.source.consumer, &own)
             .create_with_context(LogContext::new("status consumer"))?;
     let group = source.group_offsets(&tasks, TIMEOUT)?;
+    let changelog = ChangelogPositions::new(config, &admin)?;
     let owners = source.owners(TIMEOUT)?;
     let prefix = format!("{}-", config.sink.transactional_id_prefix);
     let mut partitions = Vec::with_capacity(tasks.len());
@@ -128,11 +136,21 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
     for task in tasks {
         let offset = group.get(&task);
         let ours = offset.and_then(|o| CheckpointMetadata::parse(&o.metadata).map(|m| (o.offset, m)));
+        let logged = if ours.is_none() { changelog.position(&task)? } else { None };
+        if let Some(position) = &logged {
+            committed_checkpoint = committed_checkpoint.max(position.checkpoint.0);
+        }
+        let checkpoint_offset = ours.as_ref().map(|(o, _)| *o).or(logged.as_ref().map(|p| p.offset));
+        let checkpoint_from = match (&ours, &logged) {
+            (Some(_), _) => Some("group"),
+            (None, Some(_)) => Some("changelog"),
+            (None, None) => None,
+        };
         let (start, end) = source.watermarks(&task, TIMEOUT)?;
         let (_, high) = uncommitted.fetch_watermarks(&task.topic, task.partition, TIMEOUT)?;
         // A partition without a checkpoint offset is one added since the last checkpoint: it is
         // read from its earliest offset, not from 0.
-        let lag = (end - ours.as_ref().map_or(start, |(o, _)| *o)).max(0);
+        let lag = (end - checkpoint_offset.unwrap_or(start)).max(0);
         // `<prefix>-<instance>-<slot>`: the instance is between the prefix and the last dash.
         let instance = ours.as_ref().and_then(|(_, m)| {
             let id = m.transactional_id.as_deref()?.strip_prefix(&prefix)?;
@@ -161,7 +179,8 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
             group_offset: offset.map(|g| g.offset),
             topic: task.topic,
             partition: task.partition,
-            checkpoint_offset: ours.map(|(o, _)| o),
+            checkpoint_offset,
+            checkpoint_from,
             instance,
             owner,
             end_offset: end,
@@ -180,6 +199,40 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
         instances: instances.into_values().collect(),
         owners_known: owners.is_some(),
     })
+}
+
+/// The changelog's last positions, read only for partitions the group has no offset of.
+struct ChangelogPositions {
+    /// `None` when the changelog topic does not exist (the pipeline never ran).
+    reader: Option<ChangelogReader>,
+}
+
+impl ChangelogPositions {
+    fn new(config: &PipelineConfig, source_admin: &Admin) -> anyhow::Result<Self> {
+        let topic = &config.state.changelog_topic;
+        let admin = if config.sink.cluster == config.source.cluster {
+            None
+        } else {
+            Some(Admin::new(&config.sink.cluster, &config.sink.producer)?)
+        };
+        let exists = matches!(
+            admin.as_ref().unwrap_or(source_admin).topics(&[topic.as_str()])?.get(topic),
+            Some(TopicCheck::Exists(_))
+        );
+        let changelog = Changelog::new(topic, &config.source.topics);
+        let reader = exists
+            .then(|| ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog, &config.group_id()))
+            .transpose()?;
+        Ok(Self { reader })
+    }
+
+    /// The last position of `task` in its changelog partition; `None` when there is none.
+    fn position(&self, task: &TaskId) -> anyhow::Result<Option<Position>> {
+        let Some(reader) = &self.reader else { return Ok(None) };
+        let partition = reader.changelog().partition(task);
+        let Ok((low, high)) = reader.range(partition, TIMEOUT) else { return Ok(None) };
+        Ok(last_position(reader, partition, low, high, TIMEOUT)?)
+    }
 }
 
 fn write_text(out: &mut dyn Write, status: &Status) -> std::io::Result<()> {
