@@ -107,6 +107,37 @@ async fn a_source_topic_recreated_past_the_checkpoint_offset_fails_the_start_or_
     assert!(pipeline.log_text().contains("reading the new topic from its start offset"), "{}", pipeline.log_text());
 }
 
+/// The same, recreated under a running pipeline: it fails into recovery (the topic vanished),
+/// whose start tells the new topic by its id and refuses — or stops on the missing topic, if the
+/// recovery came first; either way nothing of the new topic is skipped, and a restart with
+/// `offset_reset = "earliest"` reads all of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_topic_recreated_under_a_running_pipeline_is_not_read_from_the_old_offset() {
+    let pipeline = TestPipeline::new("weir-recreate-running", &Spec::new("passthrough"));
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("old", 0..5));
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    let mut child = pipeline.spawn(&[]);
+    assert_eq!(reader.read_until(5, RUN_TIMEOUT), 5, "{}", pipeline.log_text());
+
+    delete_topic(&pipeline.source).await;
+    create_topic(&pipeline.source, 1).await;
+    produce_to(&pipeline.source, 0, &values("new", 0..10));
+    let status = wait_exit(&mut child, RUN_TIMEOUT)
+        .unwrap_or_else(|| panic!("the pipeline went on reading the new topic; log:\n{}", pipeline.log_text()));
+    let log = pipeline.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("deleted and created again") || log.contains("does not exist"), "{log}");
+    reader.drain(Duration::from_secs(1));
+    assert_eq!(reader.records.len(), 5, "nothing of the new topic was written from the old offset; log:\n{log}");
+
+    pipeline.set("source", "offset_reset = \"earliest\"");
+    run_to_completion(&pipeline, &mut reader, 15, &[]);
+    reader.drain(Duration::from_secs(1));
+    let want: BTreeSet<String> = values("old", 0..5).into_iter().chain(values("new", 0..10)).collect();
+    assert_eq!(distinct_values(&reader), want, "every record of the new topic comes out, once");
+}
+
 /// A source topic recreated with fewer partitions: the changelog holds the state of partitions
 /// the topic no longer has, and the refusal names them (not the changelog as a stranger's).
 #[tokio::test(flavor = "multi_thread")]
