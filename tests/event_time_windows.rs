@@ -138,6 +138,13 @@ async fn a_flight_dated_2100_is_warned_of_and_counted_or_dead_lettered_under_max
         let log = pipeline.log_text();
         assert!(status.success(), "{log}");
         let partition = &view["pipelines"][0]["partitions"][0];
+        // `weir status` reads the watermark its last checkpoint committed with the offsets.
+        let (ok, stdout, stderr) =
+            weir_tests::run_weir(&["status".as_ref(), pipeline.file.as_ref(), "--output".as_ref(), "json".as_ref()]);
+        assert!(ok, "weir status: {stderr}");
+        let status: Value = serde_json::from_str(&stdout).expect("JSON");
+        let committed_watermark = if bounded { 1_357_041_599_999_i64 } else { 4_102_444_799_999 };
+        assert_eq!(status["partitions"][0]["watermark_ms"], committed_watermark, "{status}");
         if bounded {
             assert_eq!(
                 windows(&reader.records),

@@ -45,6 +45,9 @@ pub struct TaskBarrier {
     pub snapshots: Vec<(String, Vec<u8>)>,
     /// The task's sealed epoch-N state writes (full keys, last write per key).
     pub writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The task's event-time watermark, if it has one (committed with its offset, for
+    /// `weir status`).
+    pub watermark: Option<i64>,
 }
 
 /// Checkpoint N as the barrier made it: what RocksDB applies after the commit, and the changelog
@@ -83,6 +86,9 @@ pub fn barrier(
             changelog.push((task.task.clone(), snapshot));
             checkpoint.snapshots.insert((operator.clone(), task.task.clone()), bytes.clone());
         }
+        if let Some(watermark) = task.watermark {
+            checkpoint.watermarks.insert(task.task.clone(), watermark);
+        }
         if let Some(offset) = task.next_offset {
             checkpoint.offsets.insert(task.task.clone(), offset);
             if changelog.len() > writes_before || recorded.get(&task.task) != Some(&offset) {
@@ -101,14 +107,15 @@ pub fn barrier(
     Sealed { checkpoint, changelog }
 }
 
-/// The offset metadata of checkpoint `id`: its id, the pipeline's lineage and its transactional id.
-pub fn metadata(id: CheckpointId, lineage: &Lineage, transactional_id: Option<&str>) -> String {
+/// The offset metadata of checkpoint `id`: its id, the pipeline's lineage and its transactional
+/// id ([`Source::offset_list`] adds each partition's watermark).
+pub fn metadata(id: CheckpointId, lineage: &Lineage, transactional_id: Option<&str>) -> CheckpointMetadata {
     CheckpointMetadata {
         checkpoint: id,
         lineage: Some(lineage.clone()),
         transactional_id: transactional_id.map(str::to_owned),
+        watermark: None,
     }
-    .encode()
 }
 
 /// Produces the checkpoint's changelog records through `slot` (inside its open transaction,
@@ -165,7 +172,7 @@ pub fn pre_commit(
     write_changelog(slot, changelog, sealed)?;
     flush(slot, changelog, sealed, timeout)?;
     let metadata = metadata(id, lineage, slot.transactional_id.as_deref());
-    let offsets = Source::offset_list(&sealed.checkpoint.offsets, &metadata)
+    let offsets = Source::offset_list(&sealed.checkpoint.offsets, &metadata, &sealed.checkpoint.watermarks)
         .map_err(PipelineError::kafka("building the offset list"))?;
     let group = source.group_metadata().map_err(PipelineError::kafka("reading the group metadata"))?;
     slot.send_offsets(&offsets, &group, timeout)
@@ -455,7 +462,7 @@ mod tests {
 
     /// Metadata of checkpoint `id` written by `lineage` through `txn`.
     fn named(id: u64, lineage: &Lineage, txn: &str) -> String {
-        metadata(CheckpointId(id), lineage, Some(txn))
+        metadata(CheckpointId(id), lineage, Some(txn)).encode()
     }
 
     fn group(entries: &[(i32, i64, &str)]) -> BTreeMap<TaskId, GroupOffset> {
@@ -468,6 +475,7 @@ mod tests {
             next_offset: Some(offset),
             snapshots: (0..snapshots).map(|i| (format!("op{i}"), vec![i as u8])).collect(),
             writes: (0..writes).map(|i| (vec![i as u8], (i % 2 == 0).then(|| vec![1]))).collect(),
+            watermark: None,
         }
     }
 

@@ -98,6 +98,10 @@ struct PartitionStatus {
     /// `end_offset` minus `checkpoint_offset` (minus the earliest offset for a partition
     /// without one), never negative.
     lag: i64,
+    /// The partition's event-time watermark as of `checkpoint_offset` (from the group offset's
+    /// metadata), in milliseconds since the Unix epoch; null without `[source.watermark]`,
+    /// before the partition's first record, or when the group has no offset.
+    watermark_ms: Option<i64>,
     /// Records open transactions hold back: the high watermark (read_uncommitted) minus
     /// `end_offset`. Not in `lag`: no read_committed reader can reach them until their
     /// transactions commit (then they count as lag) or abort.
@@ -181,6 +185,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
             partition: task.partition,
             checkpoint_offset,
             checkpoint_from,
+            watermark_ms: ours.as_ref().and_then(|(_, m)| m.watermark),
             instance,
             owner,
             end_offset: end,

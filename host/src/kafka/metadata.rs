@@ -1,7 +1,9 @@
 //! The offset metadata Weir commits with each checkpoint's source offsets: recovery's evidence of
 //! which checkpoint a consumer group offset belongs to (DESIGN.md, "Exactly-once protocol").
 //!
-//! Format: `weir:ckpt=<N>;pipeline=<name>;lineage=<hex>;txn=<transactional.id>`. Pipeline names,
+//! Format: `weir:ckpt=<N>;pipeline=<name>;lineage=<hex>;txn=<transactional.id>;wm=<ms>` (`wm`:
+//! the partition's event-time watermark, for `weir status`; only with `[source.watermark]`, after
+//! the partition's first record). Pipeline names,
 //! transactional id prefixes and lineages contain neither `;` nor `=` (config validation), so the
 //! fields split unambiguously. Weir 0.1 wrote `weir:ckpt=<N>` alone; that form still parses, with
 //! the other fields absent. The whole string stays far below the broker's
@@ -32,6 +34,9 @@ pub struct CheckpointMetadata {
     /// The `transactional.id` that carried the checkpoint; `None` in Weir 0.1's form and under
     /// at-least-once and none.
     pub transactional_id: Option<String>,
+    /// The partition's event-time watermark when the checkpoint sealed it, in milliseconds since
+    /// the Unix epoch; `None` without event time or before the partition's first record.
+    pub watermark: Option<i64>,
 }
 
 impl CheckpointMetadata {
@@ -44,6 +49,9 @@ impl CheckpointMetadata {
         if let Some(id) = &self.transactional_id {
             text.push_str(&format!(";txn={id}"));
         }
+        if let Some(watermark) = self.watermark {
+            text.push_str(&format!(";wm={watermark}"));
+        }
         text
     }
 
@@ -52,12 +60,13 @@ impl CheckpointMetadata {
     pub fn parse(text: &str) -> Option<Self> {
         let mut fields = text.strip_prefix(PREFIX)?.split(';');
         let checkpoint = CheckpointId(fields.next()?.strip_prefix("ckpt=")?.parse().ok()?);
-        let (mut pipeline, mut lineage, mut transactional_id) = (None, None, None);
+        let (mut pipeline, mut lineage, mut transactional_id, mut watermark) = (None, None, None, None);
         for field in fields {
             match field.split_once('=')? {
                 ("pipeline", value) => pipeline = Some(value.to_owned()),
                 ("lineage", value) => lineage = Some(value.to_owned()),
                 ("txn", value) => transactional_id = Some(value.to_owned()),
+                ("wm", value) => watermark = Some(value.parse().ok()?),
                 _ => return None,
             }
         }
@@ -66,7 +75,7 @@ impl CheckpointMetadata {
             (None, None) => None,
             _ => return None,
         };
-        Some(Self { checkpoint, lineage, transactional_id })
+        Some(Self { checkpoint, lineage, transactional_id, watermark })
     }
 
     /// Whether this metadata may belong to `ours`: it names the same pipeline and lineage, or it
@@ -90,10 +99,14 @@ mod tests {
             checkpoint: CheckpointId(42),
             lineage: Some(ours()),
             transactional_id: Some("orders-1".into()),
+            watermark: None,
         };
         let text = metadata.encode();
         assert_eq!(text, "weir:ckpt=42;pipeline=orders;lineage=abc;txn=orders-1");
         assert_eq!(CheckpointMetadata::parse(&text), Some(metadata.clone()));
+        let timed = CheckpointMetadata { watermark: Some(1_356_998_399_999), ..metadata.clone() };
+        assert_eq!(timed.encode(), "weir:ckpt=42;pipeline=orders;lineage=abc;txn=orders-1;wm=1356998399999");
+        assert_eq!(CheckpointMetadata::parse(&timed.encode()), Some(timed));
         assert!(metadata.is_of(&ours()));
         assert!(!metadata.is_of(&Lineage { pipeline: "orders".into(), lineage: "older-life".into() }));
         assert!(!metadata.is_of(&Lineage { pipeline: "payments".into(), lineage: "abc".into() }));

@@ -477,18 +477,23 @@ impl Source {
         }
     }
 
-    /// The offset list of a checkpoint: next offset per partition, each with `metadata` (a
-    /// [`super::CheckpointMetadata`]).
+    /// The offset list of a checkpoint: next offset per partition, each with `metadata` and the
+    /// partition's watermark, if `watermarks` has one ([`super::CheckpointMetadata`]).
     ///
     /// # Errors
     /// When an offset is invalid.
-    pub fn offset_list(offsets: &BTreeMap<TaskId, i64>, metadata: &str) -> Result<TopicPartitionList, KafkaError> {
+    pub fn offset_list(
+        offsets: &BTreeMap<TaskId, i64>,
+        metadata: &super::CheckpointMetadata,
+        watermarks: &BTreeMap<TaskId, i64>,
+    ) -> Result<TopicPartitionList, KafkaError> {
         let mut list = TopicPartitionList::new();
         for (task, offset) in offsets {
+            let metadata = super::CheckpointMetadata { watermark: watermarks.get(task).copied(), ..metadata.clone() };
             list.add_partition_offset(&task.topic, task.partition, Offset::Offset(*offset))?;
-        }
-        for mut element in list.elements() {
-            element.set_metadata(metadata);
+            list.find_partition(&task.topic, task.partition)
+                .ok_or(KafkaError::AdminOp(RDKafkaErrorCode::UnknownPartition))?
+                .set_metadata(metadata.encode());
         }
         Ok(list)
     }
@@ -497,8 +502,13 @@ impl Source {
     ///
     /// # Errors
     /// When the commit fails.
-    pub fn commit(&self, offsets: &BTreeMap<TaskId, i64>, metadata: &str) -> Result<(), KafkaError> {
-        self.consumer.commit(&Self::offset_list(offsets, metadata)?, rdkafka::consumer::CommitMode::Sync)
+    pub fn commit(
+        &self,
+        offsets: &BTreeMap<TaskId, i64>,
+        metadata: &super::CheckpointMetadata,
+        watermarks: &BTreeMap<TaskId, i64>,
+    ) -> Result<(), KafkaError> {
+        self.consumer.commit(&Self::offset_list(offsets, metadata, watermarks)?, rdkafka::consumer::CommitMode::Sync)
     }
 
     /// Low and high watermarks of a partition (the high one is the last stable offset under

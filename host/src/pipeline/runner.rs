@@ -568,7 +568,8 @@ impl<'a> Runner<'a> {
         if let (true, Some(topic)) = (offsets.is_empty(), self.config.source.topics.first()) {
             offsets.insert(TaskId { topic: topic.clone(), partition: 0 }, 0);
         }
-        let Ok(offsets) = Source::offset_list(&offsets, "") else { return error };
+        let metadata = protocol::metadata(self.epoch.id, &self.lineage, None);
+        let Ok(offsets) = Source::offset_list(&offsets, &metadata, &BTreeMap::new()) else { return error };
         match self.slot().send_offsets(&offsets, &group, self.config.checkpoint.timeout) {
             Err(ProducerError::Fenced(fenced)) => {
                 PipelineError::Fenced { operation: format!("checking the transactional ids after {evicted}"), fenced }
@@ -1168,7 +1169,8 @@ impl<'a> Runner<'a> {
                 protocol::apply(&self.db, &self.overlays, &sealed.checkpoint)?;
                 // The group's offsets only inform other tools here; the changelog is the truth.
                 let metadata = protocol::metadata(id, &self.lineage, None);
-                if let Err(error) = self.source.commit(&sealed.checkpoint.offsets, &metadata) {
+                let checkpoint = &sealed.checkpoint;
+                if let Err(error) = self.source.commit(&checkpoint.offsets, &metadata, &checkpoint.watermarks) {
                     tracing::warn!(%error, checkpoint = %id, "could not commit the group's offsets");
                 }
             }

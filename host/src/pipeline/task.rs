@@ -473,7 +473,8 @@ impl Task {
         }
         let mut writes = seed.unwrap_or_default();
         writes.extend(self.overlays.lock().map_err(|_| overlay_poisoned())?.seal(id));
-        Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes })
+        let watermark = self.time.as_ref().and_then(TaskTime::watermark);
+        Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes, watermark })
     }
 }
 

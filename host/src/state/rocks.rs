@@ -54,6 +54,9 @@ pub struct Checkpoint {
     pub offsets: BTreeMap<TaskId, i64>,
     /// The topic id of each source topic (KIP-516), recorded with its partitions' offsets.
     pub topic_ids: BTreeMap<String, String>,
+    /// The event-time watermark of each task that has one, committed with its offset in the
+    /// group's offset metadata (for `weir status`; the task's clock itself is state).
+    pub watermarks: BTreeMap<TaskId, i64>,
     /// Snapshots that changed at this barrier, per (operator, task).
     pub snapshots: BTreeMap<(String, TaskId), Vec<u8>>,
     /// State writes of the epoch: full state keys (already prefixed by [`super::state_prefix`]),
@@ -743,6 +746,7 @@ mod tests {
             writes,
             changelog_offsets: BTreeMap::from([(task("orders", 0), 100 * id as i64)]),
             sealed_unix_ms: 1_000 * id as i64,
+            watermarks: BTreeMap::new(),
         }
     }
 
