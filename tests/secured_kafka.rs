@@ -211,7 +211,8 @@ fn everything_shown(pipeline: &TestPipeline, address: &str, env: &[(&str, &str)]
 /// The flight-delays pipeline over SASL_SSL (SCRAM-SHA-512) as a user with exactly the ACLs the
 /// docs list: exactly-once output, the password nowhere in what Weir prints or serves; with any one
 /// of the rights it uses taken away (Read on the group and the source topic, Write on the sink
-/// topic, the changelog topic and the transactional ids), a restart stops with a message naming
+/// topic, the changelog topic and the transactional ids, DescribeConfigs on the sink topic), a
+/// restart stops with a message naming
 /// the refusal and the resource (no retry loop); with every right granted again, the next run
 /// completes the output exactly once.
 #[tokio::test(flavor = "multi_thread")]
@@ -256,6 +257,7 @@ async fn flight_delays_run_exactly_once_over_sasl_ssl_with_the_documented_acls()
         ("Write", "--topic", pipeline.sink.as_str(), "Topic authorization failed"),
         ("Write", "--topic", changelog.as_str(), "Topic authorization failed"),
         ("Write", "--transactional-id", pipeline.name.as_str(), "Transactional Id authorization failed"),
+        ("DescribeConfigs", "--topic", pipeline.sink.as_str(), "Topic authorization failed"),
     ];
     let mut batches = second.chunks(second.len().div_ceil(refusals.len() + 2));
 

@@ -398,9 +398,17 @@ impl<'a> Runner<'a> {
         let (task_ids, topic_ids) = check_cluster(config)?;
         let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
         ensure_changelog(config, &changelog, &task_ids)?;
-        let sink_topics = block_on(sink_topics(&config.sink)).map_err(PipelineError::kafka(
-            "reading the sink topics' configs (max.message.bytes, message.timestamp.*, cleanup.policy)",
-        ))?;
+        let sink_topics = block_on(sink_topics(&config.sink)).map_err(PipelineError::kafka_with(|| {
+            let sink = &config.sink;
+            let topics: Vec<&str> = std::iter::once(sink.topic.as_str())
+                .chain(sink.outputs.values().map(String::as_str))
+                .chain(sink.dead_letter_topic.as_deref())
+                .collect();
+            format!(
+                "reading the configs of sink topics {} (max.message.bytes, message.timestamp.*, cleanup.policy)",
+                topics.join(", ")
+            )
+        }))?;
         let max_state_record = block_on(changelog_record_limit(&config.sink, &changelog.topic))
             .map_err(PipelineError::kafka("reading the changelog topic's max.message.bytes"))?;
         let db = Arc::new(StateDb::open(&config.state.dir.join(instance))?.with_quota(config.state.max_bytes));
