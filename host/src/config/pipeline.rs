@@ -348,6 +348,15 @@ pub struct SinkConfig {
     pub partitions: Option<i32>,
 }
 
+impl SinkConfig {
+    /// The topics the sink writes: `topic`, each of `outputs`, and `dead_letter_topic`.
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.topic.as_str())
+            .chain(self.outputs.values().map(String::as_str))
+            .chain(self.dead_letter_topic.as_deref())
+    }
+}
+
 /// `sink.guarantee`: the delivery guarantee of a sink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]

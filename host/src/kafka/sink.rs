@@ -253,17 +253,12 @@ impl ProducerSlot {
         Ok(())
     }
 
-    /// Queues one record for `topic`; when the queue is full, waits for room.
-    /// `default_timestamp` applies when the record names none.
+    /// Queues one record for `topic`; when the queue is full, waits for room. A record without a
+    /// timestamp gets the producer's clock.
     ///
     /// # Errors
     /// When librdkafka refuses the record for another reason than a full queue.
-    pub fn send(
-        &self,
-        topic: &str,
-        record: OutputView<'_>,
-        default_timestamp: Option<i64>,
-    ) -> Result<(), ProducerError> {
+    pub fn send(&self, topic: &str, record: OutputView<'_>) -> Result<(), ProducerError> {
         let count = record.headers.len();
         let headers = (count > 0).then(|| {
             record.headers.fold(OwnedHeaders::new_with_capacity(count), |headers, (key, value)| {
@@ -273,7 +268,7 @@ impl ProducerSlot {
         let mut base = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, OUTPUT_RECORD);
         base.key = record.key;
         base.payload = record.value;
-        base.timestamp = record.timestamp.or(default_timestamp);
+        base.timestamp = record.timestamp;
         base.headers = headers;
         self.send_waiting(base)
     }

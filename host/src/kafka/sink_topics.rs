@@ -39,10 +39,7 @@ pub struct SinkTopics {
 /// # Errors
 /// When the sink's cluster cannot be reached or refuses to describe a topic's configuration.
 pub async fn sink_topics(sink: &SinkConfig) -> Result<SinkTopics, KafkaError> {
-    let mut topics = vec![sink.topic.as_str()];
-    topics.extend(sink.outputs.values().map(String::as_str));
-    topics.extend(sink.dead_letter_topic.as_deref());
-    let configs = topic_configs(sink, topics).await?;
+    let configs = topic_configs(sink, sink.topics().collect()).await?;
     let rules = |topic: &str| TopicRules::from_configs(topic, &configs[topic]);
     Ok(SinkTopics {
         max_record: record_limit(sink, &configs),

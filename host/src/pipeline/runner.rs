@@ -253,8 +253,9 @@ struct Out {
 }
 
 impl Out {
-    /// Sends a task's output and dead letters; `input.last_timestamp` applies to outputs
-    /// without one. `input` is what made them (no records for timers), for the task's metrics.
+    /// Sends a task's output and dead letters (each output carries its timestamp: the operator
+    /// gave those without one their batch's last record's, or their timer's). `input` is what
+    /// made them (no records for timers), for the task's metrics.
     /// Returns the output's key and value bytes.
     fn send(
         &self,
@@ -268,9 +269,7 @@ impl Out {
                 Some(name) => &self.sink.outputs[name],
                 None => &self.sink.topic,
             };
-            self.slot
-                .send(topic, output, input.last_timestamp)
-                .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
+            self.slot.send(topic, output).map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
         }
         if let Some(topic) = &self.sink.dead_letter_topic {
             let now_ms = crate::time::now_ms();
@@ -278,7 +277,7 @@ impl Out {
                 dead_letters.iter().map(|d| d.to_output(task.max_record(), &self.dead_letter_rules, now_ms)).collect();
             for dead_letter in Outputs::from_records(&records).iter() {
                 self.slot
-                    .send(topic, dead_letter, None)
+                    .send(topic, dead_letter)
                     .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
             }
         }
@@ -304,8 +303,6 @@ struct Input {
     /// Input records (none for fired timers) and their key and value bytes.
     records: u64,
     bytes: u64,
-    /// The last input record's timestamp: outputs without one get it.
-    last_timestamp: Option<i64>,
     /// How long the task worked on it.
     took: Duration,
 }
@@ -399,11 +396,7 @@ impl<'a> Runner<'a> {
         let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);
         ensure_changelog(config, &changelog, &task_ids)?;
         let sink_topics = block_on(sink_topics(&config.sink)).map_err(PipelineError::kafka_with(|| {
-            let sink = &config.sink;
-            let topics: Vec<&str> = std::iter::once(sink.topic.as_str())
-                .chain(sink.outputs.values().map(String::as_str))
-                .chain(sink.dead_letter_topic.as_deref())
-                .collect();
+            let topics: Vec<&str> = config.sink.topics().collect();
             format!(
                 "reading the configs of sink topics {} (max.message.bytes, message.timestamp.*, cleanup.policy)",
                 topics.join(", ")
@@ -1097,7 +1090,7 @@ impl<'a> Runner<'a> {
         let fired = self.on_workers(work, |task, (now_ms, out)| {
             let started = Instant::now();
             let Some((outputs, dead_letters)) = task.fire_timers(now_ms)? else { return Ok(None) };
-            let input = Input { records: 0, bytes: 0, last_timestamp: None, took: started.elapsed() };
+            let input = Input { records: 0, bytes: 0, took: started.elapsed() };
             out.send(task, &outputs, &dead_letters, &input).map(Some)
         });
         for (_, fired) in fired {
@@ -1717,12 +1710,7 @@ fn run_batches(task: &mut Task, batches: Vec<RecordBatch>, out: &Out) -> Result<
     let (mut records, mut output_bytes) = (0, 0);
     for batch in batches {
         let started = Instant::now();
-        let input = Input {
-            records: batch.len() as u64,
-            bytes: batch.bytes(),
-            last_timestamp: batch.timestamps().last().copied(),
-            took: Duration::ZERO,
-        };
+        let input = Input { records: batch.len() as u64, bytes: batch.bytes(), took: Duration::ZERO };
         let (outputs, dead_letters) = task.process(batch)?;
         let input = Input { took: started.elapsed(), ..input };
         output_bytes += out.send(task, &outputs, &dead_letters, &input)?;
