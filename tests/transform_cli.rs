@@ -97,12 +97,15 @@ fn run_writes_one_json_line_per_output() {
     assert_eq!(lines[0]["headers"], serde_json::json!([]), "headers as a list of {{key, value}}");
 }
 
+/// A guest that traps on the third record of a batch: the outputs of the two records before it
+/// are printed (a batch's outputs are all or nothing, and they were lost unless `--batch-size 1`
+/// was given), then the error, naming the record's offset, its line and the record itself.
 #[test]
-fn run_reports_a_trapping_guest_with_its_offsets() {
+fn run_prints_the_outputs_before_a_trapping_record_then_the_record() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("words.jsonl");
-    std::fs::write(&input, "\"fine\"\n\"fine\"\n\"panic\"\n").unwrap();
-    let (ok, _, stderr) = run_weir(&[
+    std::fs::write(&input, "\"one\"\n\"two\"\n\"panic\"\n\"four\"\n").unwrap();
+    let (ok, stdout, stderr) = run_weir(&[
         OsStr::new("transform"),
         OsStr::new("run"),
         plugin("misbehave").as_os_str(),
@@ -110,8 +113,13 @@ fn run_reports_a_trapping_guest_with_its_offsets() {
         input.as_os_str(),
     ]);
     assert!(!ok);
-    assert!(stderr.contains("guest panicked") && stderr.contains("offsets 0..=2"), "{stderr}");
-    assert!(stderr.contains("words.jsonl: lines 1 to 3: "), "the batch's input lines: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "the outputs of the records before the failing one:\n{stdout}\n{stderr}");
+    assert!(lines[0].contains("one") && lines[1].contains("two"), "{stdout}");
+    assert!(stderr.contains("guest panicked") && stderr.contains("offsets 2..=2"), "{stderr}");
+    assert!(stderr.contains("words.jsonl: line 3: record {"), "the record's line: {stderr}");
+    let record = stderr.split("record {").nth(1).and_then(|rest| rest.split('}').next()).unwrap_or_default();
+    assert!(record.contains("\"value\":") && record.contains("panic"), "the record itself: {stderr}");
 }
 
 /// A record the guest refuses, past the first batch of 256: the error names its line, not the
@@ -154,6 +162,59 @@ fn run_stops_a_sleeping_guest_at_its_deadline() {
     ]);
     let elapsed = started.elapsed();
     assert!(!ok);
-    assert!(stderr.contains("deadline exceeded") && stderr.contains("offsets 0..=1"), "{stderr}");
+    assert!(stderr.contains("deadline exceeded") && stderr.contains("offsets 1..=1"), "{stderr}");
     assert!(elapsed < std::time::Duration::from_secs(20), "weir transform run took {elapsed:?}: the sleep was not cut");
+}
+
+/// `weir transform run` over a project's sample file (as the generated README says to) reads
+/// each line as a whole record, key and headers included: by itself when every line is one, or
+/// with `--format samples`. A JSON lines file with another field stays a file of values, and
+/// `--key` is refused for samples, which carry their own keys.
+#[test]
+fn run_reads_sample_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("example.input.jsonl");
+    std::fs::write(
+        &samples,
+        "{\"key\": \"k1\", \"value\": {\"name\": \"Ada\"}, \"headers\": {\"h\": \"v\"}, \"timestamp\": 5}\n\n\
+         {\"key\": null, \"value\": \"plain\"}\n",
+    )
+    .unwrap();
+    let misbehave = plugin("misbehave");
+    let run = |input: &Path, extra: &[&str]| {
+        let mut args = vec![
+            OsStr::new("transform"),
+            OsStr::new("run"),
+            misbehave.as_os_str(),
+            OsStr::new("--input"),
+            input.as_os_str(),
+        ];
+        args.extend(extra.iter().map(OsStr::new));
+        run_weir(&args)
+    };
+    let expected = [
+        serde_json::json!({"key": "k1", "value": {"name": "Ada"}, "headers": [{"key": "h", "value": "v"}]}),
+        serde_json::json!({"key": null, "value": "plain", "headers": []}),
+    ];
+    for extra in [&[][..], &["--format", "samples"][..]] {
+        let (ok, stdout, stderr) = run(&samples, extra);
+        assert!(ok, "{extra:?}: {stderr}");
+        let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines, expected, "{extra:?}");
+        assert_eq!(stderr.contains("as sample records"), extra.is_empty(), "the guess is said: {stderr}");
+    }
+
+    let (ok, _, stderr) = run(&samples, &["--key", "name"]);
+    assert!(!ok);
+    assert!(stderr.contains("--key does not apply to") && stderr.contains("--format jsonl"), "{stderr}");
+
+    // A line with a field no sample record has: every line is a value.
+    let values = dir.path().join("values.jsonl");
+    std::fs::write(&values, "{\"key\": \"k1\", \"value\": 1}\n{\"key\": \"k2\", \"value\": 2, \"note\": \"x\"}\n")
+        .unwrap();
+    let (ok, stdout, stderr) = run(&values, &[]);
+    assert!(ok, "{stderr}");
+    let first: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(first["value"], serde_json::json!({"key": "k1", "value": 1}), "{stdout}");
+    assert_eq!(first["key"], serde_json::Value::Null);
 }

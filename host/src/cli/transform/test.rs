@@ -106,7 +106,7 @@ fn sample_cases(dir: &Path) -> anyhow::Result<Vec<Case>> {
 /// Runs one sample; whether it passed. Prints the diff of a mismatch, or rewrites the expected
 /// file with `update`.
 fn run_case(project: &Project, component: &Path, case: &Case, update: bool) -> anyhow::Result<bool> {
-    let records = read_input(&case.input)?;
+    let records = read_samples(&case.input)?.into_iter().map(|(_, record)| record).collect();
     let label = format!("samples/{}", case.name);
     let outputs = match run_records(project, component, records) {
         Ok(outputs) => outputs,
@@ -209,8 +209,9 @@ impl SampleHeaders {
     }
 }
 
-/// The records of a sample input file, offsets counting from 0.
-fn read_input(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
+/// The records of a sample input file, each with its line number (from 1); offsets count from 0
+/// over the records.
+pub(super) fn read_samples(path: &Path) -> anyhow::Result<Vec<(u64, InputRecord)>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let topic = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let lines = text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty());
@@ -231,7 +232,7 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
                 json => Some(json.to_string().into_bytes()),
             };
             let headers = sample.headers.into_headers();
-            Ok(InputRecord {
+            let record = InputRecord {
                 key: sample.key.map(String::into_bytes),
                 value,
                 headers,
@@ -241,9 +242,35 @@ fn read_input(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
                 offset: offset as i64,
                 event_time: sample.timestamp,
                 watermark: None,
-            })
+            };
+            Ok((number as u64 + 1, record))
         })
         .collect()
+}
+
+/// Whether every line of the file at `path` (one at least; blank lines aside) is a sample
+/// record: a JSON object with a `value`, and no field but `key`, `value`, `headers` and
+/// `timestamp`. (Requiring `value` keeps a data file of `{"key": ...}` objects a data file.)
+/// Reads up to the first line that is not one, so a large data file costs one line.
+pub(super) fn holds_samples(path: &Path) -> bool {
+    use std::io::BufRead;
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    let mut seen = false;
+    for line in std::io::BufReader::new(file).lines() {
+        let Ok(line) = line else { return false };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let sample = match serde_json::from_str::<Value>(line.trim_start_matches('\u{feff}')) {
+            Ok(Value::Object(fields)) if fields.contains_key("value") => fields,
+            _ => return false,
+        };
+        if serde_json::from_value::<SampleRecord>(Value::Object(sample)).is_err() {
+            return false;
+        }
+        seen = true;
+    }
+    seen
 }
 
 /// The output records of `records` as JSON lines, through the `weir transform run` machinery.
