@@ -120,10 +120,41 @@ fn init_build_test(lang: &str, template: &str) -> (tempfile::TempDir, PathBuf) {
         component.display(),
         build.stdout
     );
+    // A second build of the unchanged project runs no toolchain (which rewrites the component).
+    let built = std::fs::metadata(&component).and_then(|m| m.modified()).unwrap();
+    let again = weir(&["transform", "build"], &project).expect(0, "second build");
+    assert!(again.stderr.contains("is up to date"), "{}", again.stderr);
+    assert!(again.stdout.contains("process (func)"), "the second build printed no check:\n{}", again.stdout);
+    assert_eq!(std::fs::metadata(&component).and_then(|m| m.modified()).unwrap(), built, "the component was rebuilt");
     let test = weir(&["transform", "test"], &project).expect(0, "test of the generated project");
     assert!(test.stdout.contains(&format!("{name} passed (1 sample(s))")), "{}", test.stdout);
     assert!(!test.stderr.contains("test: building"), "test rebuilt a fresh component:\n{}", test.stderr);
+    readme_commands_work(&project);
     (temp, project)
+}
+
+/// Runs every `weir` command of the generated README's shell block, as an author pastes them:
+/// each exits 0, and `weir transform run` over the sample input prints the sample's expected
+/// outputs (it failed on the sample format in every language).
+fn readme_commands_work(project: &Path) {
+    let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+    let block = readme.split("```sh\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a ```sh block");
+    let commands: Vec<Vec<&str>> = block
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default().split_whitespace().collect::<Vec<_>>())
+        .filter(|words| words.first() == Some(&"weir"))
+        .collect();
+    assert!(commands.iter().any(|c| c.starts_with(&["weir", "transform", "run"])), "no run command in:\n{block}");
+    let expected = std::fs::read_to_string(project.join("samples/example.expected.jsonl")).unwrap();
+    let json_lines = |text: &str| -> Vec<serde_json::Value> {
+        text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    for command in &commands {
+        let run = weir(&command[1..], project).expect(0, &format!("the README's `{}`", command.join(" ")));
+        if command.starts_with(&["weir", "transform", "run"]) {
+            assert_eq!(json_lines(&run.stdout), json_lines(&expected), "`{}`:\n{}", command.join(" "), run.stderr);
+        }
+    }
 }
 
 /// Changes the expected outputs so that `test` fails with a diff naming the line, then accepts
@@ -152,6 +183,22 @@ fn broken_expected_output_fails_with_a_diff(project: &Path, line: usize, from: &
     weir(&["transform", "test", "--update"], project).expect(0, "test --update");
     assert_eq!(std::fs::read_to_string(&expected).unwrap(), original, "--update wrote other outputs");
     weir(&["transform", "test"], project).expect(0, "test after --update");
+}
+
+/// Appends `tail` to the project's `source` so that its line `line` (counting from the appended
+/// text's first) is a syntax error: `build` fails with exit status 2, naming the file, the line
+/// and `message` before anything else, without the build tool's traceback; the source is then
+/// restored.
+fn syntax_error_fails_the_build(project: &Path, source: &str, tail: &str, line: usize, message: &str) {
+    let path = project.join(source);
+    let original = std::fs::read_to_string(&path).unwrap();
+    assert!(original.ends_with('\n'));
+    std::fs::write(&path, format!("{original}{tail}")).unwrap();
+    let build = weir(&["transform", "build"], project).expect(2, "build with a syntax error");
+    let located = format!("error: {source}:{}: {message}", original.lines().count() + line);
+    assert!(build.stderr.starts_with(&located), "no `{located}` first in:\n{}", build.stderr);
+    assert!(!build.stderr.contains("Traceback") && !build.stderr.contains("componentize"), "{}", build.stderr);
+    std::fs::write(&path, original).unwrap();
 }
 
 #[test]
@@ -194,12 +241,20 @@ fn python_project_builds_and_passes_its_test() {
         r#"{"key":"channel","value":"web"}"#,
         r#"{"key":"channel","value":"app"}"#,
     );
+    syntax_error_fails_the_build(&project, "app.py", "\ndef broken(:\n    pass\n", 2, "SyntaxError: ");
 }
 
 #[test]
 fn js_project_builds_and_passes_its_test() {
     let (_temp, project) = init_build_test("js", "map");
     broken_expected_output_fails_with_a_diff(&project, 0, "Hello, Ada!", "Hi, Ada!");
+    syntax_error_fails_the_build(
+        &project,
+        "index.js",
+        "\nexport function broken() {\n  let a = ;\n}\n",
+        3,
+        "SyntaxError: Unexpected token ';'",
+    );
 }
 
 #[test]

@@ -35,7 +35,7 @@ pub struct TestArgs {
     #[arg(long)]
     update: bool,
     /// Folder of the component, `<folder name>.wasm`; default: the project's `target/`. It is
-    /// (re)built first when missing or older than a file of the project.
+    /// (re)built first when missing, or when a file of the project changed since its build.
     #[arg(long)]
     out_dir: Option<PathBuf>,
 }
@@ -47,8 +47,8 @@ pub fn execute(args: TestArgs) -> anyhow::Result<ExitCode> {
     let project = Project::open(&args.dir)?;
     let cases = sample_cases(&project.dir)?;
     let component = project.component_path(args.out_dir.as_deref());
-    if project.needs_build(&component) {
-        eprintln!("test: building {} (missing or older than the sources)", component.display());
+    if !project.up_to_date(&component) {
+        eprintln!("test: building {} (missing, or the project changed since its build)", component.display());
         project.build(&component)?;
     }
 
