@@ -49,16 +49,63 @@ fn wait_for_metrics(address: &str, what: &str, done: impl Fn(&str) -> bool) -> S
 }
 
 /// What the dashboard shows of pipeline `name`, read from the rendered page (not the JSON):
-/// `{state, throughput, lag, records_in, error}`, or null before its card appears.
+/// `{state, throughput, lag, records_in, error, dead_letters, late, timers, operators (each
+/// operator node's text), dead_letter_node, dead_letter, failures, checkpoints (rows),
+/// partitions (each row's cells), activity (each activity's share)}`, or null before its card
+/// appears.
 fn card_script(name: &str) -> String {
     format!(
         r#"const card = [...document.querySelectorAll("article.pipeline")].find((c) => c.dataset.pipeline === {name:?});
            if (!card) return null;
            const text = (field) => card.querySelector(`[data-field="${{field}}"]`).textContent;
            const number = (field) => Number(text(field).replaceAll(",", ""));
+           const shown = (section, field) => card.querySelector(`[data-section="${{section}}"]`).hidden ? null : text(field);
            const error = card.querySelector('[data-field="error"]');
+           const rows = (table) => [...card.querySelectorAll(`[data-table="${{table}}"] tbody tr`)]
+             .map((row) => [...row.cells].map((cell) => cell.textContent));
            return {{ state: text("state"), throughput: number("throughput"), lag: number("lag"),
-                    records_in: number("records-in"), error: error.hidden ? null : error.textContent }};"#
+                    records_in: number("records-in"), error: error.hidden ? null : error.textContent,
+                    dead_letters: number("dead-letters"), late: number("late"), timers: text("timers"),
+                    operators: [...card.querySelectorAll('[data-node="operator"]')].map((n) => n.textContent),
+                    dead_letter_node: card.querySelector('[data-node="dead-letter"]')?.textContent ?? null,
+                    dead_letter: shown("dead-letter", "dead-letter"),
+                    failures: [...card.querySelectorAll('[data-field="failures"] li')].map((li) => li.textContent),
+                    checkpoints: rows("checkpoints"), partitions: rows("partitions"),
+                    activity: Object.fromEntries(["guest", "producer", "poll", "checkpoint"].map((key) =>
+                      [key, card.querySelector(`[data-activity="${{key}}"]`).textContent])) }};"#
+    )
+}
+
+/// The `n`th number in `text` (digits with thousands separators), e.g. an operator node's
+/// "in 1,234 · out 1,200".
+fn nth_number(text: &str, n: usize) -> Option<u64> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == ','))
+        .filter(|part| part.chars().any(|c| c.is_ascii_digit()))
+        .nth(n)
+        .and_then(|part| part.replace(',', "").parse().ok())
+}
+
+/// A flight for flights-hourly: keyed by `origin`, at hour `time_hour` (RFC 3339).
+fn flight(origin: &str, time_hour: &str, dep_delay: i64) -> (Option<String>, String) {
+    let value = serde_json::json!({"origin": origin, "time_hour": time_hour, "dep_delay": dep_delay});
+    (Some(origin.to_owned()), value.to_string())
+}
+
+/// flights-hourly with a watermark on `time_hour` (no out-of-orderness) under `on_error`, its
+/// late flights to a named output.
+fn hourly(prefix: &str, on_error: &str) -> TestPipeline {
+    let late = weir_tests::unique_name(&format!("{prefix}-late"));
+    TestPipeline::new(
+        prefix,
+        &Spec {
+            source: "batch_size = 256\n[source.watermark]\nfield = \"time_hour\"\nformat = \"rfc3339\"\n\
+                     max_out_of_orderness_ms = 0"
+                .into(),
+            transform: format!("on_error = \"{on_error}\"\nconfig = {{ late_output = \"late\" }}"),
+            sink: format!("outputs = {{ late = \"{late}\" }}"),
+            checkpoint: "interval_ms = 200\ntimeout_ms = 10000".into(),
+            ..Spec::new("flights-hourly")
+        },
     )
 }
 
@@ -129,6 +176,26 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
     });
     assert_eq!(field(&caught_up, "state"), "running");
     assert_eq!(field(&caught_up, "error"), &Value::Null, "no failure: {caught_up}");
+    // The chain as a graph: the one operator took every record and forwarded each.
+    let operator = field(&caught_up, "operators")[0].as_str().expect("the operator's node");
+    assert!(operator.starts_with("misbehave"), "{caught_up}");
+    assert!(nth_number(operator, 0).is_some_and(|n| n >= produced), "records in: {operator}");
+    assert!(nth_number(operator, 1).is_some_and(|n| n >= produced), "records out: {operator}");
+    assert_eq!(nth_number(operator, 2), Some(0), "no error: {operator}");
+    // The dead-letter node's text ends with its count (its topic's name has digits too).
+    let node = field(&caught_up, "dead_letter_node").as_str().expect("the dead-letter topic in the graph");
+    assert!(node.ends_with(&format!("{}0 records", live.dead_letters)), "{node}");
+    let checkpoints = field(&caught_up, "checkpoints").as_array().expect("checkpoint rows");
+    assert!(checkpoints.len() >= 2, "a checkpoint history: {caught_up}");
+    let ids: Vec<u64> = checkpoints.iter().map(|row| nth_number(row[0].as_str().unwrap(), 0).unwrap()).collect();
+    assert!(ids.windows(2).all(|pair| pair[0] > pair[1]), "newest first: {ids:?}");
+    let activity = field(&caught_up, "activity");
+    assert!(
+        ["guest", "producer", "poll", "checkpoint"]
+            .iter()
+            .all(|k| activity[k].as_str().is_some_and(|s| s.ends_with('%'))),
+        "each activity's share: {activity}"
+    );
     let shot = artifact("dashboard-live.png");
     browser.screenshot(&shot);
     println!("screenshot of the live pipeline's dashboard: {}", shot.display());
@@ -142,9 +209,108 @@ async fn the_dashboard_shows_a_live_pipeline_its_lag_going_to_zero_and_a_failing
         matches!(field(&shown, "state").as_str(), Some("recovering" | "starting")),
         "a pipeline failing on a record keeps recovering: {shown}"
     );
+    let failures = field(&shown, "failures").as_array().expect("the failure history");
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.as_str().is_some_and(|f| f.contains("[recovering]") && f.contains("error at offset 1"))),
+        "the failure history shows the failure and that it is retried: {shown}"
+    );
     let shot = artifact("dashboard-failing.png");
     browser.screenshot(&shot);
     println!("screenshot of the failing pipeline's dashboard: {}", shot.display());
+}
+
+/// Issue 49: what the dashboard explains besides throughput, in a real browser. A pipeline that
+/// dead-letters a record shows the count, the reason and the record's source position; an
+/// event-time pipeline its watermark per partition (behind the clock and behind the newest
+/// event), its late records and its open windows' timers; and a pipeline stopped by an error
+/// that needs a human stays on the page with `--keep-serving` (state failed, the failure in its
+/// history, `/readyz` 503) until SIGTERM, after which `weir run` exits with a failure status.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_explains_dead_letters_event_time_and_a_pipeline_that_failed() {
+    let dead_letters = TestPipeline::new(
+        "weir-dash-dlq",
+        &Spec { transform: "on_error = \"dead-letter\"".into(), ..Spec::new("misbehave") },
+    );
+    let event_time = hourly("weir-dash-evt", "dead-letter");
+    let failed = hourly("weir-dash-failed", "fail");
+    produce(&dead_letters.source, 1, &[(None, "fine".into()), (None, "error".into()), (None, "after".into())]).await;
+    let flights = [
+        flight("EWR", "2013-01-01T10:00:00Z", 5),
+        flight("JFK", "2013-01-01T10:00:00Z", 1),
+        // Moves the watermark to 10:59:59.999: the 10:00 hour is over.
+        flight("EWR", "2013-01-01T11:00:00Z", 2),
+        // Late: its hour closed before it arrived.
+        flight("EWR", "2013-01-01T10:00:00Z", 100),
+        // Moves the watermark to 11:59:59.999; the 12:00 hour stays open.
+        flight("LGA", "2013-01-01T12:00:00Z", 4),
+    ];
+    produce(&event_time.source, 1, &flights).await;
+    // No event time: under on_error = "fail" the pipeline stops (it would be the same next time).
+    produce(&failed.source, 1, &[(Some("EWR".into()), r#"{"origin": "EWR", "dep_delay": 3}"#.into())]).await;
+    let mut dead_letters_run = dead_letters.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let mut event_time_run = event_time.spawn_with(&["--metrics", "127.0.0.1:0"], &[]);
+    let mut failed_run = failed.spawn_with(&["--metrics", "127.0.0.1:0", "--keep-serving"], &[]);
+    let browser = Browser::start();
+
+    browser.open(&format!("http://{}/", dead_letters.metrics_address(&mut dead_letters_run)));
+    let card = card_script(&dead_letters.name);
+    let shown = browser.wait_for("one dead letter with its reason and position", &card, PAGE_TIMEOUT, |c| {
+        field(c, "dead_letters").as_u64() == Some(1) && field(c, "records_in").as_u64() == Some(3)
+    });
+    let reason = field(&shown, "dead_letter").as_str().expect("the last dead letter shown");
+    assert!(
+        reason.contains(&format!("{}[0]@1", dead_letters.source)) && reason.contains("error at offset 1"),
+        "{reason}"
+    );
+    let node = field(&shown, "dead_letter_node").as_str().expect("the dead-letter topic in the graph");
+    assert!(node.ends_with(&format!("{}1 records", dead_letters.dead_letters)), "{node}");
+    let operator = field(&shown, "operators")[0].as_str().unwrap();
+    assert_eq!(
+        (nth_number(operator, 0), nth_number(operator, 1), nth_number(operator, 2)),
+        (Some(3), Some(2), Some(1)),
+        "{operator}"
+    );
+    assert_eq!(field(&shown, "state"), "running", "a dead letter does not stop the pipeline: {shown}");
+    browser.screenshot(&artifact("dashboard-dead-letters.png"));
+
+    let address = event_time.metrics_address(&mut event_time_run);
+    browser.open(&format!("http://{address}/"));
+    let card = card_script(&event_time.name);
+    let shown = browser.wait_for("the watermark, a late record and an open window", &card, PAGE_TIMEOUT, |c| {
+        field(c, "late").as_u64() == Some(1) && field(c, "timers").as_str().is_some_and(|t| t != "–" && t != "0")
+    });
+    let row = &field(&shown, "partitions")[0];
+    assert_eq!(row[5], "2013-01-01T11:59:59.999Z", "the watermark: {shown}");
+    assert_eq!(row[7], "1 ms", "behind the newest event (12:00) by the bound plus 1 ms: {shown}");
+    assert!(row[6].as_str().is_some_and(|d| d.ends_with(" h")), "13 years behind the clock: {shown}");
+    assert_eq!(row[8], "active");
+    let (_, view) = http_get(&format!("http://{address}/api/pipelines"));
+    let partition = &view["pipelines"][0]["partitions"][0];
+    assert_eq!(partition["newest_event_ms"], 1_357_041_600_000_i64, "12:00 on 1 January 2013: {partition}");
+    assert_eq!(partition["watermark_behind_newest_ms"], 1);
+    assert_eq!(view["pipelines"][0]["late_records"], 1);
+    browser.screenshot(&artifact("dashboard-event-time.png"));
+
+    let address = failed.metrics_address(&mut failed_run);
+    browser.open(&format!("http://{address}/"));
+    let card = card_script(&failed.name);
+    let shown = browser
+        .wait_for("the pipeline failed, its page still served", &card, PAGE_TIMEOUT, |c| field(c, "state") == "failed");
+    let error = field(&shown, "error").as_str().expect("the failure shown");
+    assert!(error.contains("time_hour"), "{error}");
+    let failures = field(&shown, "failures").as_array().unwrap();
+    assert!(failures[0].as_str().is_some_and(|f| f.contains("[failed]")), "{shown}");
+    let (status, _) = http_get(&format!("http://{address}/readyz"));
+    assert_eq!(status, 503);
+    browser.screenshot(&artifact("dashboard-failed.png"));
+    assert!(failed_run.try_wait().expect("try_wait").is_none(), "--keep-serving keeps the process up");
+    let status = failed.stop(&mut failed_run, RUN_TIMEOUT);
+    assert!(!status.success(), "the failure's status after SIGTERM: {status}; log:\n{}", failed.log_text());
+    for (pipeline, run) in [(&dead_letters, &mut dead_letters_run), (&event_time, &mut event_time_run)] {
+        assert!(pipeline.stop(run, RUN_TIMEOUT).success(), "{}", pipeline.log_text());
+    }
 }
 
 /// `/metrics` counts what the pipeline did, in Prometheus' text format: records and bytes in

@@ -45,6 +45,12 @@ pub struct RunArgs {
     /// docs/observability.md.
     #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
     metrics: Option<SocketAddr>,
+    /// With --metrics: when the pipeline stops on an error that needs a human, keep serving its
+    /// dashboard, `/metrics` and `/api/pipelines` (state `failed`, the error and the failure
+    /// history; `/readyz` answers 503) until SIGINT or SIGTERM, then exit with the failure's
+    /// status. Without it the process exits at once, and the page goes with it.
+    #[arg(long, requires = "metrics")]
+    keep_serving: bool,
     /// This process's instance id, to run the pipeline in several processes (on one machine or
     /// many): each process is a static member of the pipeline's consumer group with this
     /// `group.instance.id`, uses the transactional ids `<prefix>-<ID>-<slot>` and the state
@@ -98,7 +104,16 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_identical_failures: None,
         pool: None,
     };
-    run(&config, &engine, &options, &shutdown)?;
+    let result = run(&config, &engine, &options, &shutdown);
+    if let Err(error) = &result
+        && args.keep_serving
+    {
+        tracing::error!(pipeline = %config.name, %error, "pipeline failed; serving its dashboard until SIGINT or SIGTERM (--keep-serving)");
+        while !shutdown.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 

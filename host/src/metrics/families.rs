@@ -1,6 +1,8 @@
 //! The metric families Weir exports, registered once per [`super::Metrics`].
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets};
+use prometheus::{
+    CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets,
+};
 
 /// Every metric family, by Prometheus name. Labels: `pipeline`, `operator`, `partition`
 /// (`topic[partition]` of the source), and the bounded `phase`, `kind` and `state`.
@@ -13,11 +15,17 @@ pub(super) struct Families {
     pub position: IntGaugeVec,
     pub watermark: IntGaugeVec,
     pub late_records: IntCounterVec,
+    pub newest_event: IntGaugeVec,
+    pub idle: IntGaugeVec,
     pub lag: IntGaugeVec,
     pub batch_seconds: HistogramVec,
     pub guest_call_seconds: HistogramVec,
     pub guest_errors: IntCounterVec,
     pub guest_memory: IntGaugeVec,
+    pub operator_records_in: IntCounterVec,
+    pub operator_records_out: IntCounterVec,
+    pub open_timers: IntGaugeVec,
+    pub activity_seconds: CounterVec,
     pub checkpoint_seconds: HistogramVec,
     pub epoch_records: HistogramVec,
     pub epoch_bytes: HistogramVec,
@@ -53,6 +61,11 @@ impl Families {
             registry.register(Box::new(family.clone())).expect("this is a bug in Weir: a metric is registered twice");
             family
         };
+        let seconds_counter = |name: &str, help: &str, labels: &[&str]| {
+            let family = CounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+            registry.register(Box::new(family.clone())).expect("this is a bug in Weir: a metric is registered twice");
+            family
+        };
         let histogram = |name: &str, help: &str, labels: &[&str], buckets: &[f64]| {
             let family = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)
                 .expect("valid histogram");
@@ -84,6 +97,16 @@ impl Families {
                 "Source records whose event time was at or below the partition's watermark when read (late).",
                 PARTITION,
             ),
+            newest_event: gauge(
+                "weir_newest_event_time_ms",
+                "Largest event time read from the source partition, in milliseconds since the Unix epoch (pipelines with [source.watermark]; 0 until its first record).",
+                PARTITION,
+            ),
+            idle: gauge(
+                "weir_source_idle",
+                "1 while the source partition is idle (read to its end for source.watermark.idle_timeout_ms, its watermark following the wall clock), else 0.",
+                PARTITION,
+            ),
             lag: gauge(
                 "weir_source_lag_records",
                 "Last stable offset of the source partition (read_committed end) minus the pipeline's position.",
@@ -97,7 +120,7 @@ impl Families {
             ),
             guest_call_seconds: histogram(
                 "weir_guest_call_duration_seconds",
-                "Time an operator took for one batch that it processed (`process`, and under on_error = dead-letter the replay that isolates failing records).",
+                "Time an operator took for one batch that it processed (`process`, and under on_error = dead-letter the replay that isolates failing records) or one round of timers (`on-timer`).",
                 OPERATOR,
                 &seconds,
             ),
@@ -110,6 +133,26 @@ impl Families {
                 "weir_guest_memory_bytes",
                 "Largest linear memory of the operator instance, sampled at each checkpoint.",
                 &["pipeline", "operator", "partition"],
+            ),
+            operator_records_in: counter(
+                "weir_operator_records_in_total",
+                "Records handed to the operator (source records, or the previous operator's output).",
+                OPERATOR,
+            ),
+            operator_records_out: counter(
+                "weir_operator_records_out_total",
+                "Records the operator emitted (to the next operator, or to the sink), from records and from timers.",
+                OPERATOR,
+            ),
+            open_timers: gauge(
+                "weir_open_timers",
+                "Timers registered and not yet fired, counted at each checkpoint (at most 1000 per operator and partition are counted).",
+                PIPELINE,
+            ),
+            activity_seconds: seconds_counter(
+                "weir_activity_seconds_total",
+                "Time spent by activity: guest (operator calls, summed over the workers), producer (handing output to the producer, waiting while its queue is full: back-pressure), poll (waiting for source records), checkpoint (barrier to apply).",
+                &["pipeline", "activity"],
             ),
             checkpoint_seconds: histogram(
                 "weir_checkpoint_duration_seconds",

@@ -1,18 +1,21 @@
 //! The metrics and live status of one pipeline: what its runner reports, and what the sampler
 //! adds (lag, history).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use prometheus::{Histogram, IntCounter, IntGauge};
+use prometheus::{Counter, Histogram, IntCounter, IntGauge};
 use serde::Serialize;
 
 use super::families::Families;
 use super::history::{History, Totals};
 use super::readiness::{PipelineReadiness, Signals, Unreachable};
 use super::task::{OperatorMetrics, TaskMetrics};
-use super::view::{CheckpointView, ErrorView, PartitionView, PipelineView};
+use super::view::{
+    ActivityView, CheckpointView, DeadLetterView, DeadLettersView, ErrorView, GraphView, OpenTimersView, OperatorView,
+    PartitionView, PipelineView,
+};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::types::{CheckpointId, TaskId};
@@ -72,6 +75,11 @@ pub struct CheckpointFigures {
     pub state_bytes: u64,
 }
 
+/// How many failures [`PipelineView::failures`] keeps.
+pub const FAILURES_KEPT: usize = 10;
+/// How many committed checkpoints [`PipelineView::checkpoints`] keeps.
+pub const CHECKPOINTS_KEPT: usize = 20;
+
 /// One partition's handles, kept for the sampler.
 struct Partition {
     position: IntGauge,
@@ -79,16 +87,39 @@ struct Partition {
     lag: Option<IntGauge>,
     records_in: IntCounter,
     records_out: IntCounter,
+    dead_letters: IntCounter,
     watermark: IntGauge,
+    newest_event: IntGauge,
+    idle: IntGauge,
     late: IntCounter,
 }
+
+/// The chain's shape, from the configuration: what [`GraphView`] draws.
+struct Graph {
+    sources: Vec<String>,
+    operators: Vec<String>,
+    sinks: Vec<String>,
+    dead_letter_topic: Option<String>,
+}
+
+/// The `activity` label values of `weir_activity_seconds_total`, in [`ActivityView`] order.
+const ACTIVITIES: [&str; 4] = ["guest", "producer", "poll", "checkpoint"];
 
 /// What changes at a lower rate than records: state, errors, checkpoints, history, and what
 /// readiness needs besides.
 struct Live {
     state: PipelineState,
     last_error: Option<ErrorView>,
-    last_checkpoint: Option<CheckpointView>,
+    /// Newest first, at most [`FAILURES_KEPT`].
+    failures: VecDeque<ErrorView>,
+    last_dead_letter: Option<DeadLetterView>,
+    /// Failed calls per operator.
+    operator_errors: BTreeMap<String, u64>,
+    open_timers: Option<OpenTimersView>,
+    /// The chain's shape (a redeployed pipeline's may change).
+    graph: Graph,
+    /// Newest first, at most [`CHECKPOINTS_KEPT`].
+    checkpoints: VecDeque<CheckpointView>,
     history: History,
     signals: Signals,
 }
@@ -111,6 +142,8 @@ pub struct PipelineMetrics {
     name: String,
     pub(super) source: SourceAddress,
     families: Arc<Families>,
+    activity: [Counter; 4],
+    open_timers: IntGauge,
     batch: Histogram,
     checkpoint_phases: [Histogram; 5],
     epoch_records: Histogram,
@@ -137,6 +170,8 @@ impl PipelineMetrics {
                 group_id: config.group_id(),
                 topics: config.source.topics.clone(),
             },
+            activity: ACTIVITIES.map(|activity| families.activity_seconds.with_label_values(&[name, activity])),
+            open_timers: families.open_timers.with_label_values(&[name]),
             batch: families.batch_seconds.with_label_values(&[name]),
             checkpoint_phases: PHASES.map(|phase| families.checkpoint_seconds.with_label_values(&[name, phase])),
             epoch_records: families.epoch_records.with_label_values(&[name]),
@@ -149,7 +184,12 @@ impl PipelineMetrics {
             live: Mutex::new(Live {
                 state: PipelineState::Starting,
                 last_error: None,
-                last_checkpoint: None,
+                failures: VecDeque::new(),
+                last_dead_letter: None,
+                operator_errors: BTreeMap::new(),
+                open_timers: None,
+                graph: Graph::of(config),
+                checkpoints: VecDeque::new(),
                 history: History::default(),
                 signals: Signals::new(config.checkpoint.interval),
             }),
@@ -176,8 +216,11 @@ impl PipelineMetrics {
             dead_letters: f.dead_letters.with_label_values(&labels),
             position: f.position.with_label_values(&labels),
             watermark: f.watermark.with_label_values(&labels),
+            newest_event: f.newest_event.with_label_values(&labels),
+            idle: f.idle.with_label_values(&labels),
             late: f.late_records.with_label_values(&labels),
             batch: self.batch.clone(),
+            producer: self.activity[1].clone(),
         };
         task.position(next_offset);
         let partition_handles = Partition {
@@ -185,7 +228,10 @@ impl PipelineMetrics {
             lag: None,
             records_in: task.records_in.clone(),
             records_out: task.records_out.clone(),
+            dead_letters: task.dead_letters.clone(),
             watermark: task.watermark.clone(),
+            newest_event: task.newest_event.clone(),
+            idle: task.idle.clone(),
             late: task.late.clone(),
         };
         lock(&self.partitions).insert(partition.clone(), partition_handles);
@@ -194,19 +240,46 @@ impl PipelineMetrics {
 
     /// The handles of operator `operator` in the task of `partition`.
     pub fn operator(&self, operator: &str, partition: &TaskId) -> OperatorMetrics {
+        let labels = [self.name.as_str(), operator];
+        let f = &self.families;
         OperatorMetrics {
-            call: self.families.guest_call_seconds.with_label_values(&[self.name.as_str(), operator]),
-            memory: self.families.guest_memory.with_label_values(&[
-                self.name.as_str(),
-                operator,
-                &partition.to_string(),
-            ]),
+            call: f.guest_call_seconds.with_label_values(&labels),
+            memory: f.guest_memory.with_label_values(&[self.name.as_str(), operator, &partition.to_string()]),
+            records_in: f.operator_records_in.with_label_values(&labels),
+            records_out: f.operator_records_out.with_label_values(&labels),
+            guest: self.activity[0].clone(),
         }
+    }
+
+    /// Counts `took` waiting for source records (a poll that found none at once).
+    pub fn poll_wait(&self, took: Duration) {
+        self.activity[2].inc_by(took.as_secs_f64());
+    }
+
+    /// Sets the timers registered and not yet fired, counted at a checkpoint: `count`, and
+    /// whether counting stopped at its cap (there are more).
+    pub fn open_timers(&self, count: u64, capped: bool) {
+        self.open_timers.set(count as i64);
+        lock(&self.live).open_timers = Some(OpenTimersView { count, capped });
+    }
+
+    /// The record at `offset` of `topic[partition]`, which `error` failed on, went to the
+    /// dead-letter topic (it is counted by the task's batch figures and [`Self::guest_error`]).
+    pub fn dead_letter(&self, error: &OperatorError, topic: &str, partition: i32, offset: i64) {
+        let position = format!("{topic}[{partition}]@{offset}");
+        lock(&self.live).last_dead_letter = Some(DeadLetterView {
+            reason: error.to_string(),
+            operator: error.operator.clone(),
+            position,
+            at_ms: now_ms(),
+        });
     }
 
     /// Takes a redeployed pipeline's configuration (`weir serve`): its checkpoint interval.
     pub(super) fn reconfigure(&self, config: &PipelineConfig) {
-        lock(&self.live).signals.checkpoint_interval = config.checkpoint.interval;
+        let mut live = lock(&self.live);
+        live.signals.checkpoint_interval = config.checkpoint.interval;
+        live.graph = Graph::of(config);
     }
 
     /// Sets the pipeline's state.
@@ -234,7 +307,7 @@ impl PipelineMetrics {
 
     /// The pipeline failed with `error`; `retrying` when recovery runs again after a back-off.
     pub fn failed(&self, error: &PipelineError, retrying: bool) {
-        self.error_seen(error);
+        self.failure(error, if retrying { "recovering" } else { "failed" });
         if retrying {
             self.recoveries.inc();
         }
@@ -244,16 +317,29 @@ impl PipelineMetrics {
     /// Records `error` as the last error, leaving the state as it is: for a failure met while
     /// stopping, after which the pipeline still stops cleanly.
     pub fn error_seen(&self, error: &PipelineError) {
+        self.failure(error, "stopping");
+    }
+
+    /// Records `error` as the last error and in the failure history, with its `outcome`.
+    fn failure(&self, error: &PipelineError, outcome: &'static str) {
         if let PipelineError::Operator(error) = error {
             self.guest_error(error);
         }
-        lock(&self.live).last_error = Some(ErrorView { message: error.to_string(), at_ms: now_ms() });
+        let view = ErrorView { message: error.to_string(), at_ms: now_ms(), outcome };
+        let mut live = lock(&self.live);
+        if live.failures.len() == FAILURES_KEPT {
+            live.failures.pop_back();
+        }
+        live.failures.push_front(view.clone());
+        live.last_error = Some(view);
     }
 
     /// Forgets the last error: the pipeline was deployed again (`weir serve`), and an error of
     /// the previous spec would mislead.
     pub fn clear_last_error(&self) {
-        lock(&self.live).last_error = None;
+        let mut live = lock(&self.live);
+        live.last_error = None;
+        live.failures.clear();
     }
 
     /// Counts a failed operator call (one that stopped the epoch, or one dead-lettered).
@@ -262,6 +348,7 @@ impl PipelineMetrics {
             .guest_errors
             .with_label_values(&[self.name.as_str(), &error.operator, kind_label(&error.kind)])
             .inc();
+        *lock(&self.live).operator_errors.entry(error.operator.clone()).or_default() += 1;
     }
 
     /// Records a committed checkpoint.
@@ -274,10 +361,8 @@ impl PipelineMetrics {
         self.epoch_bytes.observe(figures.output_bytes as f64);
         self.checkpoint_id.set(figures.id.0 as i64);
         self.state_written.inc_by(figures.state_bytes);
-        let mut live = lock(&self.live);
-        live.signals.current_at = Instant::now();
-        live.signals.checkpointed = true;
-        live.last_checkpoint = Some(CheckpointView {
+        self.activity[3].inc_by(figures.total.as_secs_f64());
+        let view = CheckpointView {
             id: figures.id.0,
             at_ms: now_ms(),
             duration_seconds: figures.total.as_secs_f64(),
@@ -287,7 +372,15 @@ impl PipelineMetrics {
             apply_seconds: figures.apply.as_secs_f64(),
             records: figures.records,
             output_bytes: figures.output_bytes,
-        });
+            state_bytes: figures.state_bytes,
+        };
+        let mut live = lock(&self.live);
+        live.signals.current_at = Instant::now();
+        live.signals.checkpointed = true;
+        if live.checkpoints.len() == CHECKPOINTS_KEPT {
+            live.checkpoints.pop_back();
+        }
+        live.checkpoints.push_front(view);
     }
 
     /// The runner restores the state of `partitions` partitions the consumer group assigned,
@@ -376,7 +469,7 @@ impl PipelineMetrics {
         let lag = ends.and(total_lag(partitions.values().map(|p| p.lag.as_ref().map(IntGauge::get))));
         drop(partitions);
         let mut live = lock(&self.live);
-        let checkpoint_seconds = live.last_checkpoint.as_ref().map(|c| c.duration_seconds);
+        let checkpoint_seconds = live.checkpoints.front().map(|c| c.duration_seconds);
         live.history.push(Totals {
             at: Instant::now(),
             at_ms: now_ms(),
@@ -389,20 +482,49 @@ impl PipelineMetrics {
 
     /// The pipeline as the dashboard's JSON shows it.
     pub fn view(&self) -> PipelineView {
+        let now = now_ms() as i64;
+        let mut dead_letters = 0;
         let partitions: Vec<PartitionView> = lock(&self.partitions)
             .iter()
-            .map(|(id, p)| PartitionView {
-                partition: id.to_string(),
-                position: p.position.get(),
-                lag_records: p.lag.as_ref().map(IntGauge::get),
-                records_in: p.records_in.get(),
-                records_out: p.records_out.get(),
-                // The gauge reads 0 until the partition's first event time.
-                watermark_ms: Some(p.watermark.get()).filter(|ms| *ms != 0),
-                late_records: p.late.get(),
+            .map(|(id, p)| {
+                dead_letters += p.dead_letters.get();
+                // The gauges read 0 until the partition's first event time.
+                let watermark_ms = Some(p.watermark.get()).filter(|ms| *ms != 0);
+                let newest_event_ms = Some(p.newest_event.get()).filter(|ms| *ms != 0);
+                PartitionView {
+                    partition: id.to_string(),
+                    position: p.position.get(),
+                    lag_records: p.lag.as_ref().map(IntGauge::get),
+                    records_in: p.records_in.get(),
+                    records_out: p.records_out.get(),
+                    watermark_ms,
+                    late_records: p.late.get(),
+                    newest_event_ms,
+                    watermark_delay_ms: watermark_ms.map(|w| now.saturating_sub(w)),
+                    watermark_behind_newest_ms: watermark_ms.zip(newest_event_ms).map(|(w, n)| n.saturating_sub(w)),
+                    idle: p.idle.get() == 1,
+                }
             })
             .collect();
         let live = lock(&self.live);
+        let operators = live
+            .graph
+            .operators
+            .iter()
+            .map(|operator| {
+                let labels = [self.name.as_str(), operator];
+                let f = &self.families;
+                OperatorView {
+                    name: operator.clone(),
+                    records_in: f.operator_records_in.with_label_values(&labels).get(),
+                    records_out: f.operator_records_out.with_label_values(&labels).get(),
+                    errors: live.operator_errors.get(operator).copied().unwrap_or(0),
+                    guest_seconds: f.guest_call_seconds.with_label_values(&labels).get_sample_sum(),
+                }
+            })
+            .collect();
+        let [guest_seconds, producer_seconds, poll_seconds, checkpoint_seconds] =
+            self.activity.each_ref().map(Counter::get);
         PipelineView {
             name: self.name.clone(),
             state: live.state,
@@ -410,9 +532,32 @@ impl PipelineMetrics {
             records_out: partitions.iter().map(|p| p.records_out).sum(),
             lag_records: total_lag(partitions.iter().map(|p| p.lag_records)),
             last_error: live.last_error.clone(),
-            last_checkpoint: live.last_checkpoint.clone(),
+            failures: live.failures.iter().cloned().collect(),
+            dead_letters: DeadLettersView { count: dead_letters, last: live.last_dead_letter.clone() },
+            last_checkpoint: live.checkpoints.front().cloned(),
+            checkpoints: live.checkpoints.iter().cloned().collect(),
+            graph: GraphView {
+                sources: live.graph.sources.clone(),
+                operators,
+                sinks: live.graph.sinks.clone(),
+                dead_letter_topic: live.graph.dead_letter_topic.clone(),
+            },
+            activity: ActivityView { guest_seconds, producer_seconds, poll_seconds, checkpoint_seconds },
+            late_records: partitions.iter().map(|p| p.late_records).sum(),
+            open_timers: live.open_timers,
             partitions,
             history: live.history.samples(),
+        }
+    }
+}
+
+impl Graph {
+    fn of(config: &PipelineConfig) -> Self {
+        Self {
+            sources: config.source.topics.clone(),
+            operators: config.transforms.iter().map(|t| t.name.clone()).collect(),
+            sinks: std::iter::once(&config.sink.topic).chain(config.sink.outputs.values()).cloned().collect(),
+            dead_letter_topic: config.sink.dead_letter_topic.clone(),
         }
     }
 }

@@ -38,6 +38,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const OFFSET_KEEP_ALIVE: Duration = Duration::from_secs(24 * 3600);
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// Most timers counted per operator and task at a checkpoint (`weir_open_timers`): counting
+/// reads their keys, and a count beyond this says enough.
+const OPEN_TIMERS_CAP: usize = 1000;
 /// Batches per worker thread the runner may hold polled and not yet processed
 /// ([`Runner::stream`]): enough to read past the records of one partition that librdkafka hands
 /// out together (one fetch's worth: a few thousand flights with the default
@@ -264,6 +267,7 @@ impl Out {
         dead_letters: &[DeadLetter],
         input: &Input,
     ) -> Result<u64, PipelineError> {
+        let sending = Instant::now();
         for output in outputs.iter() {
             let topic = match output.output {
                 Some(name) => &self.sink.outputs[name],
@@ -281,9 +285,12 @@ impl Out {
                     .map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
             }
         }
+        task.metrics().producer(sending.elapsed());
         let output_bytes = outputs.bytes();
         for dead_letter in dead_letters {
             self.metrics.guest_error(&dead_letter.error);
+            let record = &dead_letter.record;
+            self.metrics.dead_letter(&dead_letter.error, &record.topic, record.partition, record.offset);
         }
         task.metrics().batch(&BatchFigures {
             records_in: input.records,
@@ -928,7 +935,12 @@ impl<'a> Runner<'a> {
                 returned = true;
             }
             if polling && flow.failed.is_none() && flow.out_records < most {
+                // Only a poll that may wait is timed: the rest take what the consumer holds.
+                let waiting = (!timeout.is_zero()).then(Instant::now);
                 let polled = self.source.consumer().poll(timeout);
+                if let Some(started) = waiting {
+                    self.metrics.poll_wait(started.elapsed());
+                }
                 timeout = Duration::ZERO;
                 // The clock is read once per batch's worth of polls, not per record, and at
                 // every empty poll.
@@ -1204,6 +1216,7 @@ impl<'a> Runner<'a> {
             output_bytes: self.epoch.output_bytes,
             state_bytes: state_bytes as u64,
         });
+        self.count_open_timers()?;
         self.recorded = sealed.checkpoint.offsets;
         self.last_commit = Instant::now();
         if self.loading_savepoint {
@@ -1216,6 +1229,19 @@ impl<'a> Runner<'a> {
             tracing::info!(changelog = %self.changelog.topic, checkpoint = %id, "the state directory's state is in the changelog again (--reseed-changelog)");
         }
         self.begin_epoch(id.next().max(self.floor))
+    }
+
+    /// Counts the timers the tasks hold, for the metrics: at most [`OPEN_TIMERS_CAP`] per
+    /// operator and task, so that a checkpoint reads a bounded number of keys.
+    fn count_open_timers(&mut self) -> Result<(), PipelineError> {
+        let (mut count, mut capped) = (0, false);
+        for task in &mut self.tasks {
+            let (found, more) = task.open_timers(OPEN_TIMERS_CAP)?;
+            count += found;
+            capped |= more;
+        }
+        self.metrics.open_timers(count, capped);
+        Ok(())
     }
 
     /// Moves the open epoch, which has no work, up to the floor: its (empty) transaction is

@@ -299,7 +299,7 @@ impl Task {
         let Some(time) = &mut self.time else { return Ok(batch) };
         let Stamped { failed, late } = time.stamp(&mut batch);
         let watermark = time.watermark();
-        self.metrics.event_time(watermark, late);
+        self.metrics.event_time(watermark, time.newest_event_time(), late);
         for step in &mut self.steps {
             step.operator.set_watermark(watermark);
         }
@@ -346,6 +346,7 @@ impl Task {
                 return Ok(Outputs::default());
             }
             let started = Instant::now();
+            let records_in = records.len();
             let outputs = match step.on_error {
                 OnError::Fail => match step.operator.process_batch(&records) {
                     Ok(outputs) => outputs,
@@ -369,7 +370,7 @@ impl Task {
                     Err(error) => return Err(error),
                 },
             };
-            step.metrics.call(started.elapsed());
+            step.metrics.call(started.elapsed(), records_in, outputs.len());
             if index + 1 == steps {
                 return Ok(outputs);
             }
@@ -407,7 +408,10 @@ impl Task {
                     timestamp: last.time,
                     watermark,
                 };
+                let started = Instant::now();
                 let fired = operator.on_timer(&due)?;
+                // Timers are no input records: only the call's time and output count.
+                self.steps[index].metrics.call(started.elapsed(), 0, fired.len());
                 fired_any = true;
                 if index + 1 == self.steps.len() {
                     outputs.append(fired);
@@ -431,7 +435,23 @@ impl Task {
     pub fn idle(&mut self, now_ms: i64) {
         if let Some(time) = &mut self.time {
             time.idle(now_ms);
+            self.metrics.idle(time.watermark());
         }
+    }
+
+    /// The timers its operators hold, registered and not yet fired, counting at most `cap` per
+    /// operator; and whether an operator had more.
+    ///
+    /// # Errors
+    /// When a timer store cannot be read.
+    pub fn open_timers(&mut self, cap: usize) -> Result<(u64, bool), OperatorError> {
+        let (mut count, mut capped) = (0, false);
+        for step in &mut self.steps {
+            let found = step.operator.open_timers(cap + 1)?;
+            count += found.min(cap) as u64;
+            capped |= found > cap;
+        }
+        Ok((count, capped))
     }
 
     /// Makes the next barrier write `writes` (full state keys) and every snapshot before the

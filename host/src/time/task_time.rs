@@ -75,6 +75,11 @@ impl TaskTime {
         self.clock.watermark()
     }
 
+    /// The largest event time the task has read, in milliseconds since the Unix epoch.
+    pub fn newest_event_time(&self) -> Option<i64> {
+        self.clock.max_event_time()
+    }
+
     /// Sets each record's event time and the watermark just before it, in order, moving the
     /// clock. Returns the records whose event time cannot be read or lies too far ahead, and how
     /// many were late ([`Stamped`]).

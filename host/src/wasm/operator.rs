@@ -196,6 +196,19 @@ impl Operator {
         Ok(due)
     }
 
+    /// How many timers the operator holds, registered and not yet fired, counting at most
+    /// `limit`. None for a component of contract 0.1, which has no timers.
+    ///
+    /// # Errors
+    /// An [`OperatorError`] for [`Call::OnTimer`] when the state store cannot be read.
+    pub fn open_timers(&mut self, limit: usize) -> Result<usize, OperatorError> {
+        if self.component.description().version == Version::V0_1 {
+            return Ok(0);
+        }
+        let found = self.timers_mut().scan_prefix(&[], limit);
+        found.map(|timers| timers.len()).map_err(|e| self.error(Call::OnTimer, None, ErrorKind::State(e)))
+    }
+
     /// Runs `on-timer` over `timers` (from [`Operator::due_timers`]) and removes them.
     ///
     /// Ok means the outputs are valid, and the call's state writes and the timers' removal were

@@ -128,3 +128,105 @@ fn a_process_without_its_pipeline_yet_is_not_ready() {
     let readiness = Metrics::default().readiness();
     assert_eq!((readiness.ready, readiness.reason), (false, Some(Reason::Starting)));
 }
+
+fn figures(id: u64) -> CheckpointFigures {
+    CheckpointFigures {
+        id: CheckpointId(id),
+        total: Duration::from_millis(10),
+        barrier: Duration::from_millis(1),
+        pre_commit: Duration::from_millis(4),
+        commit: Duration::from_millis(3),
+        apply: Duration::from_millis(2),
+        records: id * 10,
+        output_bytes: id * 100,
+        state_bytes: id,
+    }
+}
+
+#[test]
+fn failures_and_checkpoints_keep_a_bounded_history_newest_first() {
+    let metrics = Metrics::default();
+    let pipeline = metrics.pipeline(&config("p"));
+    for n in 0..FAILURES_KEPT + 3 {
+        pipeline.failed(&PipelineError::Refused(format!("failure {n}")), true);
+    }
+    pipeline.error_seen(&PipelineError::Refused("while stopping".into()));
+    let view = pipeline.view();
+    assert_eq!(view.failures.len(), FAILURES_KEPT);
+    assert_eq!(
+        (view.failures[0].message.as_str(), view.failures[0].outcome),
+        ("refusing to start: while stopping", "stopping")
+    );
+    assert_eq!(view.failures[1].outcome, "recovering");
+    assert!(view.failures[1].message.ends_with(&format!("failure {}", FAILURES_KEPT + 2)));
+    pipeline.clear_last_error();
+    assert!(pipeline.view().failures.is_empty(), "a redeployed pipeline starts a new history");
+
+    for id in 1..=(CHECKPOINTS_KEPT as u64 + 5) {
+        pipeline.checkpoint(&figures(id));
+    }
+    let view = pipeline.view();
+    let ids: Vec<u64> = view.checkpoints.iter().map(|c| c.id).collect();
+    let newest = CHECKPOINTS_KEPT as u64 + 5;
+    assert_eq!(ids, (6..=newest).rev().collect::<Vec<_>>());
+    assert_eq!(view.last_checkpoint.map(|c| c.id), Some(newest));
+    assert_eq!(view.checkpoints[0].state_bytes, newest);
+    assert!((view.activity.checkpoint_seconds - 0.01 * newest as f64).abs() < 1e-9, "{:?}", view.activity);
+}
+
+#[test]
+fn the_graph_counts_each_operator_and_dead_letters_name_their_record() {
+    let metrics = Metrics::default();
+    let pipeline = metrics.pipeline(&config("p"));
+    let task = pipeline.task(&partition(0), Some(0));
+    let operator = pipeline.operator("delays", &partition(0));
+    operator.call(Duration::from_millis(5), 10, 8);
+    let error = OperatorError {
+        operator: "delays".into(),
+        call: crate::wasm::Call::Process,
+        offsets: None,
+        kind: ErrorKind::Guest { message: "bad flight".into(), offset: None },
+    };
+    pipeline.guest_error(&error);
+    pipeline.dead_letter(&error, "flights", 0, 41);
+    task.batch(&BatchFigures { records_in: 10, records_out: 8, dead_letters: 1, ..Default::default() });
+    let view = pipeline.view();
+    assert_eq!(view.graph.sources, ["flights"]);
+    assert_eq!(view.graph.sinks, ["out"]);
+    let delays = &view.graph.operators[0];
+    assert_eq!((delays.name.as_str(), delays.records_in, delays.records_out, delays.errors), ("delays", 10, 8, 1));
+    assert!((delays.guest_seconds - 0.005).abs() < 1e-9);
+    assert_eq!(view.dead_letters.count, 1);
+    let last = view.dead_letters.last.expect("the last dead letter");
+    assert_eq!((last.position.as_str(), last.operator.as_str()), ("flights[0]@41", "delays"));
+    assert!(last.reason.contains("bad flight"), "{}", last.reason);
+    let text = metrics.encode();
+    let series = |name: &str, label: &str| {
+        text.lines().find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label)).map(|l| l.rsplit(' ').next())
+    };
+    assert_eq!(series("weir_operator_records_in_total", "operator=\"delays\""), Some(Some("10")), "{text}");
+    assert_eq!(series("weir_activity_seconds_total", "activity=\"guest\""), Some(Some("0.005")), "{text}");
+}
+
+#[test]
+fn event_time_shows_how_far_the_watermark_trails_and_whether_the_partition_is_idle() {
+    let metrics = Metrics::default();
+    let pipeline = metrics.pipeline(&config("p"));
+    let task = pipeline.task(&partition(0), Some(0));
+    task.event_time(Some(1_000), Some(6_000), 2);
+    let partition = &pipeline.view().partitions[0];
+    assert_eq!((partition.watermark_ms, partition.newest_event_ms), (Some(1_000), Some(6_000)));
+    assert_eq!(partition.watermark_behind_newest_ms, Some(5_000));
+    assert!(partition.watermark_delay_ms.is_some_and(|d| d > 1_000_000), "far behind the clock");
+    assert!(!partition.idle);
+    task.idle(Some(7_000));
+    let view = pipeline.view();
+    assert!(view.partitions[0].idle);
+    assert_eq!(view.partitions[0].watermark_ms, Some(7_000));
+    assert_eq!(view.late_records, 2);
+    task.event_time(Some(7_000), Some(9_000), 0);
+    assert!(!pipeline.view().partitions[0].idle, "a record ends idleness");
+    pipeline.open_timers(1000, true);
+    let timers = pipeline.view().open_timers.expect("counted");
+    assert_eq!((timers.count, timers.capped), (1000, true));
+}

@@ -45,7 +45,7 @@ fn each_reason_applies_in_its_order() {
     assert_eq!(reason(&signals, PipelineState::Failed, now), Some(Reason::Failed), "a human must act");
     assert_eq!(reason(&signals, PipelineState::Stopped, now), Some(Reason::Stopped));
     signals.unreachable = None;
-    let error = ErrorView { message: "misbehave: error at offset 1".into(), at_ms: 0 };
+    let error = ErrorView { message: "misbehave: error at offset 1".into(), at_ms: 0, outcome: "recovering" };
     let (reason, detail) = signals.judge(PipelineState::Recovering, Some(&error), now).expect("not ready");
     assert_eq!(reason, Reason::Recovering);
     assert!(detail.contains("misbehave: error at offset 1"), "{detail}");
