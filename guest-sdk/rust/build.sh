@@ -35,15 +35,64 @@ done
 target_dir=$CARGO_TARGET_DIR/guests/$(basename "$root")-$(printf '%s' "$root" | sha256sum | cut -c1-12)
 [[ $target_dir = /* ]] || target_dir=$PWD/$target_dir
 
+# Debian's rustc has no wasm32-wasip2 standard library: it is compiled from rust-web-src with
+# -Zbuild-std, once per rustc into a sysroot laid out as rustup's target is, which every project
+# then shares (compiling core/std/alloc in each project's own target dir took each new project a
+# minute or more). Its profile is the templates': release, fat LTO (so the rlibs carry bitcode as
+# well as object code, for LTO and non-LTO builds alike), panic = abort (wasm32-wasip2's only
+# strategy). The host's rustlib dir is linked in for wasm-component-ld, which rustc looks for
+# under the sysroot. Sets `sysroot`.
+debian_sysroot() {
+    local manifest='[package]
+name = "weir-std"
+version = "0.0.0"
+edition = "2024"
+publish = false
+[lib]
+path = "lib.rs"
+[profile.release]
+opt-level = 3
+lto = true
+codegen-units = 1
+panic = "abort"
+[workspace]'
+    local key
+    key=$({ /usr/bin/rustc -vV; printf '%s' "$manifest"; } | sha256sum | cut -c1-12)
+    local dir=$CARGO_TARGET_DIR/guests/sysroot-$key
+    [[ $dir = /* ]] || dir=$PWD/$dir
+    if [[ ! -f $dir/complete ]]; then
+        mkdir -p "$CARGO_TARGET_DIR/guests"
+        (
+            flock 9 # one build at a time; the others wait and take it
+            if [[ ! -f $dir/complete ]]; then
+                echo "weir-build-rust: compiling the wasm32-wasip2 standard library once for $(/usr/bin/rustc --version) into $dir" >&2
+                rm -rf "$dir" && mkdir -p "$dir/crate" "$dir/lib/rustlib/wasm32-wasip2/lib"
+                printf '%s\n' "$manifest" >"$dir/crate/Cargo.toml"
+                : >"$dir/crate/lib.rs"
+                CARGO_TARGET_DIR=$dir/target RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
+                    RUSTFLAGS="-L /usr/lib/wasm32-wasi -C embed-bitcode=yes" /usr/bin/cargo build --quiet \
+                    --manifest-path "$dir/crate/Cargo.toml" --release --target wasm32-wasip2 \
+                    -Zbuild-std=std,panic_abort >&2
+                find "$dir/target/wasm32-wasip2/release/deps" -name '*.rlib' ! -name 'libweir_std-*' \
+                    -exec cp {} "$dir/lib/rustlib/wasm32-wasip2/lib/" \;
+                ln -s /usr/lib/rustlib/x86_64-unknown-linux-gnu "$dir/lib/rustlib/x86_64-unknown-linux-gnu"
+                rm -rf "$dir/target" "$dir/crate"
+                touch "$dir/complete"
+            fi
+        ) 9>"$dir.lock"
+    fi
+    sysroot=$dir
+}
+
 build_args=(--target wasm32-wasip2)
 [[ $profile == release ]] && build_args+=(--release)
 if weir_rustup_wasm; then
     route="rustup ($(rustc --version))"
     cargo_cmd=(cargo)
 else
-    route="debian ($(/usr/bin/rustc --version), -Zbuild-std)"
-    cargo_cmd=(env RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 "RUSTFLAGS=-L /usr/lib/wasm32-wasi" /usr/bin/cargo)
-    build_args+=(-Zbuild-std=std,panic_abort)
+    debian_sysroot
+    route="debian ($(/usr/bin/rustc --version), std from $sysroot)"
+    cargo_cmd=(env RUSTC=/usr/bin/rustc "RUSTFLAGS=-L /usr/lib/wasm32-wasi --sysroot $sysroot" /usr/bin/cargo)
 fi
 echo "weir-build-rust: $profile build of $manifest with $route, target dir $target_dir" >&2
 
