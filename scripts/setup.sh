@@ -15,6 +15,9 @@
 #   python    Python 3 with venv    pytest  pytest    node  Node.js 20+ with npm    go  Go 1.24+
 #   polyglot  python pytest node go (the SDKs' tests and builds)
 #   kafka     Java 17+, Maven (scripts/kafka.sh fetches the broker from Maven Central) and openssl
+#   postgres  Debian's postgresql (PostgreSQL 15): scripts/postgres.sh runs a throwaway cluster
+#             from its binaries on port 5433; the system cluster 15/main the package may create
+#             and start on 5432 is not used
 #   browser   Debian's chromium and chromium-driver (the dashboard's browser test drives them
 #             headless through WebDriver; test frameworks' own browser downloads are not used)
 #
@@ -74,11 +77,14 @@ weir_setup() {
                 # kafka.sh makes the test broker's TLS certificates with openssl.
                 command -v openssl >/dev/null || packages+=(openssl)
                 ;;
+            postgres)
+                packages+=(postgresql)
+                ;;
             browser)
                 packages+=(chromium chromium-driver)
                 ;;
             *)
-                echo "setup: unknown part $part (host, guests, python, pytest, node, go, polyglot, kafka, browser)" >&2
+                echo "setup: unknown part $part (host, guests, python, pytest, node, go, polyglot, kafka, postgres, browser)" >&2
                 return 2
                 ;;
         esac
