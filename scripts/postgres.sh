@@ -15,7 +15,8 @@
 # which installing the package may create and start, has 5432, and is not used). Its superuser
 # is weir with password weir-secret, and it has a database weir owned by weir. TCP clients must
 # give the password (scram-sha-256); the Unix socket in $WEIR_POSTGRES_DIR/socket trusts every
-# local user. max_prepared_transactions is 64, so two-phase commit (PREPARE TRANSACTION) works.
+# local user. max_prepared_transactions is $WEIR_POSTGRES_MAX_PREPARED (default 64), so two-phase
+# commit (PREPARE TRANSACTION) works.
 # The connection settings are written to $WEIR_POSTGRES_DIR/postgres.env (shell syntax:
 # POSTGRES_URL, without the password, POSTGRES_USER, POSTGRES_PASSWORD, POSTGRES_HOST,
 # POSTGRES_PORT, POSTGRES_DB); `status` prints its path.
@@ -29,6 +30,7 @@
 #   WEIR_POSTGRES_PORT           TCP port, default 5433
 #   WEIR_POSTGRES_DIR            cluster (data/), socket/, log and postgres.env,
 #                                default ~/.cache/weir/postgres-run-<port>
+#   WEIR_POSTGRES_MAX_PREPARED   max_prepared_transactions, default 64 (0 turns PREPARE off)
 #   WEIR_POSTGRES_START_TIMEOUT  seconds to wait for the server to accept connections, default 60
 #   WEIR_POSTGRES_BIN            directory of initdb, pg_ctl and psql, default the newest
 #                                /usr/lib/postgresql/*/bin (else the ones on PATH)
@@ -37,6 +39,7 @@ set -euo pipefail
 PORT=${WEIR_POSTGRES_PORT:-5433}
 RUN_DIR=${WEIR_POSTGRES_DIR:-$HOME/.cache/weir/postgres-run-$PORT}
 START_TIMEOUT=${WEIR_POSTGRES_START_TIMEOUT:-60}
+MAX_PREPARED=${WEIR_POSTGRES_MAX_PREPARED:-64}
 
 HOST=127.0.0.1
 DB_USER=weir
@@ -56,7 +59,7 @@ usage() {
 
 validate_settings() {
     local n
-    for n in PORT START_TIMEOUT; do
+    for n in PORT START_TIMEOUT MAX_PREPARED; do
         [[ ${!n} =~ ^[0-9]+$ ]] || die "$n must be a number, got '${!n}'"
     done
     ((PORT > 0 && PORT < 65536)) || die "WEIR_POSTGRES_PORT must be a TCP port, got $PORT"
@@ -185,7 +188,7 @@ rotate_log() {
 launch_server() {
     as_pg mkdir -p "$SOCKET_DIR"
     local opts
-    opts="-c listen_addresses=$HOST -p $PORT -c max_prepared_transactions=64"
+    opts="-c listen_addresses=$HOST -p $PORT -c max_prepared_transactions=$MAX_PREPARED"
     opts+=" -c unix_socket_directories=$(printf %q "$SOCKET_DIR")"
     if ! as_pg "$PG_BIN/pg_ctl" start -D "$DATA_DIR" -l "$LOG_FILE" -w -t "$START_TIMEOUT" \
         -o "$opts" >/dev/null; then

@@ -16,6 +16,7 @@ mod pipeline_exactly_once;
 mod pipeline_kafka_faults;
 mod poison_records;
 mod polyglot;
+mod postgres_sink;
 mod recovery_evidence;
 mod release;
 mod scale_out;

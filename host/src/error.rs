@@ -63,6 +63,27 @@ pub enum PipelineError {
         /// Which transactional id, and why.
         fenced: Fenced,
     },
+    /// A PostgreSQL operation of the sink failed (`sink.postgres`).
+    #[error("postgres: {operation} failed: {}{}", postgres_message(source), postgres_hint(source))]
+    Postgres {
+        /// What Weir was doing, e.g. `PREPARE TRANSACTION 'weir:…'`.
+        operation: String,
+        /// The client's error.
+        source: postgres::Error,
+    },
+    /// The PostgreSQL table refused an output record under `sink.postgres.on_error = "fail"`:
+    /// the epoch is not committed, and the pipeline stops.
+    #[error(
+        "stopping: table {table} refused the output of {task}: {reason}; nothing of the epoch was committed (fix the table or the transform, or set sink.postgres.on_error = \"dead-letter\")"
+    )]
+    RowRefused {
+        /// The table.
+        table: String,
+        /// The source partition whose output it was.
+        task: String,
+        /// Why.
+        reason: String,
+    },
     /// A start-up check refused the configuration against the cluster.
     #[error("refusing to start: {0}")]
     Refused(String),
@@ -97,7 +118,30 @@ pub enum PipelineError {
     },
 }
 
+/// PostgreSQL's own message (the client's `db error: …` prefix left out).
+fn postgres_message(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => error.to_string(),
+    }
+}
+
+/// What to do about a PostgreSQL error recovery does not heal.
+fn postgres_hint(error: &postgres::Error) -> &'static str {
+    if crate::postgres::is_transient(error) {
+        "; retrying: is PostgreSQL running and reachable at sink.postgres.url?"
+    } else {
+        ""
+    }
+}
+
 impl PipelineError {
+    /// A PostgreSQL error of the sink with the operation that failed.
+    pub fn postgres(operation: impl Into<String>) -> impl FnOnce(postgres::Error) -> Self {
+        let operation = operation.into();
+        move |source| PipelineError::Postgres { operation, source }
+    }
+
     /// A Kafka error (of a client, or of a producer slot) with the operation that failed.
     pub fn kafka<E: Into<ProducerError>>(operation: impl Into<String>) -> impl FnOnce(E) -> Self {
         let operation = operation.into();
@@ -169,6 +213,7 @@ impl PipelineError {
                 ErrorClass::Transient | ErrorClass::MissingTopic | ErrorClass::Fenced
             ),
             PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
+            PipelineError::Postgres { source, .. } => crate::postgres::is_transient(source),
             // A guest that refuses its configuration will refuse it again, an output or a state
             // write too large for the sink or the changelog is made again from the same input,
             // and a record without a readable event time stays without one.

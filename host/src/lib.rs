@@ -7,6 +7,7 @@
 //! - [`wasm`]: the WebAssembly host: engine, limits, host imports and operator instances.
 //! - [`state`]: the state backends that serve a transform's `state` import.
 //! - [`time`]: event time: watermarks and the timers of transforms.
+//! - [`postgres`]: the PostgreSQL sink, a two-phase commit decided by the checkpoint.
 
 pub mod checkpoint;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod kafka;
 pub mod metrics;
 pub mod pipeline;
+pub mod postgres;
 pub mod server;
 pub mod state;
 pub mod table;

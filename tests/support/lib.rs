@@ -8,6 +8,7 @@ pub mod admin;
 pub mod broker;
 pub mod flights;
 pub mod pipeline;
+pub mod postgres;
 pub mod records;
 pub mod secured;
 pub mod webdriver;

@@ -100,8 +100,10 @@ pub struct Spec {
     pub source: String,
     /// Extra lines of the `[[transforms]]` table.
     pub transform: String,
-    /// Extra lines of the `[sink]` table.
+    /// Extra lines of the `[sink]` table (sub-tables such as `[sink.postgres]` may follow them).
     pub sink: String,
+    /// Whether `[sink]` names the sink topic (`false`: `[sink.postgres]` takes the default output).
+    pub sink_topic: bool,
     /// The `[checkpoint]` table's lines.
     pub checkpoint: String,
 }
@@ -115,6 +117,7 @@ impl Spec {
             source: "batch_size = 64".into(),
             transform: String::new(),
             sink: String::new(),
+            sink_topic: true,
             checkpoint: "interval_ms = 20\ntimeout_ms = 10000".into(),
         }
     }
@@ -130,7 +133,7 @@ impl TestPipeline {
         let text = format!(
             "name = \"{name}\"\n\n[source]\nbrokers = \"{brokers}\"\ntopics = [\"{source}\"]\n{source_extra}\n\n\
              [[transforms]]\nname = \"{plugin}\"\nwasm = \"{wasm}\"\n{transform}\n\n\
-             [sink]\ntopic = \"{sink}\"\ndead_letter_topic = \"{dead_letters}\"\ncreate_topics = true\n{sink_extra}\n\n\
+             [sink]\n{topic_line}dead_letter_topic = \"{dead_letters}\"\ncreate_topics = true\n{sink_extra}\n\n\
              [checkpoint]\n{checkpoint}\n\n[state]\ndir = \"state\"\n",
             brokers = bootstrap(),
             source_extra = spec.source,
@@ -138,6 +141,7 @@ impl TestPipeline {
             wasm = plugin(spec.plugin).display(),
             transform = spec.transform,
             sink_extra = spec.sink,
+            topic_line = if spec.sink_topic { format!("topic = \"{sink}\"\n") } else { String::new() },
             checkpoint = spec.checkpoint,
         );
         std::fs::write(&file, text).expect("write pipeline file");

@@ -4,7 +4,8 @@
 //! reaches `<point>` (of that checkpoint, when given) — or, with `:sleep=<ms>`, stalls there
 //! that long once (to let the broker time a transaction out, or a test look at an open one).
 //! Points: `mid-epoch` (after a batch of an epoch, before its barrier), `after-pre-commit`,
-//! `after-commit` (before apply), `restore` (before changelog records are replayed into the
+//! `after-commit` (before apply), and with a PostgreSQL sink `before-prepare`, `after-prepare` and
+//! `after-commit-prepared`, `restore` (before changelog records are replayed into the
 //! state of assigned partitions; its checkpoint is the one the state directory held, 0 for an
 //! empty one). Unset, it costs one branch per call.
 
@@ -25,8 +26,15 @@ pub enum FaultPoint {
     /// After pre-commit (changelog written, sink flushed, offsets added to the transaction),
     /// before `commit_transaction`.
     AfterPreCommit,
-    /// After `commit_transaction` succeeded, before the checkpoint is applied to RocksDB.
+    /// PostgreSQL sink: after the epoch's rows were written, before `PREPARE TRANSACTION`.
+    BeforePrepare,
+    /// PostgreSQL sink: after `PREPARE TRANSACTION`, before the Kafka pre-commit.
+    AfterPrepare,
+    /// After `commit_transaction` succeeded, before the checkpoint is applied to RocksDB (and
+    /// before the PostgreSQL sink's `COMMIT PREPARED`).
     AfterCommit,
+    /// PostgreSQL sink: after `COMMIT PREPARED`, before the checkpoint is applied to RocksDB.
+    AfterCommitPrepared,
     /// Before a restore replays changelog records into the state (only when there are some).
     Restore,
 }
@@ -36,7 +44,10 @@ impl FaultPoint {
         match self {
             FaultPoint::MidEpoch => "mid-epoch",
             FaultPoint::AfterPreCommit => "after-pre-commit",
+            FaultPoint::BeforePrepare => "before-prepare",
+            FaultPoint::AfterPrepare => "after-prepare",
             FaultPoint::AfterCommit => "after-commit",
+            FaultPoint::AfterCommitPrepared => "after-commit-prepared",
             FaultPoint::Restore => "restore",
         }
     }

@@ -62,6 +62,11 @@ pub struct RunArgs {
     /// file can serve machines of several sizes). 1 to 1024; by default the available cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=MAX_WORKERS as i64))]
     workers: Option<u16>,
+    /// Stop, rather than recover again, after the pipeline failed this many times in a row with
+    /// the same error (a PostgreSQL sink whose database stays down, a transform that fails on
+    /// every start); by default it recovers for ever. A broker outage never counts.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_identical_failures: Option<u32>,
 }
 
 fn parse_instance(text: &str) -> Result<String, String> {
@@ -101,7 +106,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         reseed_changelog: args.reseed_changelog,
         metrics,
         instance: args.instance,
-        max_identical_failures: None,
+        max_identical_failures: args.max_identical_failures,
         pool: None,
     };
     let result = run(&config, &engine, &options, &shutdown);

@@ -58,10 +58,15 @@ fn advice(error: &LoadError, wasm: &Path) -> String {
 /// named outputs and the dead-letter topic when there are.
 fn summary(config: &PipelineConfig) -> String {
     let operators: Vec<&str> = config.transforms.iter().map(|t| t.name.as_str()).collect();
-    let mut sink = config.sink.topic.clone();
+    let mut sink: Vec<String> = config.sink.topic.iter().cloned().collect();
     for (output, topic) in &config.sink.outputs {
-        sink.push_str(&format!(", {output}: {topic}"));
+        sink.push(format!("{output}: {topic}"));
     }
+    if let Some(pg) = &config.sink.postgres {
+        let output = pg.output.as_ref().map_or(String::new(), |name| format!("{name}: "));
+        sink.push(format!("{output}PostgreSQL table {}", pg.table));
+    }
+    let mut sink = sink.join(", ");
     if let Some(dead) = &config.sink.dead_letter_topic {
         sink.push_str(&format!(", dead letters: {dead}"));
     }

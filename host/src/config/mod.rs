@@ -74,7 +74,7 @@ pub use pipeline::{
     DEFAULT_TRANSACTION_TIMEOUT, Guarantee, MAX_BATCH_SIZE, MAX_DEADLINE, MAX_MEMORY_LIMIT_BYTES, MAX_NAME_LEN,
     MAX_PRODUCER_SLOTS, MAX_TOPIC_LEN, MAX_TRANSACTION_TIMEOUT, MAX_WORKERS, MIN_CHECKPOINT_INTERVAL,
     MIN_CHECKPOINT_TIMEOUT, MIN_MAX_EPOCH_BYTES, MIN_PARTITION_DISCOVERY_INTERVAL, MIN_TRANSACTION_TIMEOUT,
-    OffsetReset, OnError, PipelineConfig, RESERVED_RDKAFKA_KEYS, RuntimeConfig, SinkConfig, SourceConfig,
-    StartPosition, StateConfig, TableConfig, TimeFormat, TransformConfig, WatermarkConfig,
+    OffsetReset, OnError, PipelineConfig, PostgresSinkConfig, RESERVED_RDKAFKA_KEYS, RuntimeConfig, SinkConfig,
+    SourceConfig, StartPosition, StateConfig, TableConfig, TimeFormat, TransformConfig, WatermarkConfig, WriteMode,
 };
 pub use validate::is_topic_name;

@@ -309,8 +309,9 @@ pub struct SinkConfig {
     /// source's cluster: source offsets and the changelog are written inside the sink's
     /// transactions.
     pub cluster: ClusterConfig,
-    /// `sink.topic`: the default output topic; required.
-    pub topic: String,
+    /// `sink.topic`: the default output topic; required unless `[sink.postgres]` takes the
+    /// default output (then it must be left out).
+    pub topic: Option<String>,
     /// `sink.outputs`: named outputs for fan-out, output name → topic, e.g.
     /// `{ late = "flights-late" }`; a transform's output record that names an output goes to its
     /// topic; by default none.
@@ -346,15 +347,84 @@ pub struct SinkConfig {
     /// `sink.partitions`: number of partitions of topics created by `create_topics`, at least 1;
     /// by default as many as the source topic with the most partitions.
     pub partitions: Option<i32>,
+    /// `[sink.postgres]`: a PostgreSQL table that takes one output of the chain, exactly once
+    /// with `"exactly-once"` (two-phase commit tied to the checkpoint, docs/sinks.md); by
+    /// default none.
+    pub postgres: Option<PostgresSinkConfig>,
 }
 
 impl SinkConfig {
     /// The topics the sink writes: `topic`, each of `outputs`, and `dead_letter_topic`.
     pub fn topics(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.topic.as_str())
+        self.topic
+            .as_deref()
+            .into_iter()
             .chain(self.outputs.values().map(String::as_str))
             .chain(self.dead_letter_topic.as_deref())
     }
+
+    /// Whether an output record of the named output (`None`: the default output) goes to the
+    /// PostgreSQL table rather than a topic.
+    pub fn to_postgres(&self, output: Option<&str>) -> bool {
+        self.postgres.as_ref().is_some_and(|pg| pg.output.as_deref() == output)
+    }
+}
+
+/// `[sink.postgres]`: the PostgreSQL table one output of the chain is written to. Each output
+/// record's value is a JSON object whose fields are the row's columns.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresSinkConfig {
+    /// `sink.postgres.url`: where to connect, as libpq reads it: a URL
+    /// (`postgresql://user@host:port/dbname`) or `key=value` pairs; required. It must not hold
+    /// the password.
+    pub url: String,
+    /// `sink.postgres.password`: the password, as a secret reference (`${env:NAME}` or
+    /// `${file:/path}`, resolved at load); by default none (trust or peer authentication).
+    pub password: Option<String>,
+    /// `sink.postgres.table`: the target table, optionally schema-qualified (`public.delays`);
+    /// required. It must exist; its columns' types are checked at start.
+    pub table: String,
+    /// `sink.postgres.mode`: `"insert"` (every output record is a new row) or `"upsert"`
+    /// (`INSERT … ON CONFLICT (key) DO UPDATE`: the last record per key wins); by default
+    /// `"insert"`.
+    pub mode: WriteMode,
+    /// `sink.postgres.key`: with `"upsert"`, the columns of a unique index or primary key of the
+    /// table that identify a row; required then, refused otherwise.
+    pub key: Vec<String>,
+    /// `sink.postgres.output`: the named output of the chain that goes to the table; by
+    /// default the default output (`sink.topic` is then left out).
+    pub output: Option<String>,
+    /// `sink.postgres.on_error`: what a row the table refuses (a constraint, a value that does
+    /// not fit its column, a field that is not a column) does: `"fail"` (the pipeline stops, the
+    /// epoch is not committed) or `"dead-letter"` (the output record goes to
+    /// `sink.dead_letter_topic` with the reason); by default `"fail"`.
+    pub on_error: OnError,
+}
+
+impl fmt::Debug for PostgresSinkConfig {
+    /// Never prints the password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSinkConfig")
+            .field("url", &self.url)
+            .field("password", &self.password.as_ref().map(|_| super::secret::REDACTED))
+            .field("table", &self.table)
+            .field("mode", &self.mode)
+            .field("key", &self.key)
+            .field("output", &self.output)
+            .field("on_error", &self.on_error)
+            .finish()
+    }
+}
+
+/// `sink.postgres.mode`: how output records become rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteMode {
+    /// `"insert"`: one new row per output record.
+    #[default]
+    Insert,
+    /// `"upsert"`: one row per key, inserted or updated (`ON CONFLICT … DO UPDATE`).
+    Upsert,
 }
 
 /// `sink.guarantee`: the delivery guarantee of a sink.

@@ -495,7 +495,7 @@ fn sink(mut t: Table<'_, '_>, name: &str, source: &ClusterConfig) -> SinkConfig 
     let cluster = cluster_of(&mut t, kafka, Some(source), "[sink.kafka]");
     let sink = SinkConfig {
         cluster,
-        topic: t.required("topic"),
+        topic: t.optional("topic"),
         outputs: t.map("outputs").into_iter().collect(),
         guarantee: t.optional("guarantee").unwrap_or_default(),
         transactional_id_prefix: t
@@ -509,9 +509,35 @@ fn sink(mut t: Table<'_, '_>, name: &str, source: &ClusterConfig) -> SinkConfig 
         dead_letter_topic: t.optional("dead_letter_topic"),
         create_topics: t.optional("create_topics").unwrap_or(false),
         partitions: t.optional("partitions"),
+        postgres: t.table("postgres").map(postgres),
     };
+    if sink.topic.is_none() && sink.postgres.as_ref().is_none_or(|pg| pg.output.is_some()) {
+        t.missing("topic", "`topic` (or a [sink.postgres] table without `output`, taking the default output)");
+    }
     t.finish();
     sink
+}
+
+/// `[sink.postgres]`; its password is a secret reference ([`secret::resolve`]).
+fn postgres(mut t: Table<'_, '_>) -> PostgresSinkConfig {
+    let password = t.optional::<String>("password").and_then(|value| match secret::resolve("password", &value) {
+        Ok(password) => Some(password),
+        Err(e) => {
+            t.reader.fault(&t.key_path("password"), None, e.to_string());
+            None
+        }
+    });
+    let postgres = PostgresSinkConfig {
+        url: t.required("url"),
+        password,
+        table: t.required("table"),
+        mode: t.optional("mode").unwrap_or_default(),
+        key: t.optional("key").unwrap_or_default(),
+        output: t.optional("output"),
+        on_error: t.optional("on_error").unwrap_or_default(),
+    };
+    t.finish();
+    postgres
 }
 
 fn checkpoint(mut t: Table<'_, '_>) -> CheckpointConfig {

@@ -147,7 +147,7 @@ fn full_example_parses() {
         ],
         sink: SinkConfig {
             cluster: ClusterConfig::new("kafka-out:9092"),
-            topic: "flight-delays".into(),
+            topic: Some("flight-delays".into()),
             outputs: strings(&[("late", "flight-delays-late")]),
             guarantee: Guarantee::ExactlyOnce,
             transactional_id_prefix: "delays-v1".into(),
@@ -157,6 +157,7 @@ fn full_example_parses() {
             dead_letter_topic: Some("flight-delays-dlq".into()),
             create_topics: true,
             partitions: Some(6),
+            postgres: None,
         },
         checkpoint: CheckpointConfig {
             interval: Duration::from_secs(2),
@@ -302,10 +303,50 @@ fn bad_values_name_key_and_allowed_values() {
 }
 
 #[test]
+fn a_postgres_sink_is_checked_before_any_connection() {
+    let pg = |lines: &str| MINIMAL.replace("[sink]\n", &format!("[sink.postgres]\n{lines}\n[sink]\n"));
+    let ok = parse(&pg("url = \"postgresql://weir@db:5432/weir\"\ntable = \"delays\"\noutput = \"rows\"")).unwrap();
+    let postgres = ok.sink.postgres.as_ref().unwrap();
+    assert_eq!((postgres.mode, postgres.output.as_deref()), (WriteMode::Insert, Some("rows")));
+    assert!(ok.sink.to_postgres(Some("rows")) && !ok.sink.to_postgres(None));
+    for (lines, key_path, says) in [
+        (
+            "url = \"postgresql://weir:hunter2@db/weir\"\ntable = \"t\"\noutput = \"o\"",
+            "sink.postgres.url",
+            "holds a password",
+        ),
+        ("url = \"postgresql://weir@db\"\ntable = \"t\"\noutput = \"o\"", "sink.postgres.url", "names no database"),
+        (
+            "url = \"postgresql://weir@db/weir\"\ntable = \"Delays\"\noutput = \"o\"",
+            "sink.postgres.table",
+            "lower-case",
+        ),
+        (
+            "url = \"postgresql://weir@db/weir\"\ntable = \"t\"\nmode = \"upsert\"\noutput = \"o\"",
+            "sink.postgres.key",
+            "required",
+        ),
+        ("url = \"postgresql://weir@db/weir\"\ntable = \"t\"", "sink.postgres.output", "one destination"),
+        (
+            "url = \"postgresql://weir@db/weir\"\ntable = \"t\"\npassword = \"hunter2\"\noutput = \"o\"",
+            "sink.postgres.password",
+            "must not be written",
+        ),
+    ] {
+        let (found, message) = match parse(&pg(lines)) {
+            Err(e) => (e.key_path().unwrap_or("").to_owned(), e.to_string()),
+            Ok(_) => panic!("{lines} was accepted"),
+        };
+        assert_eq!(found, key_path, "{lines}: {message}");
+        assert!(message.contains(says), "{lines}: {message}");
+    }
+}
+
+#[test]
 fn missing_required_keys() {
     let (key_path, message) = parse_error(parse(&MINIMAL.replace("topic = \"flight-delays\"\n", "")));
     assert_eq!(key_path, "sink.topic");
-    assert!(message.contains("missing `topic`, which is required: add it to [sink]"), "{message}");
+    assert!(message.contains("missing `topic` (or a [sink.postgres] table"), "{message}");
     let (key_path, message) = parse_error(parse(&MINIMAL.replace("name = \"flight-delays\"\n\n[source]", "[source]")));
     assert_eq!(key_path, "name");
     assert!(message.contains("add it to the top level"), "{message}");
@@ -635,7 +676,7 @@ fn documented_example_is_valid() {
     assert_eq!(config.name, "flight-delays");
     assert_eq!(config.transforms[0].wasm, Path::new("examples/flights/../../target/plugins/flight-delays.wasm"));
     assert_eq!(config.transforms[0].config, [("threshold_minutes".to_owned(), "15".to_owned())]);
-    assert_eq!(config.sink.topic, "flight-delays");
+    assert_eq!(config.sink.topic.as_deref(), Some("flight-delays"));
     assert!(config.sink.create_topics);
 }
 

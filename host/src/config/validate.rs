@@ -1,6 +1,7 @@
 //! [`PipelineConfig::validate`]: every rule a pipeline file must keep, in one place.
 
 use std::collections::BTreeSet;
+use std::str::FromStr;
 use std::time::Duration;
 
 use super::cluster::is_connection_key;
@@ -119,7 +120,7 @@ impl PipelineConfig {
                 broken.push(key("name"), format!("{:?} names another table too", table.name));
             }
             broken.check(check_topic(&key("topic"), &table.topic));
-            let named = self.source.topics.iter().chain([&sink.topic]).chain(sink.outputs.values());
+            let named = self.source.topics.iter().chain(sink.topic.iter()).chain(sink.outputs.values());
             if named
                 .chain(sink.dead_letter_topic.iter())
                 .chain([&self.state.changelog_topic])
@@ -215,6 +216,72 @@ impl PipelineConfig {
         }
     }
 
+    /// `[sink.postgres]`: where to connect (without the password), the table and key as plain
+    /// lower-case identifiers, the output it takes, and its error policy.
+    fn validate_postgres(&self, postgres: &PostgresSinkConfig, broken: &mut Broken) {
+        match postgres::Config::from_str(&postgres.url) {
+            Ok(url) if url.get_password().is_some() => broken.push(
+                "sink.postgres.url",
+                "holds a password: remove it, and give it as sink.postgres.password = \"${env:NAME}\" (or ${file:/path})",
+            ),
+            Ok(url) if url.get_dbname().is_none() => {
+                broken.push("sink.postgres.url", "names no database: add it, e.g. postgresql://weir@127.0.0.1:5432/weir")
+            }
+            Ok(_) => {}
+            Err(e) => broken.push(
+                "sink.postgres.url",
+                format!(
+                    "is not a PostgreSQL connection string ({e}): write postgresql://user@host:port/dbname or host=… port=… user=… dbname=…"
+                ),
+            ),
+        }
+        let parts: Vec<&str> = postgres.table.split('.').collect();
+        if parts.len() > 2 || !parts.iter().all(|p| is_sql_identifier(p)) {
+            broken.push(
+                "sink.postgres.table",
+                format!("{:?} must be a table name, optionally schema-qualified, of {SQL_IDENTIFIER}", postgres.table),
+            );
+        }
+        for (i, column) in postgres.key.iter().enumerate() {
+            if !is_sql_identifier(column) {
+                broken.push(
+                    format!("sink.postgres.key[{i}]"),
+                    format!("{column:?} must be a column name of {SQL_IDENTIFIER}"),
+                );
+            }
+        }
+        match (postgres.mode, postgres.key.is_empty()) {
+            (WriteMode::Upsert, true) => broken.push(
+                "sink.postgres.key",
+                "is required with mode = \"upsert\": the columns of the table's primary key or a unique index, e.g. [\"origin\", \"carrier\"]",
+            ),
+            (WriteMode::Insert, false) => {
+                broken.push("sink.postgres.key", "applies to mode = \"upsert\" only: remove it, or set the mode")
+            }
+            _ => {}
+        }
+        match &postgres.output {
+            Some(output) if !is_name(output) => {
+                broken.push("sink.postgres.output", format!("output name {output:?} must be made of {NAME_CHARS}"))
+            }
+            Some(output) if self.sink.outputs.contains_key(output) => broken.push(
+                "sink.postgres.output",
+                format!("output {output:?} goes to a topic in sink.outputs already: an output has one destination"),
+            ),
+            None if self.sink.topic.is_some() => broken.push(
+                "sink.postgres.output",
+                "is missing, so the table takes the default output, which sink.topic names too: an output has one destination; set sink.postgres.output to a named output, or remove sink.topic",
+            ),
+            _ => {}
+        }
+        if postgres.on_error == OnError::DeadLetter && self.sink.dead_letter_topic.is_none() {
+            broken.push(
+                "sink.postgres.on_error",
+                "is \"dead-letter\", but sink.dead_letter_topic is not set: set it, or use on_error = \"fail\"",
+            );
+        }
+    }
+
     fn validate_sink(&self, broken: &mut Broken) {
         let sink = &self.sink;
         broken.check(check_not_blank(
@@ -225,8 +292,13 @@ impl PipelineConfig {
         if sink.cluster != self.source.cluster {
             check_reserved(broken, "sink.kafka", sink.cluster.properties(), true);
         }
-        if broken.check(check_topic("sink.topic", &sink.topic)) {
-            broken.check(self.check_not_source("sink.topic", &sink.topic));
+        if let Some(topic) = &sink.topic
+            && broken.check(check_topic("sink.topic", topic))
+        {
+            broken.check(self.check_not_source("sink.topic", topic));
+        }
+        if let Some(postgres) = &sink.postgres {
+            self.validate_postgres(postgres, broken);
         }
         for (output, topic) in &sink.outputs {
             let mut key_path = String::from("sink.outputs");
@@ -266,7 +338,7 @@ impl PipelineConfig {
         if let Some(dead) = &sink.dead_letter_topic
             && broken.check(check_topic("sink.dead_letter_topic", dead))
         {
-            let clash = if *dead == sink.topic {
+            let clash = if sink.topic.as_ref() == Some(dead) {
                 Some("sink.topic".to_owned())
             } else if let Some(i) = self.source.topics.iter().position(|t| t == dead) {
                 Some(format!("source.topics[{i}]"))
@@ -288,7 +360,7 @@ impl PipelineConfig {
             broken.push("state.max_bytes", "must be at least 1; leave it out for no limit");
         }
         let changelog = &self.state.changelog_topic;
-        let named = self.source.topics.iter().chain([&sink.topic]).chain(sink.outputs.values());
+        let named = self.source.topics.iter().chain(sink.topic.iter()).chain(sink.outputs.values());
         if broken.check(check_topic("state.changelog_topic", changelog))
             && named.chain(sink.dead_letter_topic.iter()).any(|t| t == changelog)
         {
@@ -383,6 +455,18 @@ impl Broken {
 }
 
 /// `[A-Za-z0-9._-]+`.
+/// What [`is_sql_identifier`] accepts, for messages.
+const SQL_IDENTIFIER: &str = "lower-case letters, digits and '_', starting with a letter or '_', at most 63 bytes";
+
+/// Whether `s` is a PostgreSQL identifier that reads the same quoted and unquoted (so that
+/// Weir's quoted SQL names what the user's `CREATE TABLE` made): at most 63 bytes
+/// (`NAMEDATALEN` − 1).
+fn is_sql_identifier(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 fn is_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }

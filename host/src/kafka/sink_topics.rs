@@ -44,7 +44,7 @@ pub async fn sink_topics(sink: &SinkConfig) -> Result<SinkTopics, KafkaError> {
     Ok(SinkTopics {
         max_record: record_limit(sink, &configs),
         rules: SinkRules {
-            topic: rules(&sink.topic),
+            topic: sink.topic.as_deref().map(rules).unwrap_or_default(),
             outputs: sink.outputs.iter().map(|(name, topic)| (name.clone(), rules(topic))).collect(),
         },
         dead_letters: sink.dead_letter_topic.as_deref().map(rules).unwrap_or_default(),

@@ -556,7 +556,13 @@ impl Graph {
         Self {
             sources: config.source.topics.clone(),
             operators: config.transforms.iter().map(|t| t.name.clone()).collect(),
-            sinks: std::iter::once(&config.sink.topic).chain(config.sink.outputs.values()).cloned().collect(),
+            sinks: config
+                .sink
+                .topics()
+                .filter(|t| config.sink.dead_letter_topic.as_deref() != Some(*t))
+                .map(str::to_owned)
+                .chain(config.sink.postgres.iter().map(|pg| format!("postgres:{}", pg.table)))
+                .collect(),
             dead_letter_topic: config.sink.dead_letter_topic.clone(),
         }
     }

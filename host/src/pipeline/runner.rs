@@ -14,7 +14,7 @@ use crate::checkpoint::fault::{FaultPoint, inject};
 use crate::checkpoint::protocol::{self, RecoverOptions, Recovered};
 use crate::checkpoint::restore::{self, LostChangelog};
 use crate::checkpoint::savepoint::{self, Savepoint};
-use crate::config::{Guarantee, OffsetReset, PipelineConfig, SinkConfig, StartPosition, TransformConfig};
+use crate::config::{Guarantee, OffsetReset, OnError, PipelineConfig, SinkConfig, StartPosition, TransformConfig};
 use crate::error::PipelineError;
 use crate::kafka::{
     Admin, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, ErrorClass, GroupOffset, Lineage, Membership,
@@ -22,11 +22,13 @@ use crate::kafka::{
     record_headers, sink_topics,
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
+use crate::postgres::{self, PendingRows, PostgresSink, Refusal, Resolution, TableShape, Xid};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
-    Fields, OperatorLimits, Outputs, RecordBatch, ResourcePool, TopicRules, TransformComponent, WasmEngine,
+    Fields, Header, OperatorLimits, OutputRecord, Outputs, RecordBatch, ResourcePool, TopicRules, TransformComponent,
+    WasmEngine,
 };
 
 /// Longest pause between two recovery attempts.
@@ -253,6 +255,8 @@ struct Out {
     /// where the topic takes it.
     dead_letter_rules: Arc<TopicRules>,
     metrics: Arc<PipelineMetrics>,
+    /// With `[sink.postgres]`: the table's columns, and the open epoch's rows.
+    rows: Option<(Arc<TableShape>, Arc<PendingRows>)>,
 }
 
 impl Out {
@@ -268,12 +272,25 @@ impl Out {
         input: &Input,
     ) -> Result<u64, PipelineError> {
         let sending = Instant::now();
+        let (mut rows, mut refused) = (Vec::new(), Vec::new());
         for output in outputs.iter() {
+            if let Some((table, _)) = self.rows.as_ref().filter(|_| self.sink.to_postgres(output.output)) {
+                match table.row(task.id(), output.key, output.value) {
+                    Ok(row) => rows.push(row),
+                    Err(reason) => refused.push(Refusal::of(task.id(), output.key, output.value, reason)),
+                }
+                continue;
+            }
+            // Validation gives the default output a topic unless the table takes it.
             let topic = match output.output {
                 Some(name) => &self.sink.outputs[name],
-                None => &self.sink.topic,
+                None => self.sink.topic.as_deref().unwrap_or_default(),
             };
             self.slot.send(topic, output).map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
+        }
+        refuse_rows(&self.slot, &self.sink, refused)?;
+        if let Some((_, pending)) = self.rows.as_ref().filter(|_| !rows.is_empty()) {
+            pending.push(rows);
         }
         if let Some(topic) = &self.sink.dead_letter_topic {
             let now_ms = crate::time::now_ms();
@@ -385,6 +402,9 @@ struct Runner<'a> {
     unowned: Vec<TaskId>,
     /// The tables joined with every source record (`[[source.tables]]`).
     tables: Tables,
+    /// With `[sink.postgres]`: the connection, and the open epoch's rows (shared with [`Out`]).
+    postgres: Option<(PostgresSink, Arc<PendingRows>)>,
+    instance: String,
     metrics: Arc<PipelineMetrics>,
 }
 
@@ -437,6 +457,16 @@ impl<'a> Runner<'a> {
         };
         restore::claim(&db, &owner, &lineage)?;
         log_upgrades(&db, chain)?;
+        let postgres = match &config.sink.postgres {
+            Some(pg) => {
+                let mut sink = PostgresSink::connect(pg, config.checkpoint.timeout)?;
+                if config.sink.guarantee == Guarantee::ExactlyOnce {
+                    start_postgres(config, &mut sink, instance, &lineage, &group)?;
+                }
+                Some((sink, Arc::new(PendingRows::default())))
+            }
+            None => None,
+        };
         let lineage = Lineage { pipeline: config.name.clone(), lineage };
         let next = db.epoch_floor()?.max(db.committed()?.id).next();
         tracing::info!(pipeline = %config.name, instance, lineage = %lineage.lineage, next_epoch = %next, "recovered; joining the consumer group {}", config.group_id());
@@ -486,6 +516,8 @@ impl<'a> Runner<'a> {
             unowned: Vec::new(),
             metrics: metrics.clone(),
             tables,
+            postgres,
+            instance: instance.to_owned(),
         };
         runner.begin_epoch(next)?;
         if shutdown.load(Ordering::Relaxed) {
@@ -529,7 +561,8 @@ impl<'a> Runner<'a> {
                 inject(FaultPoint::MidEpoch, self.epoch.id);
             }
             let max_bytes = self.config.checkpoint.max_epoch_bytes;
-            let overlay_full = self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes);
+            let rows_full = self.postgres.as_ref().is_some_and(|(_, rows)| rows.bytes() >= max_bytes);
+            let overlay_full = rows_full || self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes);
             if overlay_full || self.epoch.started.elapsed() >= self.config.checkpoint.interval {
                 if self.has_work()? {
                     self.checkpoint()?;
@@ -751,6 +784,7 @@ impl<'a> Runner<'a> {
         )?;
         let first_start =
             committed.offsets.is_empty() && protocol::group_lineage(&pipeline_group, &config.name).is_none();
+        self.resolve_departed(&pipeline_group)?;
 
         let mut seeds = BTreeMap::new();
         for task in &reseed {
@@ -823,6 +857,31 @@ impl<'a> Runner<'a> {
         if moved || lost || self.loading_savepoint || self.reseeding.is_some() {
             self.checkpoint()?;
         }
+        Ok(())
+    }
+
+    /// PostgreSQL sink: decides the prepared transactions that `group` (the group's stable
+    /// offsets of every source partition, fetched after this assignment) shows committed, and
+    /// rolls back those of instances that are no member of the group any more (their Kafka
+    /// transactions can no longer commit: the group refuses a departed member's offsets,
+    /// KIP-447). Runs before any checkpoint of the assigned partitions, which would overwrite the
+    /// evidence.
+    fn resolve_departed(&mut self, group: &BTreeMap<TaskId, GroupOffset>) -> Result<(), PipelineError> {
+        let Some((sink, _)) = self.postgres.as_mut().filter(|_| self.config.sink.guarantee == Guarantee::ExactlyOnce)
+        else {
+            return Ok(());
+        };
+        let members: Option<Vec<String>> = match self.source.owners(self.config.checkpoint.timeout) {
+            Ok(owners) => owners.map(|owners| owners.into_values().collect()),
+            Err(error) => {
+                tracing::debug!(%error, "cannot describe the consumer group; prepared transactions of other instances are left");
+                None
+            }
+        };
+        let ours = self.instance.clone();
+        let departed =
+            |instance: &str| instance == ours || members.as_ref().is_some_and(|m| !m.iter().any(|i| i == instance));
+        sink.resolve(&self.config.name, group, &self.config.sink.transactional_id_prefix, departed)?;
         Ok(())
     }
 
@@ -1121,6 +1180,7 @@ impl<'a> Runner<'a> {
             sink: self.sink.clone(),
             dead_letter_rules: self.dead_letter_rules.clone(),
             metrics: self.metrics.clone(),
+            rows: self.postgres.as_ref().map(|(sink, rows)| (sink.shape().clone(), rows.clone())),
         }
     }
 
@@ -1162,13 +1222,30 @@ impl<'a> Runner<'a> {
         let state_bytes: usize =
             sealed.checkpoint.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
         let changelog_records = sealed.changelog.len();
+        let rows = self.write_rows()?;
         let barrier_us = lap();
-        let slot = self.slot();
+        let slot = self.slot().clone();
+        let slot = &slot;
         match self.config.sink.guarantee {
             Guarantee::ExactlyOnce => {
+                let prepared = match (&mut self.postgres, rows) {
+                    (Some((sink, _)), true) => {
+                        let xid = xid(&self.lineage, &self.instance, id);
+                        inject(FaultPoint::BeforePrepare, id);
+                        sink.prepare(&xid.gid())?;
+                        inject(FaultPoint::AfterPrepare, id);
+                        Some(xid.gid())
+                    }
+                    _ => None,
+                };
                 protocol::pre_commit(slot, &self.source, &self.changelog, &mut sealed, &self.lineage, timeout)?;
                 pre_commit_us = lap();
                 protocol::commit(slot, id, timeout)?;
+                if let (Some((sink, _)), Some(gid)) = (&mut self.postgres, prepared) {
+                    // Kafka decided: a failure here leaves the decision to the next start.
+                    sink.finish_prepared(&gid, true)?;
+                    inject(FaultPoint::AfterCommitPrepared, id);
+                }
                 commit_us = lap();
                 protocol::apply(&self.db, &self.overlays, &sealed.checkpoint)?;
             }
@@ -1178,6 +1255,9 @@ impl<'a> Runner<'a> {
                     protocol::flush(slot, &self.changelog, &mut sealed, timeout)?;
                 }
                 pre_commit_us = lap();
+                if let (Some((sink, _)), true) = (&mut self.postgres, rows) {
+                    sink.commit()?;
+                }
                 commit_us = 0;
                 protocol::apply(&self.db, &self.overlays, &sealed.checkpoint)?;
                 // The group's offsets only inform other tools here; the changelog is the truth.
@@ -1229,6 +1309,21 @@ impl<'a> Runner<'a> {
             tracing::info!(changelog = %self.changelog.topic, checkpoint = %id, "the state directory's state is in the changelog again (--reseed-changelog)");
         }
         self.begin_epoch(id.next().max(self.floor))
+    }
+
+    /// PostgreSQL sink: opens the epoch's transaction and writes the epoch's rows in it; rows the
+    /// table refused go to the dead-letter topic in the epoch's Kafka transaction, or fail the
+    /// checkpoint (`sink.postgres.on_error`). Whether a transaction was opened (there were rows).
+    fn write_rows(&mut self) -> Result<bool, PipelineError> {
+        let Some((sink, pending)) = &mut self.postgres else { return Ok(false) };
+        let rows = pending.take();
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        let refused = sink.write(rows)?;
+        let refused = refused.into_iter().map(|(row, reason)| row.refused(reason)).collect();
+        refuse_rows(self.slot(), &self.sink, refused)?;
+        Ok(true)
     }
 
     /// Counts the timers the tasks hold, for the metrics: at most [`OPEN_TIMERS_CAP`] per
@@ -1296,6 +1391,89 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// The PostgreSQL sink's prepared transaction of epoch `id` of `instance`.
+fn xid(lineage: &Lineage, instance: &str, id: CheckpointId) -> Xid {
+    Xid {
+        pipeline: lineage.pipeline.clone(),
+        instance: instance.to_owned(),
+        epoch: id,
+        lineage: lineage.lineage.clone(),
+    }
+}
+
+/// The PostgreSQL sink's part of a start under exactly-once, after the instance's transactional
+/// ids were fenced: room for a prepared transaction, global ids that fit, and each prepared
+/// transaction of this instance decided by the group's offsets (`group`, fetched stable after
+/// the fence): committed when they show its epoch committed, else rolled back. Those of other
+/// instances are committed on the same evidence, and otherwise left to them (or to whoever
+/// takes over their partitions, [`Runner::resolve_departed`]).
+fn start_postgres(
+    config: &PipelineConfig,
+    sink: &mut PostgresSink,
+    instance: &str,
+    lineage: &str,
+    group: &BTreeMap<TaskId, GroupOffset>,
+) -> Result<(), PipelineError> {
+    let longest = Xid {
+        pipeline: config.name.clone(),
+        instance: instance.to_owned(),
+        epoch: CheckpointId(u64::MAX),
+        lineage: lineage.to_owned(),
+    };
+    if longest.gid().len() > postgres::MAX_GID_LEN {
+        return Err(PipelineError::Refused(format!(
+            "the PostgreSQL sink's transaction ids (`{}`) would exceed PostgreSQL's {} bytes: shorten the pipeline's name or the instance id",
+            longest.gid(),
+            postgres::MAX_GID_LEN
+        )));
+    }
+    sink.check_prepared_capacity()?;
+    let resolved = sink.resolve(&config.name, group, &config.sink.transactional_id_prefix, |i| i == instance)?;
+    for (xid, resolution) in resolved {
+        if resolution == Resolution::Undecided {
+            tracing::info!(gid = %xid.gid(), "a prepared transaction of instance {} is left to it", xid.instance);
+        }
+    }
+    Ok(())
+}
+
+/// Rows the PostgreSQL table refused: each goes to the dead-letter topic through `slot` (in the
+/// open epoch's transaction) with the reason in `weir.error`, or, under `on_error = "fail"`, the
+/// first stops the pipeline ([`PipelineError::RowRefused`]).
+fn refuse_rows(slot: &ProducerSlot, sink: &SinkConfig, refused: Vec<Refusal>) -> Result<(), PipelineError> {
+    let (Some(first), Some(pg)) = (refused.first(), &sink.postgres) else { return Ok(()) };
+    let topic = match (&sink.dead_letter_topic, pg.on_error) {
+        (Some(topic), OnError::DeadLetter) => topic,
+        _ => {
+            return Err(PipelineError::RowRefused {
+                table: pg.table.clone(),
+                task: first.task.to_string(),
+                reason: first.reason.clone(),
+            });
+        }
+    };
+    let header = |key: &str, value: String| Header { key: key.into(), value: Some(value.into_bytes()) };
+    let records: Vec<OutputRecord> = refused
+        .into_iter()
+        .map(|refusal| OutputRecord {
+            headers: vec![
+                header("weir.error", refusal.reason),
+                header("weir.sink", format!("postgres:{}", pg.table)),
+                header("weir.topic", refusal.task.topic.clone()),
+                header("weir.partition", refusal.task.partition.to_string()),
+            ],
+            key: refusal.key,
+            value: refusal.value,
+            output: None,
+            timestamp: None,
+        })
+        .collect();
+    for record in Outputs::from_records(&records).iter() {
+        slot.send(topic, record).map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
+    }
+    Ok(())
+}
+
 /// Logs each operator whose component changed since the last start (an upgrade: its state and
 /// last snapshot carry over, keyed by the operator's name), and records the components now run.
 fn log_upgrades(db: &StateDb, chain: &Chain) -> Result<(), PipelineError> {
@@ -1349,7 +1527,8 @@ fn check_cluster(config: &PipelineConfig) -> Result<(Vec<TaskId>, BTreeMap<Strin
     if config.sink.guarantee == Guarantee::ExactlyOnce {
         check_same_cluster(&admin, &sink_admin)?;
     }
-    let mut sink_topics: Vec<(&str, String)> = vec![(config.sink.topic.as_str(), "sink.topic".to_owned())];
+    let mut sink_topics: Vec<(&str, String)> =
+        config.sink.topic.iter().map(|t| (t.as_str(), "sink.topic".to_owned())).collect();
     sink_topics
         .extend(config.sink.outputs.iter().map(|(name, topic)| (topic.as_str(), format!("sink.outputs.{name}"))));
     sink_topics.extend(config.sink.dead_letter_topic.iter().map(|t| (t.as_str(), "sink.dead_letter_topic".to_owned())));

@@ -178,6 +178,13 @@ pub fn resolve(
     let config = PipelineConfig::from_toml_str(&text, Path::new(&serve.data_dir))?;
     check_topics(&config, &tenant.topic_prefix, &tenant.name)?;
     check_client_properties(&config)?;
+    if config.sink.postgres.is_some() {
+        // A connection string would let a tenant reach any host the server can.
+        return Err(SpecError::new(
+            "sink.postgres",
+            "the PostgreSQL sink is not available to hosted pipelines: write to a topic of your prefix",
+        ));
+    }
     Ok((spec, config))
 }
 
@@ -262,7 +269,7 @@ fn check_topics(config: &PipelineConfig, prefix: &str, tenant: &str) -> Result<(
     topics.extend(
         config.source.tables.iter().enumerate().map(|(i, t)| (format!("source.tables[{i}].topic"), t.topic.as_str())),
     );
-    topics.push(("sink.topic".into(), &config.sink.topic));
+    topics.extend(config.sink.topic.iter().map(|t| ("sink.topic".to_owned(), t.as_str())));
     topics.extend(config.sink.outputs.iter().map(|(name, topic)| (format!("sink.outputs.{name}"), topic.as_str())));
     topics.extend(config.sink.dead_letter_topic.iter().map(|t| ("sink.dead_letter_topic".to_owned(), t.as_str())));
     match topics.into_iter().find(|(_, topic)| !topic.starts_with(prefix)) {

@@ -1,0 +1,425 @@
+//! The PostgreSQL sink: one output of the chain written to a table, exactly once through a
+//! two-phase commit whose decision is the checkpoint's Kafka transaction (docs/sinks.md).
+//!
+//! Per epoch with rows, at the barrier: `BEGIN`, the rows (one `INSERT … SELECT FROM
+//! json_populate_recordset` per set of fields, `ON CONFLICT … DO UPDATE` for upserts), then
+//! `PREPARE TRANSACTION '<gid>'` ([`xid`]); the checkpoint's Kafka transaction commits; then
+//! `COMMIT PREPARED`. A crash anywhere leaves at most the prepared transaction, which the next
+//! start (or the instance taking the partitions over) commits or rolls back as Kafka's
+//! committed offsets say ([`PostgresSink::resolve`]). Under `"at-least-once"` and `"none"` the
+//! rows commit right after the Kafka side, without `PREPARE`.
+//!
+//! The client is the `postgres` crate (tokio-postgres underneath), without TLS.
+
+mod rows;
+mod xid;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::{Client, NoTls, Statement};
+use serde_json::Value;
+
+pub use rows::{Column, ColumnKind, PendingRows, Refusal, Row, TableShape};
+pub use xid::{MAX_GID_LEN, Resolution, Xid, decide, prefix};
+
+use crate::config::{PostgresSinkConfig, WriteMode};
+use crate::error::PipelineError;
+use crate::kafka::GroupOffset;
+use crate::types::TaskId;
+
+/// A prepared transaction of a pipeline, as `pg_prepared_xacts` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// Its global id, read.
+    pub xid: Xid,
+    /// When it was prepared, as PostgreSQL prints a `timestamptz`.
+    pub prepared_at: String,
+}
+
+/// A connection to the sink's database, with the table's shape.
+pub struct PostgresSink {
+    client: Client,
+    config: PostgresSinkConfig,
+    shape: Arc<TableShape>,
+    /// The insert statement of each set of fields met, prepared once.
+    statements: HashMap<Vec<String>, Statement>,
+    /// `host:port/dbname`, for messages.
+    server: String,
+}
+
+impl PostgresSink {
+    /// Connects (within `timeout`; statements and lock waits are bounded by it too, so that a
+    /// row locked by a prepared transaction left behind fails the checkpoint rather than hang
+    /// it) and reads the table's columns. An upsert's key columns must be the columns of a
+    /// unique index or the primary key.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`] when the server cannot be reached (retried by recovery);
+    /// [`PipelineError::Refused`] when the table or a key column is missing.
+    pub fn connect(config: &PostgresSinkConfig, timeout: Duration) -> Result<Self, PipelineError> {
+        let mut settings = postgres::Config::from_str(&config.url)
+            .map_err(|e| PipelineError::Refused(format!("sink.postgres.url is not a connection string: {e}")))?;
+        if let Some(password) = &config.password {
+            settings.password(password);
+        }
+        let ms = timeout.as_millis();
+        settings.application_name("weir").connect_timeout(timeout).options(&format!(
+            "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout=0"
+        ));
+        let server = describe(&settings);
+        let mut client = settings
+            .connect(NoTls)
+            .map_err(PipelineError::postgres(format!("connecting to PostgreSQL at {server} (sink.postgres.url)")))?;
+        let shape = Arc::new(table_shape(&mut client, config, &server)?);
+        Ok(Self { client, config: config.clone(), shape, statements: HashMap::new(), server })
+    }
+
+    /// The table's columns, for the workers to check rows against.
+    pub fn shape(&self) -> &Arc<TableShape> {
+        &self.shape
+    }
+
+    /// `host:port/dbname`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Refuses to start when the server cannot keep a prepared transaction for this instance:
+    /// `max_prepared_transactions` (0 by default) must leave room for one beside those prepared
+    /// now.
+    ///
+    /// # Errors
+    /// [`PipelineError::Refused`] naming the setting; [`PipelineError::Postgres`].
+    pub fn check_prepared_capacity(&mut self) -> Result<(), PipelineError> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT current_setting('max_prepared_transactions')::int, (SELECT count(*)::int FROM pg_prepared_xacts)",
+                &[],
+            )
+            .map_err(PipelineError::postgres("reading max_prepared_transactions"))?;
+        let (max, used): (i32, i32) = (row.get(0), row.get(1));
+        if max - used < 1 {
+            return Err(PipelineError::Refused(format!(
+                "PostgreSQL at {} has max_prepared_transactions = {max} with {used} prepared now: the exactly-once \
+                 PostgreSQL sink prepares one transaction per instance at each checkpoint (PREPARE TRANSACTION). \
+                 Set max_prepared_transactions to at least twice the pipeline's instances (postgresql.conf, then \
+                 restart PostgreSQL), and resolve prepared transactions left behind (weir txn list --postgres)",
+                self.server
+            )));
+        }
+        Ok(())
+    }
+
+    /// Opens the epoch's transaction and writes `rows` in it. Returns the rows the table
+    /// refused (a constraint, a value PostgreSQL cannot convert), each with PostgreSQL's
+    /// message; the others are written. An upsert writes only the last row of each key.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`] for anything else (the server went away, a timeout).
+    pub fn write(&mut self, rows: Vec<Row>) -> Result<Vec<(Row, String)>, PipelineError> {
+        let rows = match self.config.mode {
+            WriteMode::Insert => rows,
+            WriteMode::Upsert => last_per_key(rows, &self.shape.key),
+        };
+        self.client.batch_execute("BEGIN").map_err(PipelineError::postgres("BEGIN"))?;
+        let mut by_fields: BTreeMap<Vec<String>, Vec<Row>> = BTreeMap::new();
+        for row in rows {
+            by_fields.entry(row.fields.keys().cloned().collect()).or_default().push(row);
+        }
+        let mut refused = Vec::new();
+        for (fields, rows) in by_fields {
+            let statement = self.statement(&fields)?;
+            if self.savepoint(&statement, &rows)?.is_ok() {
+                continue;
+            }
+            // One row spoiled the batch: write them one by one to find which.
+            for row in rows {
+                if let Err(reason) = self.savepoint(&statement, std::slice::from_ref(&row))? {
+                    refused.push((row, reason));
+                }
+            }
+        }
+        Ok(refused)
+    }
+
+    /// Runs `statement` over `rows` inside a savepoint: `Ok(Err(reason))` when the table refused
+    /// them (PostgreSQL's data and integrity errors, SQLSTATE classes 22 and 23), rolled back
+    /// to the savepoint.
+    fn savepoint(&mut self, statement: &Statement, rows: &[Row]) -> Result<Result<(), String>, PipelineError> {
+        let values = Value::Array(rows.iter().map(|r| Value::Object(r.fields.clone())).collect());
+        self.client.batch_execute("SAVEPOINT weir_rows").map_err(PipelineError::postgres("SAVEPOINT"))?;
+        match self.client.execute(statement, &[&values]) {
+            Ok(_) => Ok(Ok(())),
+            Err(error) if is_refusal(&error) => {
+                self.client
+                    .batch_execute("ROLLBACK TO SAVEPOINT weir_rows")
+                    .map_err(PipelineError::postgres("ROLLBACK TO SAVEPOINT"))?;
+                Ok(Err(error.as_db_error().map_or_else(|| error.to_string(), |db| db.message().to_owned())))
+            }
+            Err(error) => Err(PipelineError::postgres(format!("writing rows to table {}", self.config.table))(error)),
+        }
+    }
+
+    /// `PREPARE TRANSACTION` of the open transaction: its rows are durable and undecided.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`].
+    pub fn prepare(&mut self, gid: &str) -> Result<(), PipelineError> {
+        self.client
+            .batch_execute(&format!("PREPARE TRANSACTION {}", literal(gid)))
+            .map_err(PipelineError::postgres(format!("PREPARE TRANSACTION '{gid}'")))
+    }
+
+    /// `COMMIT` of the open transaction (`"at-least-once"`, `"none"`).
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`].
+    pub fn commit(&mut self) -> Result<(), PipelineError> {
+        self.client.batch_execute("COMMIT").map_err(PipelineError::postgres("COMMIT"))
+    }
+
+    /// `COMMIT PREPARED` (or `ROLLBACK PREPARED`) of `gid`. `Ok(false)` when no such prepared
+    /// transaction exists any more (another instance resolved it).
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`].
+    pub fn finish_prepared(&mut self, gid: &str, commit: bool) -> Result<bool, PipelineError> {
+        let verb = if commit { "COMMIT PREPARED" } else { "ROLLBACK PREPARED" };
+        match self.client.batch_execute(&format!("{verb} {}", literal(gid))) {
+            Ok(()) => Ok(true),
+            Err(error) if error.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => Ok(false),
+            Err(error) => Err(PipelineError::postgres(format!("{verb} '{gid}'"))(error)),
+        }
+    }
+
+    /// The prepared transactions of `pipeline` in the sink's database.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`].
+    pub fn prepared(&mut self, pipeline: &str) -> Result<Vec<Prepared>, PipelineError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT gid, prepared::text FROM pg_prepared_xacts \
+                 WHERE database = current_database() AND starts_with(gid, $1) ORDER BY prepared",
+                &[&prefix(pipeline)],
+            )
+            .map_err(PipelineError::postgres("reading pg_prepared_xacts"))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| Some(Prepared { xid: Xid::parse(row.get(0))?, prepared_at: row.get(1) }))
+            .collect())
+    }
+
+    /// Commits or rolls back each prepared transaction of `pipeline` that Kafka's evidence
+    /// decides ([`decide`] over `group`, the group's stable offsets of every source partition);
+    /// the undecided stay. Returns what was done to each.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`].
+    pub fn resolve(
+        &mut self,
+        pipeline: &str,
+        group: &BTreeMap<TaskId, GroupOffset>,
+        txn_prefix: &str,
+        settled: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(Xid, Resolution)>, PipelineError> {
+        let mut done = Vec::new();
+        for prepared in self.prepared(pipeline)? {
+            let resolution = decide(&prepared.xid, group, txn_prefix, &settled);
+            if resolution != Resolution::Undecided {
+                let gid = prepared.xid.gid();
+                let found = self.finish_prepared(&gid, resolution == Resolution::Commit)?;
+                tracing::info!(
+                    gid,
+                    ?resolution,
+                    found,
+                    "resolved a prepared transaction of the PostgreSQL sink by the consumer group's committed offsets"
+                );
+            }
+            done.push((prepared.xid, resolution));
+        }
+        Ok(done)
+    }
+
+    /// The insert of rows with `fields`, prepared once per connection.
+    fn statement(&mut self, fields: &[String]) -> Result<Statement, PipelineError> {
+        if let Some(statement) = self.statements.get(fields) {
+            return Ok(statement.clone());
+        }
+        let sql = insert_sql(&self.config.table, fields, &self.shape.key, self.config.mode);
+        let statement = self.client.prepare(&sql).map_err(PipelineError::postgres(format!("preparing `{sql}`")))?;
+        self.statements.insert(fields.to_vec(), statement.clone());
+        Ok(statement)
+    }
+}
+
+/// The statement writing a JSON array of rows with `fields` into `table`.
+fn insert_sql(table: &str, fields: &[String], key: &[String], mode: WriteMode) -> String {
+    let table = table.split('.').map(quote).collect::<Vec<_>>().join(".");
+    let columns = fields.iter().map(|f| quote(f)).collect::<Vec<_>>().join(", ");
+    let mut sql = format!(
+        "INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, $1::json)"
+    );
+    if mode == WriteMode::Upsert {
+        let key_columns = key.iter().map(|k| quote(k)).collect::<Vec<_>>().join(", ");
+        let updates: Vec<String> =
+            fields.iter().filter(|f| !key.contains(f)).map(|f| format!("{0} = EXCLUDED.{0}", quote(f))).collect();
+        if updates.is_empty() {
+            sql.push_str(&format!(" ON CONFLICT ({key_columns}) DO NOTHING"));
+        } else {
+            sql.push_str(&format!(" ON CONFLICT ({key_columns}) DO UPDATE SET {}", updates.join(", ")));
+        }
+    }
+    sql
+}
+
+/// The last row of each key, in the order of those last rows.
+fn last_per_key(rows: Vec<Row>, key: &[String]) -> Vec<Row> {
+    let mut last: HashMap<String, usize> = HashMap::new();
+    for (i, row) in rows.iter().enumerate() {
+        last.insert(row.key_of(key), i);
+    }
+    let keep: BTreeSet<usize> = last.into_values().collect();
+    rows.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, row)| row).collect()
+}
+
+/// Reads the table's columns and checks the upsert key against its unique indexes.
+fn table_shape(client: &mut Client, config: &PostgresSinkConfig, server: &str) -> Result<TableShape, PipelineError> {
+    let table = &config.table;
+    let columns = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, t.typcategory::text \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' \
+             ORDER BY a.attnum",
+            &[table],
+        )
+        .map_err(PipelineError::postgres(format!("reading the columns of table {table}")))?;
+    if columns.is_empty() {
+        return Err(PipelineError::Refused(format!(
+            "table {table} (sink.postgres.table) does not exist in PostgreSQL at {server}, or has no column: create it \
+             with a column per field of the output's JSON objects (docs/sinks.md)"
+        )));
+    }
+    let columns: BTreeMap<String, Column> = columns
+        .iter()
+        .map(|row| {
+            let (name, type_name, udt, category): (String, String, String, String) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            (name.clone(), Column { name, type_name, kind: ColumnKind::of(&udt, &category) })
+        })
+        .collect();
+    if let Some(missing) = config.key.iter().find(|k| !columns.contains_key(*k)) {
+        return Err(PipelineError::Refused(format!(
+            "sink.postgres.key names column {missing}, which table {table} does not have (its columns: {})",
+            columns.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    if config.mode == WriteMode::Upsert {
+        let unique = client
+            .query(
+                "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+                 WHERE i.indrelid = to_regclass($1::text) AND i.indisunique AND i.indpred IS NULL \
+                 GROUP BY i.indexrelid",
+                &[table],
+            )
+            .map_err(PipelineError::postgres(format!("reading the unique indexes of table {table}")))?;
+        let mut key = config.key.clone();
+        key.sort();
+        if !unique.iter().any(|row| row.get::<_, Vec<String>>(0) == key) {
+            return Err(PipelineError::Refused(format!(
+                "sink.postgres.key = [{}] is not the primary key or a unique index of table {table}: an upsert \
+                 (INSERT … ON CONFLICT) needs one; add it (ALTER TABLE {table} ADD PRIMARY KEY ({})) or fix the key",
+                config.key.join(", "),
+                config.key.join(", ")
+            )));
+        }
+    }
+    let shape = TableShape { table: table.clone(), columns, key: config.key.clone() };
+    let described: Vec<String> = shape.columns.values().map(|c| format!("{} {}", c.name, c.type_name)).collect();
+    tracing::info!(table, server, columns = %described.join(", "), "PostgreSQL sink table");
+    Ok(shape)
+}
+
+/// `host:port/dbname` of a connection's settings.
+fn describe(settings: &postgres::Config) -> String {
+    let host = settings
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".into());
+    let port = settings.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}/{}", settings.get_dbname().unwrap_or_default())
+}
+
+/// Whether the server refused the rows themselves (SQLSTATE class 22, data exception, or 23,
+/// integrity constraint violation) rather than failed.
+fn is_refusal(error: &postgres::Error) -> bool {
+    error.code().is_some_and(|code| code.code().starts_with("22") || code.code().starts_with("23"))
+}
+
+/// Whether `error` can go away without anyone changing anything: the connection broke or could
+/// not be made, the server is shutting down or starting, out of resources, a serialization
+/// failure or deadlock, a statement or lock timeout (SQLSTATE classes 08, 53, 57, 40; 55P03).
+pub fn is_transient(error: &postgres::Error) -> bool {
+    match error.code() {
+        None => true,
+        Some(code) => {
+            let code = code.code();
+            ["08", "53", "57", "40"].iter().any(|class| code.starts_with(class)) || code == "55P03"
+        }
+    }
+}
+
+/// An identifier in double quotes (names are checked plain lower-case identifiers).
+fn quote(identifier: &str) -> String {
+    format!("\"{}\"", identifier.replace('"', "\"\""))
+}
+
+/// A string literal in single quotes.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserts_and_upserts_name_only_the_fields_given() {
+        let fields = ["carrier".to_owned(), "flights".to_owned(), "origin".to_owned()];
+        assert_eq!(
+            insert_sql("public.delays", &fields, &[], WriteMode::Insert),
+            "INSERT INTO \"public\".\"delays\" (\"carrier\", \"flights\", \"origin\") SELECT \"carrier\", \"flights\", \
+             \"origin\" FROM json_populate_recordset(NULL::\"public\".\"delays\", $1::json)"
+        );
+        let key = ["origin".to_owned(), "carrier".to_owned()];
+        assert!(
+            insert_sql("delays", &fields, &key, WriteMode::Upsert)
+                .ends_with("ON CONFLICT (\"origin\", \"carrier\") DO UPDATE SET \"flights\" = EXCLUDED.\"flights\"")
+        );
+        assert!(insert_sql("delays", &key, &key, WriteMode::Upsert).ends_with("DO NOTHING"));
+    }
+
+    #[test]
+    fn an_upsert_keeps_the_last_row_of_each_key() {
+        let task = TaskId { topic: "t".into(), partition: 0 };
+        let row = |origin: &str, n: i64| {
+            let fields = serde_json::json!({"origin": origin, "n": n}).as_object().unwrap().clone();
+            Row { task: task.clone(), key: None, value: None, fields }
+        };
+        let rows = last_per_key(vec![row("a", 1), row("b", 1), row("a", 2)], &["origin".into()]);
+        let kept: Vec<_> = rows.iter().map(|r| (r.fields["origin"].clone(), r.fields["n"].clone())).collect();
+        assert_eq!(kept, [(Value::from("b"), Value::from(1)), (Value::from("a"), Value::from(2))]);
+    }
+}
