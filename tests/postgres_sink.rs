@@ -100,10 +100,30 @@ fn assert_aggregates(port: u16, table: &str, rows: &[Row], keep: impl Fn(&str) -
     }
 }
 
+/// `weir txn <command> --force` on the pipeline's transactions and prepared transactions, with
+/// `--output json` for `list`; returns its standard output.
+fn weir_txn(command: &str, pipeline: &TestPipeline, port: u16) -> String {
+    let (brokers, url) = (weir_tests::bootstrap(), weir_tests::postgres::url(port));
+    let mut args = vec!["txn", command, "--prefix", &pipeline.name, "--brokers", &brokers, "--postgres", &url];
+    args.extend(["--source-topic", &pipeline.source, "--force"]);
+    if command == "list" {
+        args.extend(["--output", "json"]);
+    }
+    let output = std::process::Command::new(weir_tests::weir_binary())
+        .args(&args)
+        .env("WEIR_POSTGRES_PASSWORD", PASSWORD)
+        .output()
+        .expect("run weir txn");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "weir {args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
 /// Kills the pipeline at `fault` (its process aborts there), checks through PostgreSQL that the
-/// crash left a prepared transaction or not (`prepared_left`), then recovers and checks the
-/// upserted aggregates against a direct computation.
-async fn killed_at(fault: &str, prepared_left: bool) {
+/// crash left a prepared transaction or not (`prepared_left`), and what `weir txn list` says the
+/// group's offsets decide for it (`decision`; `weir txn abort` carries out a rollback), then
+/// recovers and checks the upserted aggregates against a direct computation.
+async fn killed_at(fault: &str, prepared_left: bool, decision: Option<&str>) {
     let port = port();
     let table = table_name("weir_pg_kill");
     create_table(port, &table, true, "");
@@ -118,12 +138,22 @@ async fn killed_at(fault: &str, prepared_left: bool) {
     assert!(log.contains("WEIR_FAULT: aborting"), "no abort at {fault}:\n{log}");
     let left = prepared(port, &pipeline.name);
     assert_eq!(!left.is_empty(), prepared_left, "prepared transactions after a kill at {fault}: {left:?}\n{log}");
+    if let Some(decision) = decision {
+        let listed: Value = serde_json::from_str(&weir_txn("list", &pipeline, port)).expect("weir txn list JSON");
+        assert_eq!(listed["prepared"][0]["gid"], Value::from(left[0].as_str()), "{listed}");
+        assert_eq!(listed["prepared"][0]["decision"], Value::from(decision), "{listed}");
+        if decision == "rollback" {
+            let aborted = weir_txn("abort", &pipeline, port);
+            assert!(aborted.contains("rolled back (ROLLBACK PREPARED)"), "{aborted}");
+            assert_eq!(prepared(port, &pipeline.name), Vec::<String>::new());
+        }
+    }
     produce(&pipeline.source, PARTITIONS, &input[produced..]).await;
 
     run_until_table_holds(&pipeline, port, &progress, rows.len(), &[]);
     let log = pipeline.log_text();
     assert_eq!(prepared(port, &pipeline.name), Vec::<String>::new(), "all resolved:\n{log}");
-    if prepared_left {
+    if decision == Some("commit") {
         assert!(log.contains("resolved a prepared transaction of the PostgreSQL sink"), "{log}");
     }
     assert_aggregates(port, &table, &rows, |_| true, &log);
@@ -131,23 +161,23 @@ async fn killed_at(fault: &str, prepared_left: bool) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_before_prepare_loses_and_duplicates_nothing() {
-    killed_at("before-prepare", false).await;
+    killed_at("before-prepare", false, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_after_prepare_rolls_the_prepared_rows_back() {
-    killed_at("after-prepare", true).await;
+    killed_at("after-prepare", true, Some("rollback")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_after_the_kafka_commit_commits_the_prepared_rows() {
     // Checkpoint 1 commits the start positions; 2 is the first with rows.
-    killed_at("after-commit@2", true).await;
+    killed_at("after-commit@2", true, Some("commit")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_after_commit_prepared_loses_and_duplicates_nothing() {
-    killed_at("after-commit-prepared", false).await;
+    killed_at("after-commit-prepared", false, None).await;
 }
 
 /// Every output row, inserted, exactly once: per origin|carrier the running `flights` counts

@@ -13,6 +13,12 @@
 //! it), and `<prefix>-<slot>` of Weir versions before instances. `abort` refuses, unless
 //! `--force`, while one of those instances is a member of the consumer group: fencing a running
 //! process's ids would fail it.
+//!
+//! With `--postgres URL` (a PostgreSQL sink's database; the password in `$WEIR_POSTGRES_PASSWORD`)
+//! they cover the pipeline's prepared transactions there too (docs/sinks.md): `list` shows each
+//! with what the consumer group's committed offsets of `--source-topic` decide, and `abort`
+//! carries that out: `COMMIT PREPARED` when they show its epoch committed, else `ROLLBACK
+//! PREPARED`, leaving those of instances that are group members unless `--force`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -24,8 +30,9 @@ use clap::{Args, Subcommand};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 use weir::kafka::LogContext;
-use weir::kafka::{Admin, CheckpointMetadata, ProducerSlot, Source, TopicCheck, instance_of};
+use weir::kafka::{Admin, CheckpointMetadata, GroupOffset, ProducerSlot, Source, TopicCheck, instance_of};
 use weir::pipeline::{default_instance, transactional_id};
+use weir::postgres::{Database, Resolution, decide};
 use weir::types::TaskId;
 
 use super::output::{self, OutputArgs};
@@ -76,6 +83,15 @@ pub struct TxnArgs {
     /// killed a moment ago stays a member until its `session.timeout.ms` passes.
     #[arg(long)]
     force: bool,
+    /// A PostgreSQL sink's database (sink.postgres.url, without the password, which is read from
+    /// $WEIR_POSTGRES_PASSWORD): its prepared transactions of the pipeline are listed, or resolved
+    /// as the group's committed offsets of --source-topic decide.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// The pipeline's name, which its prepared transactions carry (with --postgres; by default
+    /// --prefix).
+    #[arg(long)]
+    pipeline: Option<String>,
 }
 
 pub fn execute(command: TxnCommand) -> anyhow::Result<ExitCode> {
@@ -138,8 +154,8 @@ fn live_instances(args: &TxnArgs, instances: &[String]) -> anyhow::Result<Vec<St
     Ok(live)
 }
 
-/// The instances whose transactional ids committed `group`'s offsets of the source topics.
-fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
+/// `group`'s committed offsets of every partition of the source topics (fetched stable).
+fn group_offsets(args: &TxnArgs, group: &str) -> anyhow::Result<BTreeMap<TaskId, GroupOffset>> {
     let cluster = args.cluster.cluster()?;
     let admin = Admin::new(&cluster, &BTreeMap::new())?;
     let names: Vec<&str> = args.source_topics.iter().map(String::as_str).collect();
@@ -150,9 +166,13 @@ fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
         }
     }
     let source = Source::new(&cluster, &BTreeMap::new(), group)?;
+    Ok(source.group_offsets(&tasks, TIMEOUT)?)
+}
+
+/// The instances whose transactional ids committed `group`'s offsets of the source topics.
+fn group_instances(args: &TxnArgs, group: &str) -> anyhow::Result<Vec<String>> {
     let prefix = format!("{}-", args.prefix);
-    Ok(source
-        .group_offsets(&tasks, TIMEOUT)?
+    Ok(group_offsets(args, group)?
         .values()
         .filter_map(|offset| CheckpointMetadata::parse(&offset.metadata)?.transactional_id)
         .filter_map(|id| Some(id.strip_prefix(&prefix)?.rsplit_once('-')?.0.to_owned()))
@@ -170,6 +190,67 @@ struct TxnList {
     /// The partitions of the `--topic`s pinned by an open transaction, in topic and partition
     /// order.
     pinned: Vec<Pinned>,
+    /// With `--postgres`: the pipeline's prepared transactions in that database, oldest first.
+    prepared: Vec<PreparedTxn>,
+}
+
+/// A prepared transaction of a PostgreSQL sink.
+#[derive(Debug, Serialize)]
+struct PreparedTxn {
+    /// Its global id, `weir:<pipeline>:<instance>:<epoch>:<lineage>`.
+    gid: String,
+    instance: String,
+    epoch: u64,
+    /// When it was prepared.
+    prepared_at: String,
+    /// What the group's offsets decide: `commit`, `rollback`, `left to its instance` (a group
+    /// member), or `unknown` (no `--source-topic`).
+    decision: &'static str,
+}
+
+/// The pipeline's prepared transactions in the `--postgres` database, each with what the
+/// group's offsets decide; resolved so when `resolve`.
+fn postgres_prepared(args: &TxnArgs, resolve: bool) -> anyhow::Result<Vec<PreparedTxn>> {
+    let Some(url) = &args.postgres else { return Ok(Vec::new()) };
+    let password = std::env::var("WEIR_POSTGRES_PASSWORD").ok();
+    let mut db = Database::connect(url, password.as_deref(), TIMEOUT)?;
+    let pipeline = args.pipeline.clone().unwrap_or_else(|| args.prefix.clone());
+    let prepared = db.prepared(&pipeline)?;
+    let decided = !args.source_topics.is_empty();
+    anyhow::ensure!(
+        decided || !resolve,
+        "--postgres: pass the pipeline's --source-topic (and --group when it is not weir-<prefix>), so that the \
+         consumer group's committed offsets decide each prepared transaction"
+    );
+    let offsets = if decided { group_offsets(args, &group(args))? } else { BTreeMap::new() };
+    let instances: Vec<String> = prepared.iter().map(|p| p.xid.instance.clone()).collect();
+    let live = if decided { live_instances(args, &instances)? } else { Vec::new() };
+    let settled = |instance: &str| args.force || !live.iter().any(|i| i == instance);
+    let resolved: BTreeMap<String, Resolution> = if resolve {
+        db.resolve(&pipeline, &offsets, &args.prefix, settled)?.into_iter().map(|(x, r)| (x.gid(), r)).collect()
+    } else {
+        BTreeMap::new()
+    };
+    Ok(prepared
+        .into_iter()
+        .map(|p| {
+            let resolution =
+                resolved.get(&p.xid.gid()).copied().unwrap_or_else(|| decide(&p.xid, &offsets, &args.prefix, settled));
+            let decision = match resolution {
+                _ if !decided => "unknown",
+                Resolution::Commit => "commit",
+                Resolution::Rollback => "rollback",
+                Resolution::Undecided => "left to its instance",
+            };
+            PreparedTxn {
+                gid: p.xid.gid(),
+                instance: p.xid.instance,
+                epoch: p.xid.epoch.0,
+                prepared_at: p.prepared_at,
+                decision,
+            }
+        })
+        .collect())
 }
 
 /// A partition whose last stable offset lags its high watermark: an open transaction wrote to
@@ -185,8 +266,12 @@ struct Pinned {
 }
 
 fn list(args: &TxnArgs, output: &OutputArgs) -> anyhow::Result<ExitCode> {
-    let mut report =
-        TxnList { transactional_ids: ids(args, &instances(args)?), missing_topics: Vec::new(), pinned: Vec::new() };
+    let mut report = TxnList {
+        transactional_ids: ids(args, &instances(args)?),
+        missing_topics: Vec::new(),
+        pinned: Vec::new(),
+        prepared: postgres_prepared(args, false)?,
+    };
     let cluster = args.cluster.cluster()?;
     let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer<LogContext>> {
         let own = [("isolation.level", isolation)];
@@ -222,7 +307,18 @@ fn list(args: &TxnArgs, output: &OutputArgs) -> anyhow::Result<ExitCode> {
                 p.topic, p.partition, p.last_stable_offset, p.high_watermark
             )?;
         }
-        writeln!(out, "{} partition(s) pinned by open transactions", report.pinned.len())
+        writeln!(out, "{} partition(s) pinned by open transactions", report.pinned.len())?;
+        for p in &report.prepared {
+            writeln!(
+                out,
+                "prepared {} (instance {}, epoch {}, since {}): {}",
+                p.gid, p.instance, p.epoch, p.prepared_at, p.decision
+            )?;
+        }
+        if args.postgres.is_some() {
+            writeln!(out, "{} prepared PostgreSQL transaction(s)", report.prepared.len())?;
+        }
+        Ok(())
     })
 }
 
@@ -250,6 +346,15 @@ fn abort(args: &TxnArgs) -> anyhow::Result<ExitCode> {
         let producer = ProducerSlot::transactional(&cluster, &BTreeMap::new(), 0, &id, TIMEOUT)?;
         producer.fence(TIMEOUT).map_err(|e| anyhow::anyhow!("fencing transactional id {id}: {e}"))?;
         writeln!(std::io::stdout(), "{id}: fenced; any transaction it left open is aborted")?;
+    }
+    // After the fence: the Kafka transactions the prepared ones wait for are decided.
+    for p in postgres_prepared(args, true)? {
+        let done = match p.decision {
+            "commit" => "committed (COMMIT PREPARED): the group's offsets show its epoch committed",
+            "rollback" => "rolled back (ROLLBACK PREPARED): its epoch never committed",
+            _ => "left: its instance is a member of the consumer group and resolves it (or pass --force)",
+        };
+        writeln!(std::io::stdout(), "{}: {done}", p.gid)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -881,7 +881,7 @@ impl<'a> Runner<'a> {
         let ours = self.instance.clone();
         let departed =
             |instance: &str| instance == ours || members.as_ref().is_some_and(|m| !m.iter().any(|i| i == instance));
-        sink.resolve(&self.config.name, group, &self.config.sink.transactional_id_prefix, departed)?;
+        sink.db().resolve(&self.config.name, group, &self.config.sink.transactional_id_prefix, departed)?;
         Ok(())
     }
 
@@ -1243,7 +1243,7 @@ impl<'a> Runner<'a> {
                 protocol::commit(slot, id, timeout)?;
                 if let (Some((sink, _)), Some(gid)) = (&mut self.postgres, prepared) {
                     // Kafka decided: a failure here leaves the decision to the next start.
-                    sink.finish_prepared(&gid, true)?;
+                    sink.db().finish_prepared(&gid, true)?;
                     inject(FaultPoint::AfterCommitPrepared, id);
                 }
                 commit_us = lap();
@@ -1427,8 +1427,8 @@ fn start_postgres(
             postgres::MAX_GID_LEN
         )));
     }
-    sink.check_prepared_capacity()?;
-    let resolved = sink.resolve(&config.name, group, &config.sink.transactional_id_prefix, |i| i == instance)?;
+    sink.db().check_prepared_capacity()?;
+    let resolved = sink.db().resolve(&config.name, group, &config.sink.transactional_id_prefix, |i| i == instance)?;
     for (xid, resolution) in resolved {
         if resolution == Resolution::Undecided {
             tracing::info!(gid = %xid.gid(), "a prepared transaction of instance {} is left to it", xid.instance);

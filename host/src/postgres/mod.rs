@@ -39,30 +39,34 @@ pub struct Prepared {
     pub prepared_at: String,
 }
 
-/// A connection to the sink's database, with the table's shape.
-pub struct PostgresSink {
+/// A connection to a PostgreSQL database: the sink's, or `weir txn`'s.
+pub struct Database {
     client: Client,
-    config: PostgresSinkConfig,
-    shape: Arc<TableShape>,
-    /// The insert statement of each set of fields met, prepared once.
-    statements: HashMap<Vec<String>, Statement>,
     /// `host:port/dbname`, for messages.
     server: String,
 }
 
-impl PostgresSink {
-    /// Connects (within `timeout`; statements and lock waits are bounded by it too, so that a
-    /// row locked by a prepared transaction left behind fails the checkpoint rather than hang
-    /// it) and reads the table's columns. An upsert's key columns must be the columns of a
-    /// unique index or the primary key.
+/// A connection to the sink's database, with the table's shape.
+pub struct PostgresSink {
+    db: Database,
+    config: PostgresSinkConfig,
+    shape: Arc<TableShape>,
+    /// The insert statement of each set of fields met, prepared once.
+    statements: HashMap<Vec<String>, Statement>,
+}
+
+impl Database {
+    /// Connects to `url` (libpq's forms) with `password` within `timeout`; the session's
+    /// statements and lock waits are bounded by it too, so that a row locked by a prepared
+    /// transaction left behind fails a checkpoint rather than hang it.
     ///
     /// # Errors
     /// [`PipelineError::Postgres`] when the server cannot be reached (retried by recovery);
-    /// [`PipelineError::Refused`] when the table or a key column is missing.
-    pub fn connect(config: &PostgresSinkConfig, timeout: Duration) -> Result<Self, PipelineError> {
-        let mut settings = postgres::Config::from_str(&config.url)
-            .map_err(|e| PipelineError::Refused(format!("sink.postgres.url is not a connection string: {e}")))?;
-        if let Some(password) = &config.password {
+    /// [`PipelineError::Refused`] for a URL that is no connection string.
+    pub fn connect(url: &str, password: Option<&str>, timeout: Duration) -> Result<Self, PipelineError> {
+        let mut settings = postgres::Config::from_str(url)
+            .map_err(|e| PipelineError::Refused(format!("{url:?} is not a PostgreSQL connection string: {e}")))?;
+        if let Some(password) = password {
             settings.password(password);
         }
         let ms = timeout.as_millis();
@@ -70,16 +74,10 @@ impl PostgresSink {
             "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout=0"
         ));
         let server = describe(&settings);
-        let mut client = settings
+        let client = settings
             .connect(NoTls)
             .map_err(PipelineError::postgres(format!("connecting to PostgreSQL at {server} (sink.postgres.url)")))?;
-        let shape = Arc::new(table_shape(&mut client, config, &server)?);
-        Ok(Self { client, config: config.clone(), shape, statements: HashMap::new(), server })
-    }
-
-    /// The table's columns, for the workers to check rows against.
-    pub fn shape(&self) -> &Arc<TableShape> {
-        &self.shape
+        Ok(Self { client, server })
     }
 
     /// `host:port/dbname`.
@@ -112,74 +110,6 @@ impl PostgresSink {
             )));
         }
         Ok(())
-    }
-
-    /// Opens the epoch's transaction and writes `rows` in it. Returns the rows the table
-    /// refused (a constraint, a value PostgreSQL cannot convert), each with PostgreSQL's
-    /// message; the others are written. An upsert writes only the last row of each key.
-    ///
-    /// # Errors
-    /// [`PipelineError::Postgres`] for anything else (the server went away, a timeout).
-    pub fn write(&mut self, rows: Vec<Row>) -> Result<Vec<(Row, String)>, PipelineError> {
-        let rows = match self.config.mode {
-            WriteMode::Insert => rows,
-            WriteMode::Upsert => last_per_key(rows, &self.shape.key),
-        };
-        self.client.batch_execute("BEGIN").map_err(PipelineError::postgres("BEGIN"))?;
-        let mut by_fields: BTreeMap<Vec<String>, Vec<Row>> = BTreeMap::new();
-        for row in rows {
-            by_fields.entry(row.fields.keys().cloned().collect()).or_default().push(row);
-        }
-        let mut refused = Vec::new();
-        for (fields, rows) in by_fields {
-            let statement = self.statement(&fields)?;
-            if self.savepoint(&statement, &rows)?.is_ok() {
-                continue;
-            }
-            // One row spoiled the batch: write them one by one to find which.
-            for row in rows {
-                if let Err(reason) = self.savepoint(&statement, std::slice::from_ref(&row))? {
-                    refused.push((row, reason));
-                }
-            }
-        }
-        Ok(refused)
-    }
-
-    /// Runs `statement` over `rows` inside a savepoint: `Ok(Err(reason))` when the table refused
-    /// them (PostgreSQL's data and integrity errors, SQLSTATE classes 22 and 23), rolled back
-    /// to the savepoint.
-    fn savepoint(&mut self, statement: &Statement, rows: &[Row]) -> Result<Result<(), String>, PipelineError> {
-        let values = Value::Array(rows.iter().map(|r| Value::Object(r.fields.clone())).collect());
-        self.client.batch_execute("SAVEPOINT weir_rows").map_err(PipelineError::postgres("SAVEPOINT"))?;
-        match self.client.execute(statement, &[&values]) {
-            Ok(_) => Ok(Ok(())),
-            Err(error) if is_refusal(&error) => {
-                self.client
-                    .batch_execute("ROLLBACK TO SAVEPOINT weir_rows")
-                    .map_err(PipelineError::postgres("ROLLBACK TO SAVEPOINT"))?;
-                Ok(Err(error.as_db_error().map_or_else(|| error.to_string(), |db| db.message().to_owned())))
-            }
-            Err(error) => Err(PipelineError::postgres(format!("writing rows to table {}", self.config.table))(error)),
-        }
-    }
-
-    /// `PREPARE TRANSACTION` of the open transaction: its rows are durable and undecided.
-    ///
-    /// # Errors
-    /// [`PipelineError::Postgres`].
-    pub fn prepare(&mut self, gid: &str) -> Result<(), PipelineError> {
-        self.client
-            .batch_execute(&format!("PREPARE TRANSACTION {}", literal(gid)))
-            .map_err(PipelineError::postgres(format!("PREPARE TRANSACTION '{gid}'")))
-    }
-
-    /// `COMMIT` of the open transaction (`"at-least-once"`, `"none"`).
-    ///
-    /// # Errors
-    /// [`PipelineError::Postgres`].
-    pub fn commit(&mut self) -> Result<(), PipelineError> {
-        self.client.batch_execute("COMMIT").map_err(PipelineError::postgres("COMMIT"))
     }
 
     /// `COMMIT PREPARED` (or `ROLLBACK PREPARED`) of `gid`. `Ok(false)` when no such prepared
@@ -217,7 +147,7 @@ impl PostgresSink {
 
     /// Commits or rolls back each prepared transaction of `pipeline` that Kafka's evidence
     /// decides ([`decide`] over `group`, the group's stable offsets of every source partition);
-    /// the undecided stay. Returns what was done to each.
+    /// the undecided stay. Returns each with its resolution (`Undecided`: left).
     ///
     /// # Errors
     /// [`PipelineError::Postgres`].
@@ -245,6 +175,100 @@ impl PostgresSink {
         }
         Ok(done)
     }
+}
+
+impl PostgresSink {
+    /// Connects ([`Database::connect`]) and reads the table's columns. An upsert's key columns
+    /// must be the columns of a unique index or the primary key.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`] when the server cannot be reached (retried by recovery);
+    /// [`PipelineError::Refused`] when the table or a key column is missing.
+    pub fn connect(config: &PostgresSinkConfig, timeout: Duration) -> Result<Self, PipelineError> {
+        let mut db = Database::connect(&config.url, config.password.as_deref(), timeout)?;
+        let shape = Arc::new(table_shape(&mut db.client, config, &db.server)?);
+        Ok(Self { db, config: config.clone(), shape, statements: HashMap::new() })
+    }
+
+    /// The database, for resolving prepared transactions.
+    pub fn db(&mut self) -> &mut Database {
+        &mut self.db
+    }
+
+    /// The table's columns, for the workers to check rows against.
+    pub fn shape(&self) -> &Arc<TableShape> {
+        &self.shape
+    }
+
+    /// Opens the epoch's transaction and writes `rows` in it. Returns the rows the table
+    /// refused (a constraint, a value PostgreSQL cannot convert), each with PostgreSQL's
+    /// message; the others are written. An upsert writes only the last row of each key.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`] for anything else (the server went away, a timeout).
+    pub fn write(&mut self, rows: Vec<Row>) -> Result<Vec<(Row, String)>, PipelineError> {
+        let rows = match self.config.mode {
+            WriteMode::Insert => rows,
+            WriteMode::Upsert => last_per_key(rows, &self.shape.key),
+        };
+        self.db.client.batch_execute("BEGIN").map_err(PipelineError::postgres("BEGIN"))?;
+        let mut by_fields: BTreeMap<Vec<String>, Vec<Row>> = BTreeMap::new();
+        for row in rows {
+            by_fields.entry(row.fields.keys().cloned().collect()).or_default().push(row);
+        }
+        let mut refused = Vec::new();
+        for (fields, rows) in by_fields {
+            let statement = self.statement(&fields)?;
+            if self.savepoint(&statement, &rows)?.is_ok() {
+                continue;
+            }
+            // One row spoiled the batch: write them one by one to find which.
+            for row in rows {
+                if let Err(reason) = self.savepoint(&statement, std::slice::from_ref(&row))? {
+                    refused.push((row, reason));
+                }
+            }
+        }
+        Ok(refused)
+    }
+
+    /// Runs `statement` over `rows` inside a savepoint: `Ok(Err(reason))` when the table refused
+    /// them (PostgreSQL's data and integrity errors, SQLSTATE classes 22 and 23), rolled back
+    /// to the savepoint.
+    fn savepoint(&mut self, statement: &Statement, rows: &[Row]) -> Result<Result<(), String>, PipelineError> {
+        let values = Value::Array(rows.iter().map(|r| Value::Object(r.fields.clone())).collect());
+        self.db.client.batch_execute("SAVEPOINT weir_rows").map_err(PipelineError::postgres("SAVEPOINT"))?;
+        match self.db.client.execute(statement, &[&values]) {
+            Ok(_) => Ok(Ok(())),
+            Err(error) if is_refusal(&error) => {
+                self.db
+                    .client
+                    .batch_execute("ROLLBACK TO SAVEPOINT weir_rows")
+                    .map_err(PipelineError::postgres("ROLLBACK TO SAVEPOINT"))?;
+                Ok(Err(error.as_db_error().map_or_else(|| error.to_string(), |db| db.message().to_owned())))
+            }
+            Err(error) => Err(PipelineError::postgres(format!("writing rows to table {}", self.config.table))(error)),
+        }
+    }
+
+    /// `PREPARE TRANSACTION` of the open transaction: its rows are durable and undecided.
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`].
+    pub fn prepare(&mut self, gid: &str) -> Result<(), PipelineError> {
+        self.db
+            .client
+            .batch_execute(&format!("PREPARE TRANSACTION {}", literal(gid)))
+            .map_err(PipelineError::postgres(format!("PREPARE TRANSACTION '{gid}'")))
+    }
+
+    /// `COMMIT` of the open transaction (`"at-least-once"`, `"none"`).
+    ///
+    /// # Errors
+    /// [`PipelineError::Postgres`].
+    pub fn commit(&mut self) -> Result<(), PipelineError> {
+        self.db.client.batch_execute("COMMIT").map_err(PipelineError::postgres("COMMIT"))
+    }
 
     /// The insert of rows with `fields`, prepared once per connection.
     fn statement(&mut self, fields: &[String]) -> Result<Statement, PipelineError> {
@@ -252,7 +276,7 @@ impl PostgresSink {
             return Ok(statement.clone());
         }
         let sql = insert_sql(&self.config.table, fields, &self.shape.key, self.config.mode);
-        let statement = self.client.prepare(&sql).map_err(PipelineError::postgres(format!("preparing `{sql}`")))?;
+        let statement = self.db.client.prepare(&sql).map_err(PipelineError::postgres(format!("preparing `{sql}`")))?;
         self.statements.insert(fields.to_vec(), statement.clone());
         Ok(statement)
     }
