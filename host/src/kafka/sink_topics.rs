@@ -67,6 +67,10 @@ async fn topic_configs(
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, KafkaError> {
     topics.sort_unstable();
     topics.dedup();
+    if topics.is_empty() {
+        // Only a PostgreSQL table: a describe of nothing is refused.
+        return Ok(BTreeMap::new());
+    }
     Admin::new(&sink.cluster, &sink.producer)?.topics_configs(&topics).await
 }
 
