@@ -2,7 +2,8 @@
 //! (`scripts/postgres.sh`) and broker: the flight-delays aggregates upserted exactly once
 //! through a SIGKILL at each crash point of the two-phase commit, an insert-only log of every
 //! output row without duplicate or gap through kills and a database restart, rows the table
-//! refuses, a database that is down, and a server without room for prepared transactions.
+//! refuses, a database that is down, a server without room for prepared transactions, and an
+//! instance that takes over a departed one's partitions and its prepared transaction.
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -48,6 +49,12 @@ fn spawn(pipeline: &TestPipeline, args: &[&str], fault: Option<&str>) -> Child {
     let env = env(fault);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     pipeline.spawn_with(args, &env)
+}
+
+fn spawn_instance(pipeline: &TestPipeline, instance: &str, fault: Option<&str>) -> Child {
+    let env = env(fault);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    pipeline.spawn_instance(instance, &env)
 }
 
 /// Produces `input` in waves of [`WAVE`] while `child` runs, each once `progress` (a scalar
@@ -178,6 +185,41 @@ async fn a_kill_after_the_kafka_commit_commits_the_prepared_rows() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_after_commit_prepared_loses_and_duplicates_nothing() {
     killed_at("after-commit-prepared", false, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_instance_taking_over_a_departed_ones_partitions_commits_its_prepared_rows() {
+    let port = port();
+    let table = table_name("weir_pg_takeover");
+    create_table(port, &table, true, "");
+    let mut spec = Spec::new("flight-delays");
+    spec.sink_topic = false;
+    spec.sink = sink_table(port, &table, "upsert", "");
+    // The group notices instance a gone after 6 s (the broker's group.min.session.timeout.ms).
+    spec.source =
+        "batch_size = 64\n[source.consumer]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\""
+            .into();
+    let pipeline = TestPipeline::new("weir-pg-takeover", &spec);
+    let rows = flight_rows(3_000);
+    let input = keyed(&rows);
+    create_topic(&pipeline.source, PARTITIONS).await;
+    let progress = format!("SELECT sum(flights)::bigint FROM {table}");
+    let mut a = spawn_instance(&pipeline, "a", Some("after-commit@2"));
+    let produced = feed_until_exit(&pipeline, &mut a, &input, port, &progress).await;
+    assert!(pipeline.instance_log("a").contains("WEIR_FAULT: aborting"), "{}", pipeline.instance_log("a"));
+    let left = prepared(port, &pipeline.name);
+    assert!(left.len() == 1 && left[0].contains(":a:2:"), "instance a's epoch 2 is left prepared: {left:?}");
+    produce(&pipeline.source, PARTITIONS, &input[produced..]).await;
+
+    // Instance a never comes back: b gets its partitions once the group drops it.
+    let mut b = spawn_instance(&pipeline, "b", None);
+    wait_for(port, &progress, rows.len() as i64, RUN_TIMEOUT, || pipeline.instance_log("b"));
+    let status = pipeline.stop(&mut b, Duration::from_secs(60));
+    let log = pipeline.instance_log("b");
+    assert!(status.success(), "{log}");
+    assert!(log.contains("resolved a prepared transaction of the PostgreSQL sink"), "{log}");
+    assert_eq!(prepared(port, &pipeline.name), Vec::<String>::new(), "{log}");
+    assert_aggregates(port, &table, &rows, |_| true, &log);
 }
 
 /// Every output row, inserted, exactly once: per origin|carrier the running `flights` counts
