@@ -222,6 +222,43 @@ async fn the_instance_taking_over_a_departed_ones_partitions_commits_its_prepare
     assert_aggregates(port, &table, &rows, |_| true, &log);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_output_goes_to_the_table_and_the_rest_to_the_topic() {
+    // flights-hourly: hourly windows to the sink topic, flights too late for their hour to the
+    // `late` output, which the table takes.
+    let port = port();
+    let table = table_name("weir_pg_late");
+    execute(port, &format!("CREATE TABLE {table} (origin text, time_hour timestamptz, dep_delay bigint)"));
+    let mut spec = Spec::new("flights-hourly");
+    spec.source = "batch_size = 256\n[source.watermark]\nfield = \"time_hour\"\nformat = \"rfc3339\"".into();
+    spec.transform = "config = { late_output = \"late\" }".into();
+    spec.sink = sink_table(port, &table, "insert", "output = \"late\"\n");
+    let pipeline = TestPipeline::new("weir-pg-late", &spec);
+    let flight = |origin: &str, hour: u32, dep_delay: i64| {
+        let value = serde_json::json!({"origin": origin, "time_hour": format!("2013-01-01T{hour}:00:00Z"), "dep_delay": dep_delay});
+        (Some(origin.to_owned()), value.to_string())
+    };
+    // The 11:00 flight closes the 10:00 hour; the next 10:00 flight is late.
+    let input = [
+        flight("EWR", 10, 5),
+        flight("JFK", 10, 1),
+        flight("EWR", 11, 2),
+        flight("EWR", 10, 100),
+        flight("LGA", 12, 4),
+    ];
+    produce(&pipeline.source, 1, &input).await;
+    let mut child = spawn(&pipeline, &[], None);
+    wait_for(port, &format!("SELECT count(*) FROM {table}"), 1, RUN_TIMEOUT, || pipeline.log_text());
+    let windows = read_raw(&pipeline.sink, 1, 3, RUN_TIMEOUT);
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{}", pipeline.log_text());
+    let late = weir_tests::postgres::rows(port, &table, "time_hour");
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert_eq!((late[0]["origin"].as_str(), late[0]["dep_delay"].as_i64()), (Some("EWR"), Some(100)));
+    assert!(late[0]["time_hour"].as_str().unwrap().starts_with("2013-01-01T10:00:00"), "{late:?}");
+    assert_eq!(windows.len(), 3, "EWR and JFK at 10:00, EWR at 11:00 on the topic");
+}
+
 /// Every output row, inserted, exactly once: per origin|carrier the running `flights` counts
 /// are 1, 2, … n without a duplicate or a gap.
 fn assert_insert_log(port: u16, table: &str, rows: &[Row], log: &str) {

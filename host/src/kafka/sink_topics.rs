@@ -45,7 +45,13 @@ pub async fn sink_topics(sink: &SinkConfig) -> Result<SinkTopics, KafkaError> {
         max_record: record_limit(sink, &configs),
         rules: SinkRules {
             topic: sink.topic.as_deref().map(rules).unwrap_or_default(),
-            outputs: sink.outputs.iter().map(|(name, topic)| (name.clone(), rules(topic))).collect(),
+            // A PostgreSQL table's output has no topic's rules.
+            outputs: sink
+                .outputs
+                .iter()
+                .map(|(name, topic)| (name.clone(), rules(topic)))
+                .chain(sink.postgres.iter().filter_map(|pg| Some((pg.output.clone()?, TopicRules::default()))))
+                .collect(),
         },
         dead_letters: sink.dead_letter_topic.as_deref().map(rules).unwrap_or_default(),
     })

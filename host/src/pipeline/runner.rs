@@ -479,7 +479,14 @@ impl<'a> Runner<'a> {
             config,
             chain,
             options,
-            outputs: config.sink.outputs.keys().cloned().collect(),
+            // The named outputs: the topics', and the PostgreSQL table's.
+            outputs: config
+                .sink
+                .outputs
+                .keys()
+                .chain(config.sink.postgres.as_ref().and_then(|pg| pg.output.as_ref()))
+                .cloned()
+                .collect(),
             dead_letter_rules: Arc::new(sink_topics.dead_letters),
             topic_ids,
             limits: OperatorLimits {
