@@ -20,6 +20,9 @@ use weir_tests::{create_topic, flight_rows};
 
 const PARTITIONS: i32 = 4;
 
+/// What `weir run` logs once the group assigned it partitions.
+const JOINED: &str = "partitions assigned by the consumer group";
+
 /// Records per wave of [`feed_until_exit`].
 const WAVE: usize = 500;
 
@@ -83,8 +86,17 @@ async fn feed_until_exit(
 
 /// Runs `pipeline` until the table holds every one of `expected` flights, then stops it.
 fn run_until_table_holds(pipeline: &TestPipeline, port: u16, progress: &str, expected: usize, args: &[&str]) {
+    // The table may hold every flight already (a crash after the last commit): the run is stopped
+    // once it has joined the group, so that its stop is a clean one.
+    let joins = || pipeline.log_text().matches(JOINED).count();
+    let before = joins();
     let mut child = spawn(pipeline, args, None);
     wait_for(port, progress, expected as i64, RUN_TIMEOUT, || pipeline.log_text());
+    let started = Instant::now();
+    while joins() == before {
+        assert!(started.elapsed() < RUN_TIMEOUT, "weir run never joined the group:\n{}", pipeline.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let status = pipeline.stop(&mut child, Duration::from_secs(60));
     assert!(status.success(), "weir run exited with {status}; log:\n{}", pipeline.log_text());
 }
@@ -220,6 +232,32 @@ async fn the_instance_taking_over_a_departed_ones_partitions_commits_its_prepare
     assert!(log.contains("resolved a prepared transaction of the PostgreSQL sink"), "{log}");
     assert_eq!(prepared(port, &pipeline.name), Vec::<String>::new(), "{log}");
     assert_aggregates(port, &table, &rows, |_| true, &log);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_least_once_upserts_converge_on_the_aggregates_after_a_kill() {
+    let port = port();
+    let table = table_name("weir_pg_alo");
+    create_table(port, &table, true, "");
+    let mut spec = Spec::new("flight-delays");
+    spec.sink_topic = false;
+    spec.sink = format!("guarantee = \"at-least-once\"\n{}", sink_table(port, &table, "upsert", ""));
+    let pipeline = TestPipeline::new("weir-pg-alo", &spec);
+    let rows = flight_rows(3_000);
+    let input = keyed(&rows);
+    create_topic(&pipeline.source, PARTITIONS).await;
+    let progress = format!("SELECT sum(flights)::bigint FROM {table}");
+    // Killed once a checkpoint of the second wave committed: the rest is written again.
+    produce(&pipeline.source, PARTITIONS, &input[..1_500]).await;
+    let mut child = spawn(&pipeline, &[], None);
+    wait_for(port, &progress, 1_500, RUN_TIMEOUT, || pipeline.log_text());
+    produce(&pipeline.source, PARTITIONS, &input[1_500..]).await;
+    wait_for(port, &progress, 1_501, RUN_TIMEOUT, || pipeline.log_text());
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    run_until_table_holds(&pipeline, port, &progress, rows.len(), &[]);
+    assert_eq!(prepared(port, &pipeline.name), Vec::<String>::new(), "at-least-once prepares nothing");
+    assert_aggregates(port, &table, &rows, |_| true, &pipeline.log_text());
 }
 
 #[tokio::test(flavor = "multi_thread")]
