@@ -261,6 +261,70 @@ async fn at_least_once_upserts_converge_on_the_aggregates_after_a_kill() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn numbers_reach_the_table_as_written_and_upserts_merge_fields_in_order() {
+    // passthrough: each input record is an output row.
+    let port = port();
+    let table = table_name("weir_pg_exact");
+    execute(port, &format!("CREATE TABLE {table} (id bigint PRIMARY KEY, n numeric, b bigint, c int DEFAULT 7)"));
+    let mut spec = Spec::new("passthrough");
+    spec.sink_topic = false;
+    spec.sink = sink_table(port, &table, "upsert", "").replace("[\"origin\", \"carrier\"]", "[\"id\"]");
+    let pipeline = TestPipeline::new("weir-pg-exact", &spec);
+    let record = |value: &str| (Some("k".to_owned()), value.to_owned());
+    let input = [
+        record(r#"{"id": 1, "n": 123456789012345678901234567890.123456789, "b": -0}"#),
+        record(r#"{"id": 2, "n": 3.141592653589793238462643383279, "b": 9223372036854775807, "c": 1}"#),
+        // Same key, fewer fields: as if upserted one after the other.
+        record(r#"{"id": 2, "b": -9223372036854775808}"#),
+    ];
+    produce(&pipeline.source, 1, &input).await;
+    let mut child = spawn(&pipeline, &[], None);
+    wait_for(port, &format!("SELECT count(*) FROM {table} WHERE b < 0"), 1, RUN_TIMEOUT, || pipeline.log_text());
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{}", pipeline.log_text());
+    let sql = format!("SELECT id, n::text, b, c FROM {table} ORDER BY id");
+    let rows: Vec<(i64, String, i64, i32)> = weir_tests::postgres::with_client(port, |client| {
+        client.query(&sql, &[]).expect("read").iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect()
+    });
+    assert_eq!(
+        rows,
+        [
+            (1, "123456789012345678901234567890.123456789".to_owned(), 0, 7),
+            (2, "3.141592653589793238462643383279".to_owned(), i64::MIN, 1),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_row_locked_by_a_foreign_prepared_transaction_is_waited_out_and_named() {
+    let port = port();
+    let table = table_name("weir_pg_locked");
+    create_table(port, &table, true, "");
+    // Another pipeline's crash left a prepared transaction holding EWR|UA's row.
+    let gid = format!("other-{table}");
+    execute(
+        port,
+        &format!("BEGIN; INSERT INTO {table} (origin, carrier) VALUES ('EWR', 'UA'); PREPARE TRANSACTION '{gid}'"),
+    );
+    let mut spec = Spec::new("flight-delays");
+    spec.sink_topic = false;
+    spec.sink = sink_table(port, &table, "upsert", "");
+    spec.checkpoint = "interval_ms = 200\ntimeout_ms = 2000".into();
+    let pipeline = TestPipeline::new("weir-pg-locked", &spec);
+    let rows = flight_rows(2_000);
+    assert!(rows.iter().any(|r| r.key.as_deref() == Some("EWR|UA")));
+    produce(&pipeline.source, PARTITIONS, &keyed(&rows)).await;
+    let mut child = spawn(&pipeline, &[], None);
+    pipeline.wait_for_log("a row is locked by another transaction", RUN_TIMEOUT);
+    execute(port, &format!("ROLLBACK PREPARED '{gid}'"));
+    let progress = format!("SELECT sum(flights)::bigint FROM {table}");
+    wait_for(port, &progress, rows.len() as i64, RUN_TIMEOUT, || pipeline.log_text());
+    let status = pipeline.stop(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{}", pipeline.log_text());
+    assert_aggregates(port, &table, &rows, |_| true, &pipeline.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_named_output_goes_to_the_table_and_the_rest_to_the_topic() {
     // flights-hourly: hourly windows to the sink topic, flights too late for their hour to the
     // `late` output, which the table takes.

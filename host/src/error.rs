@@ -126,10 +126,13 @@ fn postgres_message(error: &postgres::Error) -> String {
     }
 }
 
-/// What to do about a PostgreSQL error recovery does not heal.
+/// What a PostgreSQL error may mean, for the ones recovery retries.
 fn postgres_hint(error: &postgres::Error) -> &'static str {
-    if crate::postgres::is_transient(error) {
-        "; retrying: is PostgreSQL running and reachable at sink.postgres.url?"
+    if crate::postgres::is_lock_timeout(error) {
+        "; a row is locked by another transaction (pg_locks; a transaction prepared by another pipeline, \
+         pg_prepared_xacts?) longer than checkpoint.timeout_ms: it is retried"
+    } else if crate::postgres::is_transient(error) {
+        "; it is retried: is PostgreSQL running and reachable at sink.postgres.url?"
     } else {
         ""
     }

@@ -317,6 +317,16 @@ fn a_postgres_sink_is_checked_before_any_connection() {
         ),
         ("url = \"postgresql://weir@db\"\ntable = \"t\"\noutput = \"o\"", "sink.postgres.url", "names no database"),
         (
+            "url = \"postgresql://weir@db/weir?sslmode=require\"\ntable = \"t\"\noutput = \"o\"",
+            "sink.postgres.url",
+            "TLS",
+        ),
+        (
+            "url = \"postgresql://weir@db/weir\"\ntable = \"t\"\nmode = \"upsert\"\nkey = [\"a\", \"a\"]\noutput = \"o\"",
+            "sink.postgres.key[1]",
+            "named twice",
+        ),
+        (
             "url = \"postgresql://weir@db/weir\"\ntable = \"Delays\"\noutput = \"o\"",
             "sink.postgres.table",
             "lower-case",

@@ -224,6 +224,9 @@ impl PipelineConfig {
                 "sink.postgres.url",
                 "holds a password: remove it, and give it as sink.postgres.password = \"${env:NAME}\" (or ${file:/path})",
             ),
+            Ok(url) if !matches!(url.get_ssl_mode(), postgres::config::SslMode::Disable | postgres::config::SslMode::Prefer) => {
+                broken.push("sink.postgres.url", "asks for TLS (sslmode), which the PostgreSQL sink cannot do yet: use sslmode=disable (or prefer), on a trusted network")
+            }
             Ok(url) if url.get_dbname().is_none() => {
                 broken.push("sink.postgres.url", "names no database: add it, e.g. postgresql://weir@127.0.0.1:5432/weir")
             }
@@ -243,7 +246,9 @@ impl PipelineConfig {
             );
         }
         for (i, column) in postgres.key.iter().enumerate() {
-            if !is_sql_identifier(column) {
+            if postgres.key[..i].contains(column) {
+                broken.push(format!("sink.postgres.key[{i}]"), format!("{column:?} is named twice"));
+            } else if !is_sql_identifier(column) {
                 broken.push(
                     format!("sink.postgres.key[{i}]"),
                     format!("{column:?} must be a column name of {SQL_IDENTIFIER}"),

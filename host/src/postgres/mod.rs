@@ -14,15 +14,14 @@
 mod rows;
 mod xid;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::{Client, NoTls, Statement};
-use serde_json::Value;
 
-pub use rows::{Column, ColumnKind, PendingRows, Refusal, Row, TableShape};
+pub use rows::{Column, ColumnKind, PendingRows, Refusal, Row, TableShape, merge_per_key};
 pub use xid::{MAX_GID_LEN, Resolution, Xid, decide, prefix};
 
 use crate::config::{PostgresSinkConfig, WriteMode};
@@ -56,9 +55,10 @@ pub struct PostgresSink {
 }
 
 impl Database {
-    /// Connects to `url` (libpq's forms) with `password` within `timeout`; the session's
-    /// statements and lock waits are bounded by it too, so that a row locked by a prepared
-    /// transaction left behind fails a checkpoint rather than hang it.
+    /// Connects to `url` (libpq's forms) with `password` within `timeout`. The session's lock
+    /// waits are bounded by it too (`lock_timeout`), so that a row locked by another transaction
+    /// (one prepared and left behind) fails a checkpoint into recovery, rather than hang it; a
+    /// statement itself may take longer (an epoch of many rows).
     ///
     /// # Errors
     /// [`PipelineError::Postgres`] when the server cannot be reached (retried by recovery);
@@ -70,9 +70,10 @@ impl Database {
             settings.password(password);
         }
         let ms = timeout.as_millis();
-        settings.application_name("weir").connect_timeout(timeout).options(&format!(
-            "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout=0"
-        ));
+        settings
+            .application_name("weir")
+            .connect_timeout(timeout)
+            .options(&format!("-c lock_timeout={ms} -c idle_in_transaction_session_timeout=0"));
         let server = describe(&settings);
         let client = settings
             .connect(NoTls)
@@ -209,7 +210,7 @@ impl PostgresSink {
     pub fn write(&mut self, rows: Vec<Row>) -> Result<Vec<(Row, String)>, PipelineError> {
         let rows = match self.config.mode {
             WriteMode::Insert => rows,
-            WriteMode::Upsert => last_per_key(rows, &self.shape.key),
+            WriteMode::Upsert => merge_per_key(rows, &self.shape.key),
         };
         self.db.client.batch_execute("BEGIN").map_err(PipelineError::postgres("BEGIN"))?;
         let mut by_fields: BTreeMap<Vec<String>, Vec<Row>> = BTreeMap::new();
@@ -236,7 +237,7 @@ impl PostgresSink {
     /// them (PostgreSQL's data and integrity errors, SQLSTATE classes 22 and 23), rolled back
     /// to the savepoint.
     fn savepoint(&mut self, statement: &Statement, rows: &[Row]) -> Result<Result<(), String>, PipelineError> {
-        let values = Value::Array(rows.iter().map(|r| Value::Object(r.fields.clone())).collect());
+        let values = format!("[{}]", rows.iter().map(Row::to_json).collect::<Vec<_>>().join(","));
         self.db.client.batch_execute("SAVEPOINT weir_rows").map_err(PipelineError::postgres("SAVEPOINT"))?;
         match self.db.client.execute(statement, &[&values]) {
             Ok(_) => Ok(Ok(())),
@@ -287,7 +288,7 @@ fn insert_sql(table: &str, fields: &[String], key: &[String], mode: WriteMode) -
     let table = table.split('.').map(quote).collect::<Vec<_>>().join(".");
     let columns = fields.iter().map(|f| quote(f)).collect::<Vec<_>>().join(", ");
     let mut sql = format!(
-        "INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, $1::json)"
+        "INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, $1::text::json)"
     );
     if mode == WriteMode::Upsert {
         let key_columns = key.iter().map(|k| quote(k)).collect::<Vec<_>>().join(", ");
@@ -302,25 +303,14 @@ fn insert_sql(table: &str, fields: &[String], key: &[String], mode: WriteMode) -
     sql
 }
 
-/// The last row of each key, in the order of those last rows.
-fn last_per_key(rows: Vec<Row>, key: &[String]) -> Vec<Row> {
-    let mut last: HashMap<String, usize> = HashMap::new();
-    for (i, row) in rows.iter().enumerate() {
-        last.insert(row.key_of(key), i);
-    }
-    let keep: BTreeSet<usize> = last.into_values().collect();
-    rows.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, row)| row).collect()
-}
-
 /// Reads the table's columns and checks the upsert key against its unique indexes.
 fn table_shape(client: &mut Client, config: &PostgresSinkConfig, server: &str) -> Result<TableShape, PipelineError> {
     let table = &config.table;
     let columns = client
         .query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, t.typcategory::text \
-             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-             WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' \
-             ORDER BY a.attnum",
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, t.typcategory::text, \
+             a.attgenerated <> '' FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             &[table],
         )
         .map_err(PipelineError::postgres(format!("reading the columns of table {table}")))?;
@@ -330,8 +320,10 @@ fn table_shape(client: &mut Client, config: &PostgresSinkConfig, server: &str) -
              with a column per field of the output's JSON objects (docs/sinks.md)"
         )));
     }
+    let generated: Vec<String> = columns.iter().filter(|row| row.get::<_, bool>(4)).map(|row| row.get(0)).collect();
     let columns: BTreeMap<String, Column> = columns
         .iter()
+        .filter(|row| !row.get::<_, bool>(4))
         .map(|row| {
             let (name, type_name, udt, category): (String, String, String, String) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
@@ -358,14 +350,15 @@ fn table_shape(client: &mut Client, config: &PostgresSinkConfig, server: &str) -
         key.sort();
         if !unique.iter().any(|row| row.get::<_, Vec<String>>(0) == key) {
             return Err(PipelineError::Refused(format!(
-                "sink.postgres.key = [{}] is not the primary key or a unique index of table {table}: an upsert \
-                 (INSERT … ON CONFLICT) needs one; add it (ALTER TABLE {table} ADD PRIMARY KEY ({})) or fix the key",
+                "sink.postgres.key = [{}] are not the columns of the primary key or of a unique index of table \
+                 {table}: an upsert (INSERT … ON CONFLICT) needs one; make one (CREATE UNIQUE INDEX ON {table} ({})) \
+                 or name its columns",
                 config.key.join(", "),
                 config.key.join(", ")
             )));
         }
     }
-    let shape = TableShape { table: table.clone(), columns, key: config.key.clone() };
+    let shape = TableShape { table: table.clone(), columns, key: config.key.clone(), generated };
     let described: Vec<String> = shape.columns.values().map(|c| format!("{} {}", c.name, c.type_name)).collect();
     tracing::info!(table, server, columns = %described.join(", "), "PostgreSQL sink table");
     Ok(shape)
@@ -393,16 +386,22 @@ fn is_refusal(error: &postgres::Error) -> bool {
 }
 
 /// Whether `error` can go away without anyone changing anything: the connection broke or could
-/// not be made, the server is shutting down or starting, out of resources, a serialization
-/// failure or deadlock, a statement or lock timeout (SQLSTATE classes 08, 53, 57, 40; 55P03).
+/// not be made (an I/O error, not a configuration the client refuses, such as a missing
+/// password), the server is shutting down or starting, out of resources, a serialization
+/// failure or deadlock, a lock wait past `lock_timeout` (SQLSTATE classes 08, 53, 57, 40; 55P03).
 pub fn is_transient(error: &postgres::Error) -> bool {
     match error.code() {
-        None => true,
+        None => error.is_closed() || std::error::Error::source(error).is_some_and(|s| s.is::<std::io::Error>()),
         Some(code) => {
             let code = code.code();
             ["08", "53", "57", "40"].iter().any(|class| code.starts_with(class)) || code == "55P03"
         }
     }
+}
+
+/// Whether `error` is a lock wait past `lock_timeout` (SQLSTATE 55P03).
+pub fn is_lock_timeout(error: &postgres::Error) -> bool {
+    error.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE)
 }
 
 /// An identifier in double quotes (names are checked plain lower-case identifiers).
@@ -425,7 +424,7 @@ mod tests {
         assert_eq!(
             insert_sql("public.delays", &fields, &[], WriteMode::Insert),
             "INSERT INTO \"public\".\"delays\" (\"carrier\", \"flights\", \"origin\") SELECT \"carrier\", \"flights\", \
-             \"origin\" FROM json_populate_recordset(NULL::\"public\".\"delays\", $1::json)"
+             \"origin\" FROM json_populate_recordset(NULL::\"public\".\"delays\", $1::text::json)"
         );
         let key = ["origin".to_owned(), "carrier".to_owned()];
         assert!(
@@ -433,17 +432,5 @@ mod tests {
                 .ends_with("ON CONFLICT (\"origin\", \"carrier\") DO UPDATE SET \"flights\" = EXCLUDED.\"flights\"")
         );
         assert!(insert_sql("delays", &key, &key, WriteMode::Upsert).ends_with("DO NOTHING"));
-    }
-
-    #[test]
-    fn an_upsert_keeps_the_last_row_of_each_key() {
-        let task = TaskId { topic: "t".into(), partition: 0 };
-        let row = |origin: &str, n: i64| {
-            let fields = serde_json::json!({"origin": origin, "n": n}).as_object().unwrap().clone();
-            Row { task: task.clone(), key: None, value: None, fields }
-        };
-        let rows = last_per_key(vec![row("a", 1), row("b", 1), row("a", 2)], &["origin".into()]);
-        let kept: Vec<_> = rows.iter().map(|r| (r.fields["origin"].clone(), r.fields["n"].clone())).collect();
-        assert_eq!(kept, [(Value::from("b"), Value::from(1)), (Value::from("a"), Value::from(2))]);
     }
 }
