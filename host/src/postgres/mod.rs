@@ -203,10 +203,12 @@ impl PostgresSink {
 
     /// Opens the epoch's transaction and writes `rows` in it. Returns the rows the table
     /// refused (a constraint, a value PostgreSQL cannot convert), each with PostgreSQL's
-    /// message; the others are written. An upsert writes only the last row of each key.
+    /// message; the others are written. An upsert writes each key once, its rows merged in
+    /// order ([`merge_per_key`]).
     ///
     /// # Errors
-    /// [`PipelineError::Postgres`] for anything else (the server went away, a timeout).
+    /// [`PipelineError::Postgres`] for anything else (the server went away, a lock wait past
+    /// `lock_timeout`).
     pub fn write(&mut self, rows: Vec<Row>) -> Result<Vec<(Row, String)>, PipelineError> {
         let rows = match self.config.mode {
             WriteMode::Insert => rows,
