@@ -47,23 +47,21 @@ done
 run() {
     local sink=$1 id="bench-pg-$stamp-$1-$2" table progress sink_lines
     table=${id//-/_}
+    local pg_table="[sink.postgres]
+url = \"$POSTGRES_URL\"
+password = \"\${env:WEIR_POSTGRES_PASSWORD}\"
+table = \"$table\""
     case $sink in
         kafka) sink_lines="topic = \"$id-out\"" ;;
         pg-upsert)
             psql -c "CREATE TABLE $table ($columns, PRIMARY KEY (origin, carrier))"
-            sink_lines="[sink.postgres]
-url = \"$POSTGRES_URL\"
-password = \"\${env:WEIR_POSTGRES_PASSWORD}\"
-table = \"$table\"
+            sink_lines="$pg_table
 mode = \"upsert\"
 key = [\"origin\", \"carrier\"]"
             progress="SELECT coalesce(sum(flights), 0) FROM $table" ;;
         pg-insert)
             psql -c "CREATE TABLE $table ($columns)"
-            sink_lines="[sink.postgres]
-url = \"$POSTGRES_URL\"
-password = \"\${env:WEIR_POSTGRES_PASSWORD}\"
-table = \"$table\"
+            sink_lines="$pg_table
 mode = \"insert\""
             progress="SELECT count(*) FROM $table" ;;
     esac
