@@ -138,6 +138,15 @@ fn postgres_hint(error: &postgres::Error) -> &'static str {
     }
 }
 
+impl From<crate::kafka::PreflightError> for PipelineError {
+    fn from(error: crate::kafka::PreflightError) -> Self {
+        match error {
+            crate::kafka::PreflightError::Refused(message) => PipelineError::Refused(message),
+            crate::kafka::PreflightError::Kafka { operation, source } => PipelineError::kafka(operation)(source),
+        }
+    }
+}
+
 impl PipelineError {
     /// A PostgreSQL error of the sink with the operation that failed.
     pub fn postgres(operation: impl Into<String>) -> impl FnOnce(postgres::Error) -> Self {

@@ -13,26 +13,20 @@
 //! 4. [`apply`]: write the checkpoint into RocksDB (one unsynced batch), with the changelog
 //!    offsets it reaches.
 //!
-//! [`fence`] runs on every start: it fences every producer the process used. [`recover_tasks`]
-//! runs for the tasks of every assignment the group makes: it fetches the group's committed
-//! offsets, brings RocksDB up to each task's changelog partition ([`super::restore`]) and checks
-//! that the group's offsets agree with the restored positions.
-//! Output, offsets and state of an epoch commit or abort together in Kafka, so nothing on disk
+//! The coordinator ([`super::Coordinator`]) runs them; recovery ([`super::recovery`]) is what a
+//! start runs before. Output, offsets and state of an epoch commit or abort together in Kafka, so nothing on disk
 //! needs deciding. A failure in phases 2–4 sends the pipeline into recovery; none is ignored.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::fault::{FaultPoint, inject};
-use super::restore::{self, LostChangelog, Restored};
+use super::restore;
 use crate::error::PipelineError;
-use crate::kafka::{
-    Changelog, ChangelogReader, CheckpointMetadata, GroupOffset, Lineage, ProducerError, ProducerSlot, Source,
-};
-use crate::state::{ChangelogEntry, Checkpoint, Committed, Owner, Position, StateDb, TaskOverlays};
+use crate::kafka::{Changelog, CheckpointMetadata, Lineage, ProducerSlot, Source};
+use crate::state::{ChangelogEntry, Checkpoint, Position, StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
-use rdkafka::error::RDKafkaErrorCode;
 
 /// What one task hands over at barrier N.
 #[derive(Debug)]
@@ -213,233 +207,6 @@ fn poisoned() -> PipelineError {
     PipelineError::State(crate::state::StateError { message: "task overlay lock poisoned (a bug in Weir)".into() })
 }
 
-/// The state tasks start from after [`recover_tasks`].
-#[derive(Debug)]
-pub struct Recovered {
-    /// The committed checkpoint of the tasks, as restored from the changelog: the database's
-    /// checkpoint id, and the offsets and snapshots of the recovered tasks only.
-    pub committed: Committed,
-    /// The lowest checkpoint id the process may use next (above every checkpoint seen).
-    pub next: CheckpointId,
-    /// The group's committed offsets of the tasks, as fetched (stable, KIP-447).
-    pub group: BTreeMap<TaskId, GroupOffset>,
-    /// Tasks whose local state the changelog lost and which the next checkpoint writes into it
-    /// ([`LostChangelog::Reseed`]); their state agrees with the group's offsets.
-    pub reseed: Vec<TaskId>,
-    /// The changelog topic's id (KIP-516), to record once the reseeded state is in it.
-    pub changelog_topic_id: String,
-}
-
-/// The options of [`recover_tasks`].
-#[derive(Debug, Clone)]
-pub struct RecoverOptions {
-    /// Bound of each Kafka call, and of a restore without progress.
-    pub timeout: Duration,
-    /// Whether the group's offsets are checked against the state (exactly-once only: the other
-    /// guarantees commit them outside any transaction, for other tools' information).
-    pub check_group: bool,
-    /// Start even when the group's offsets disagree with the changelog.
-    pub ignore_group_offsets: bool,
-    /// `source.start = "group"`: on the first start the group's offsets are where to begin, not
-    /// a disagreement.
-    pub start_from_group: bool,
-    /// What to do with local state the changelog lost (see [`LostChangelog`]).
-    pub lost: LostChangelog,
-}
-
-/// Fences every producer the process used (`fence`: this configuration's slots and every
-/// transactional id the state remembers): `init_transactions` aborts what they left open and
-/// finishes their in-flight commits. Runs once per start, before anything is read.
-///
-/// # Errors
-/// [`PipelineError::Kafka`] when a transaction coordinator cannot be reached (retriable).
-pub fn fence(fence: &[&ProducerSlot], timeout: Duration) -> Result<(), PipelineError> {
-    for slot in fence {
-        let id = slot.transactional_id.as_deref().unwrap_or_default();
-        slot.fence(timeout).map_err(|error| match error {
-            // The start-up check could not read the broker's limit (no DescribeConfigs right on
-            // the cluster); the broker checks it here, and says the same on every retry.
-            ProducerError::Kafka(error)
-                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidTransactionTimeout) =>
-            {
-                PipelineError::Refused(format!(
-                    "the broker refuses transactional id {id}'s transaction.timeout.ms ({error}): \
-                     sink.transaction_timeout_ms exceeds the broker's transaction.max.timeout.ms; lower \
-                     sink.transaction_timeout_ms (keeping checkpoint.interval_ms + checkpoint.timeout_ms below it) \
-                     or raise the broker's limit"
-                ))
-            }
-            error => PipelineError::kafka(format!("init_transactions for transactional id {id}"))(error),
-        })?;
-    }
-    Ok(())
-}
-
-/// Longest wait in recovery for the changelog to catch up with the group's offsets (at most
-/// `checkpoint.timeout_ms`): transaction markers land on each partition shortly after a commit.
-pub(super) const MARKER_WAIT: Duration = Duration::from_secs(10);
-
-/// Recovery of the tasks the group gives this process (every start, and every assignment):
-/// reads the group's committed offsets of `tasks` (read_committed asks for stable offsets,
-/// KIP-447: the fetch waits for a transaction of the partitions' previous owner to end), then
-/// restores each task's state from its changelog partition up to its last stable offset, and
-/// checks that the group's offsets and the restored positions agree.
-///
-/// `lineage` is the pipeline's. When the changelog names another one and `adoptable` (the
-/// lineage was not read from the group, and no task runs yet), the changelog's is adopted.
-///
-/// # Errors
-/// [`PipelineError::Kafka`] when the offset fetch or the restore fails (retriable);
-/// [`PipelineError::Inconsistent`] when the group's offsets were not written with this
-/// changelog's checkpoints (unless `ignore_group_offsets`), or the changelog names another
-/// lineage than the running tasks'.
-#[allow(clippy::too_many_arguments)] // each is a distinct input of the tasks' recovery
-pub fn recover_tasks(
-    db: &StateDb,
-    source: &Source,
-    reader: &ChangelogReader,
-    tasks: &[TaskId],
-    owner: &Owner,
-    lineage: &mut Lineage,
-    adoptable: bool,
-    options: &RecoverOptions,
-) -> Result<Recovered, PipelineError> {
-    let timeout = options.timeout;
-    let group = source
-        .group_offsets(tasks, timeout)
-        .map_err(PipelineError::kafka(format!("fetching consumer group {}'s committed offsets", source.group_id())))?;
-    let started = Instant::now();
-    let (committed, Restored { reseed, topic_id, .. }) = loop {
-        let (committed, restored) = restore_tasks(db, reader, tasks, owner, lineage, adoptable, options)?;
-        let first_start = committed.offsets.is_empty() && !group.values().any(|g| is_ours(g, lineage));
-        if !options.check_group || options.ignore_group_offsets || (first_start && options.start_from_group) {
-            break (committed, restored);
-        }
-        match check_group_agrees(&committed, &group, lineage, &reader.changelog().topic) {
-            Ok(()) => break (committed, restored),
-            // The previous owner's last commit may still have its transaction markers on the
-            // way to some changelog partitions: the last stable offset stops before its records
-            // until they land, while the group's offsets (fetched stable) already name it. Read
-            // on for a while before calling the two inconsistent.
-            Err(error) if started.elapsed() < timeout.min(MARKER_WAIT) => {
-                tracing::debug!(%error, "the group's offsets are ahead of the changelog; reading it again");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(error) if restored.reseed.is_empty() => return Err(error),
-            Err(error) => {
-                return Err(PipelineError::Refused(format!(
-                    "--reseed-changelog: the state directory {} does not hold the checkpoint the consumer group committed, so it cannot be written into the changelog: {error}",
-                    db.dir().display()
-                )));
-            }
-        }
-    };
-    // A checkpoint that moved no position (an idle keep-alive) is only in the group's metadata.
-    let in_group = group
-        .values()
-        .filter_map(|g| CheckpointMetadata::parse(&g.metadata))
-        .filter(|m| m.is_of(lineage))
-        .map(|m| m.checkpoint)
-        .max();
-    if let Some(id) = in_group {
-        db.raise_epoch_floor(id)?;
-    }
-    let next = db.epoch_floor()?.max(committed.id).next();
-    Ok(Recovered { committed, next, group, reseed, changelog_topic_id: topic_id })
-}
-
-/// Restores `tasks` from the changelog up to its last stable offsets ([`restore::restore`]),
-/// adopting the changelog's lineage when `adoptable`; returns what it committed for them, and
-/// what the restore found.
-fn restore_tasks(
-    db: &StateDb,
-    reader: &ChangelogReader,
-    tasks: &[TaskId],
-    owner: &Owner,
-    lineage: &mut Lineage,
-    adoptable: bool,
-    options: &RecoverOptions,
-) -> Result<(Committed, Restored), PipelineError> {
-    let restored = restore::restore(db, reader, tasks, &lineage.lineage, options.lost, options.timeout)?;
-    if let Some(found) = restored.lineage.clone().filter(|found| *found != lineage.lineage) {
-        if !adoptable {
-            return Err(PipelineError::Inconsistent(format!(
-                "changelog topic {} names lineage {found} for some of {} task(s), but the pipeline runs as lineage {}: the changelog topic was recreated while the pipeline ran; stop every instance and start again",
-                reader.changelog().topic,
-                tasks.len(),
-                lineage.lineage
-            )));
-        }
-        lineage.lineage = found;
-        db.set_owner(Some(owner), &lineage.lineage)?;
-    }
-    let all = db.committed()?;
-    let committed = Committed {
-        id: all.id,
-        offsets: all.offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
-        topic_ids: all.topic_ids.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
-        snapshots: all.snapshots.into_iter().filter(|((_, t), _)| tasks.contains(t)).collect(),
-        changelog_offsets: all.changelog_offsets.into_iter().filter(|(t, _)| tasks.contains(t)).collect(),
-    };
-    Ok((committed, restored))
-}
-
-/// Whether `offset` was committed by a checkpoint of `lineage`.
-fn is_ours(offset: &GroupOffset, lineage: &Lineage) -> bool {
-    CheckpointMetadata::parse(&offset.metadata).is_some_and(|m| m.is_of(lineage))
-}
-
-/// The pipeline's lineage as the group's offsets of `tasks` name it: that of the highest
-/// checkpoint of pipeline `pipeline` among them; `None` when no offset names one.
-pub fn group_lineage(group: &BTreeMap<TaskId, GroupOffset>, pipeline: &str) -> Option<String> {
-    group
-        .values()
-        .filter_map(|g| CheckpointMetadata::parse(&g.metadata))
-        .filter_map(|m| m.lineage.filter(|l| l.pipeline == pipeline).map(|l| (m.checkpoint, l.lineage)))
-        .max()
-        .map(|(_, lineage)| lineage)
-}
-
-/// Every group offset must be one Weir committed with the restored checkpoint: the group's
-/// offsets and the changelog's positions were committed in the same transactions.
-fn check_group_agrees(
-    committed: &Committed,
-    group: &BTreeMap<TaskId, GroupOffset>,
-    lineage: &Lineage,
-    changelog: &str,
-) -> Result<(), PipelineError> {
-    for (task, offset) in group {
-        let ours = committed.offsets.get(task);
-        let metadata = CheckpointMetadata::parse(&offset.metadata);
-        if ours == Some(&offset.offset) && metadata.as_ref().is_none_or(|m| m.is_of(lineage)) {
-            continue;
-        }
-        let why = match metadata {
-            Some(CheckpointMetadata { lineage: Some(theirs), .. }) if theirs != *lineage => format!(
-                "the consumer group's offset of {task} ({}) was committed by pipeline {} of lineage {}, but changelog topic {changelog} holds lineage {} of pipeline {}: \
-                 another pipeline uses this group, or the changelog topic was deleted since",
-                offset.offset, theirs.pipeline, theirs.lineage, lineage.lineage, lineage.pipeline
-            ),
-            Some(m) if m.checkpoint > committed.id => format!(
-                "the consumer group says checkpoint {} committed {task} up to offset {}, but changelog topic {changelog} only holds checkpoint {}: \
-                 the changelog topic was deleted or recreated, so the state it held is lost",
-                m.checkpoint, offset.offset, committed.id
-            ),
-            Some(_) | None => format!(
-                "the consumer group's offset of {task} is {} (metadata `{}`), but checkpoint {} of changelog topic {changelog} recorded {}: the group's offsets were changed outside Weir",
-                offset.offset,
-                offset.metadata,
-                committed.id,
-                ours.map_or_else(|| "none".to_owned(), i64::to_string)
-            ),
-        };
-        return Err(PipelineError::Inconsistent(format!(
-            "{why}; restore the offsets, use another pipeline name, or start with --ignore-group-offsets to trust the changelog"
-        )));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,23 +217,6 @@ mod tests {
 
     fn lineage() -> Lineage {
         Lineage { pipeline: "p".into(), lineage: "l1".into() }
-    }
-
-    fn committed(id: u64, offsets: &[(i32, i64)]) -> Committed {
-        Committed {
-            id: CheckpointId(id),
-            offsets: offsets.iter().map(|(p, o)| (task(*p), *o)).collect(),
-            ..Committed::default()
-        }
-    }
-
-    /// Metadata of checkpoint `id` written by `lineage` through `txn`.
-    fn named(id: u64, lineage: &Lineage, txn: &str) -> String {
-        metadata(CheckpointId(id), lineage, Some(txn)).encode()
-    }
-
-    fn group(entries: &[(i32, i64, &str)]) -> BTreeMap<TaskId, GroupOffset> {
-        entries.iter().map(|(p, o, m)| (task(*p), GroupOffset { offset: *o, metadata: (*m).into() })).collect()
     }
 
     fn barrier_of(partition: i32, offset: i64, writes: usize, snapshots: usize) -> TaskBarrier {
@@ -500,23 +250,5 @@ mod tests {
         assert_eq!(sealed.checkpoint.writes.len(), 3);
         assert_eq!(sealed.checkpoint.offsets.len(), 4);
         assert_eq!(sealed.checkpoint.snapshots.len(), 1);
-    }
-
-    #[test]
-    fn group_offsets_changed_by_hand_or_of_another_lineage_are_refused() {
-        let (c, ours) = (committed(4, &[(0, 8)]), lineage());
-        assert!(check_group_agrees(&c, &group(&[(0, 8, &named(4, &ours, "p-0"))]), &ours, "cl").is_ok());
-        assert!(
-            check_group_agrees(&c, &group(&[(0, 8, &named(6, &ours, "p-0"))]), &ours, "cl").is_ok(),
-            "a later checkpoint that moved no position"
-        );
-        let error = check_group_agrees(&c, &group(&[(0, 0, "")]), &ours, "cl").unwrap_err().to_string();
-        assert!(error.contains("changed outside Weir") && error.contains("--ignore-group-offsets"), "{error}");
-        let error = check_group_agrees(&committed(0, &[]), &group(&[(0, 8, &named(9, &ours, "p-1"))]), &ours, "cl")
-            .unwrap_err();
-        assert!(error.to_string().contains("only holds checkpoint 0") && error.to_string().contains("cl"), "{error}");
-        let older_life = Lineage { pipeline: "p".into(), lineage: "l0".into() };
-        let error = check_group_agrees(&c, &group(&[(0, 8, &named(4, &older_life, "p-0"))]), &ours, "cl").unwrap_err();
-        assert!(error.to_string().contains("lineage l0"), "{error}");
     }
 }

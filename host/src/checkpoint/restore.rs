@@ -4,7 +4,7 @@
 //! For each task, the state reflects its changelog partition up to a recorded offset. A task that
 //! is behind replays the partition from there, read_committed, to its last stable offset (a
 //! transaction still open on it is left out: it commits before the group's offsets that name it
-//! can be read, see [`super::protocol::recover_tasks`]).
+//! can be read, see [`super::recovery::recover_tasks`]).
 //!
 //! # When the local state is reused
 //! Only when Weir can show that the changelog still holds every record the state lacks. The
@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::fault::{FaultPoint, inject};
-use super::protocol::MARKER_WAIT;
+use super::recovery::MARKER_WAIT;
 use crate::error::PipelineError;
 use crate::kafka::{ChangelogReader, RecordBatch};
 use crate::state::{ChangelogEntry, Committed, Owner, Position, StateDb, Writes};

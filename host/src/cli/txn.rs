@@ -29,9 +29,10 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
+use weir::checkpoint::recovery::transactional_id;
 use weir::kafka::LogContext;
 use weir::kafka::{Admin, CheckpointMetadata, GroupOffset, ProducerSlot, Source, TopicCheck, instance_of};
-use weir::pipeline::{default_instance, transactional_id};
+use weir::pipeline::default_instance;
 use weir::postgres::{Database, Resolution, decide};
 use weir::types::TaskId;
 

@@ -226,15 +226,14 @@ pub fn describe_unsafe(topic: &str, brokers: &str, settings: &[UnsafeSetting]) -
 /// check ([`Changelog::ensure`]) would only see it at the next start, after the broker deleted
 /// state.
 pub struct ChangelogWatch {
-    admin: Admin,
     changelog: Changelog,
     last: Instant,
 }
 
 impl ChangelogWatch {
-    /// Watches `changelog` through `admin` (a client of the sink's cluster), from now on.
-    pub fn new(admin: Admin, changelog: Changelog) -> Self {
-        Self { admin, changelog, last: Instant::now() }
+    /// Watches `changelog`, from now on.
+    pub fn new(changelog: Changelog) -> Self {
+        Self { changelog, last: Instant::now() }
     }
 
     /// Whether [`CONFIG_CHECK_INTERVAL`] has passed since the last check.
@@ -245,9 +244,10 @@ impl ChangelogWatch {
     /// Checks the topic's configs now ([`Changelog::unsafe_settings`]): the settings that lose
     /// state, empty when none does or when the cluster cannot say (that is logged, and the
     /// next check asks again: a broker that cannot be reached deletes nothing Weir can save).
-    pub async fn check(&mut self) -> Vec<UnsafeSetting> {
+    /// `admin` is a client of the sink's cluster.
+    pub async fn check(&mut self, admin: &Admin) -> Vec<UnsafeSetting> {
         self.last = Instant::now();
-        self.changelog.unsafe_settings(&self.admin).await.unwrap_or_else(|error| {
+        self.changelog.unsafe_settings(admin).await.unwrap_or_else(|error| {
             tracing::warn!(%error, topic = %self.changelog.topic, "cannot read the changelog topic's configs; checking again later");
             Vec::new()
         })
@@ -296,11 +296,7 @@ impl ChangelogReader {
     /// # Errors
     /// When the cluster cannot be reached, refuses, or reports no number.
     pub fn delete_retention(&self) -> Result<Duration, KafkaError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|_| KafkaError::AdminOp(rdkafka::types::RDKafkaErrorCode::Fail))?;
-        let text = runtime.block_on(self.admin.topic_config(&self.changelog.topic, "delete.retention.ms"))?;
+        let text = super::block_on(self.admin.topic_config(&self.changelog.topic, "delete.retention.ms"))?;
         text.parse::<u64>()
             .map(Duration::from_millis)
             .map_err(|_| KafkaError::AdminOp(rdkafka::types::RDKafkaErrorCode::InvalidConfig))

@@ -11,6 +11,7 @@ mod failure;
 mod group;
 mod headers;
 mod metadata;
+mod preflight;
 mod produce_failure;
 mod reader;
 mod repeats;
@@ -26,6 +27,7 @@ pub use failure::{ErrorClass, Fenced, classify, classify_code, hint, is_unreacha
 pub use group::instance_of;
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
+pub use preflight::{Cleared, Preflight, PreflightError};
 pub use produce_failure::ProduceFailure;
 pub use reader::{RecordBatch, TopicReader};
 pub use repeats::LogContext;
@@ -34,6 +36,7 @@ pub use sink_topics::{SinkTopics, changelog_record_limit, sink_topics};
 pub use source::{GroupContext, GroupOffset, Membership, Rebalance, Source};
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use rdkafka::ClientConfig;
 
@@ -146,6 +149,23 @@ pub fn client_config(
         config.set(*key, *value);
     }
     config
+}
+
+/// Runs an admin future to completion from synchronous code (the runner, recovery) on the
+/// process's one runtime for them: a multi-thread runtime with one worker, so that any number of
+/// threads may block on it at once. It must not be called from inside a tokio runtime.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("weir-admin")
+                .enable_all()
+                .build()
+                .expect("a tokio runtime for admin requests")
+        })
+        .block_on(future)
 }
 
 #[cfg(test)]

@@ -34,12 +34,13 @@ pub struct SinkTopics {
     pub dead_letters: TopicRules,
 }
 
-/// What `sink`'s topics accept, from one describe-configs request.
+/// What `sink`'s topics accept, from one describe-configs request through `admin` (a client of
+/// the sink's cluster).
 ///
 /// # Errors
 /// When the sink's cluster cannot be reached or refuses to describe a topic's configuration.
-pub async fn sink_topics(sink: &SinkConfig) -> Result<SinkTopics, KafkaError> {
-    let configs = topic_configs(sink, sink.topics().collect()).await?;
+pub async fn sink_topics(admin: &Admin, sink: &SinkConfig) -> Result<SinkTopics, KafkaError> {
+    let configs = topic_configs(admin, sink.topics().collect()).await?;
     let rules = |topic: &str| TopicRules::from_configs(topic, &configs[topic]);
     Ok(SinkTopics {
         max_record: record_limit(sink, &configs),
@@ -58,17 +59,21 @@ pub async fn sink_topics(sink: &SinkConfig) -> Result<SinkTopics, KafkaError> {
 }
 
 /// The record limit of the changelog topic `changelog` (written by `sink`'s producer, in the
-/// checkpoint's transaction): see [`record_limit`].
+/// checkpoint's transaction): see [`record_limit`]. `admin` is a client of the sink's cluster.
 ///
 /// # Errors
 /// When the sink's cluster cannot be reached or refuses to describe the topic's configuration.
-pub async fn changelog_record_limit(sink: &SinkConfig, changelog: &str) -> Result<RecordLimit, KafkaError> {
-    Ok(record_limit(sink, &topic_configs(sink, vec![changelog]).await?))
+pub async fn changelog_record_limit(
+    admin: &Admin,
+    sink: &SinkConfig,
+    changelog: &str,
+) -> Result<RecordLimit, KafkaError> {
+    Ok(record_limit(sink, &topic_configs(admin, vec![changelog]).await?))
 }
 
-/// The configs of `topics` on `sink`'s cluster.
+/// The configs of `topics`, through `admin`.
 async fn topic_configs(
-    sink: &SinkConfig,
+    admin: &Admin,
     mut topics: Vec<&str>,
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, KafkaError> {
     topics.sort_unstable();
@@ -77,7 +82,7 @@ async fn topic_configs(
         // Only a PostgreSQL table: a describe of nothing is refused.
         return Ok(BTreeMap::new());
     }
-    Admin::new(&sink.cluster, &sink.producer)?.topics_configs(&topics).await
+    admin.topics_configs(&topics).await
 }
 
 /// The record limit of `sink`'s producer writing to the topics of `configs`: its

@@ -22,9 +22,11 @@
 //! # Shutdown
 //! On SIGINT or SIGTERM the runner finishes the open epoch, commits it and returns.
 
+mod output;
+mod run;
 mod runner;
 mod task;
 mod workers;
 
-pub use runner::{RunOptions, check_instance, default_instance, run, transactional_id};
+pub use run::{RunOptions, check_instance, default_instance, run};
 pub use task::{DeadLetter, Task};

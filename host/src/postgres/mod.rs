@@ -24,10 +24,11 @@ use postgres::{Client, NoTls, Statement};
 pub use rows::{Column, ColumnKind, PendingRows, Refusal, Row, TableShape, merge_per_key};
 pub use xid::{MAX_GID_LEN, Resolution, Xid, decide, prefix};
 
-use crate::config::{PostgresSinkConfig, WriteMode};
+use crate::config::{OnError, PostgresSinkConfig, SinkConfig, WriteMode};
 use crate::error::PipelineError;
-use crate::kafka::GroupOffset;
+use crate::kafka::{GroupOffset, ProducerSlot};
 use crate::types::TaskId;
+use crate::wasm::{Header, OutputRecord, Outputs};
 
 /// A prepared transaction of a pipeline, as `pg_prepared_xacts` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -385,6 +386,47 @@ fn describe(settings: &postgres::Config) -> String {
 /// integrity constraint violation) rather than failed.
 fn is_refusal(error: &postgres::Error) -> bool {
     error.code().is_some_and(|code| code.code().starts_with("22") || code.code().starts_with("23"))
+}
+
+/// Rows refused for the PostgreSQL table (by the row checks or by the database): each goes to the dead-letter topic through `slot` (in the
+/// open epoch's transaction) with the reason in `weir.error`, or, under `on_error = "fail"`, the
+/// first stops the pipeline ([`PipelineError::RowRefused`]).
+///
+/// # Errors
+/// [`PipelineError::RowRefused`], or [`PipelineError::Kafka`] when a dead letter cannot be
+/// produced.
+pub fn refuse(slot: &ProducerSlot, sink: &SinkConfig, refused: Vec<Refusal>) -> Result<(), PipelineError> {
+    let (Some(first), Some(pg)) = (refused.first(), &sink.postgres) else { return Ok(()) };
+    let topic = match (&sink.dead_letter_topic, pg.on_error) {
+        (Some(topic), OnError::DeadLetter) => topic,
+        _ => {
+            return Err(PipelineError::RowRefused {
+                table: pg.table.clone(),
+                task: first.task.to_string(),
+                reason: first.reason.clone(),
+            });
+        }
+    };
+    let header = |key: &str, value: String| Header { key: key.into(), value: Some(value.into_bytes()) };
+    let records: Vec<OutputRecord> = refused
+        .into_iter()
+        .map(|refusal| OutputRecord {
+            headers: vec![
+                header("weir.error", refusal.reason),
+                header("weir.sink", format!("postgres:{}", pg.table)),
+                header("weir.topic", refusal.task.topic.clone()),
+                header("weir.partition", refusal.task.partition.to_string()),
+            ],
+            key: refusal.key,
+            value: refusal.value,
+            output: None,
+            timestamp: None,
+        })
+        .collect();
+    for record in Outputs::from_records(&records).iter() {
+        slot.send(topic, record).map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
+    }
+    Ok(())
 }
 
 /// Whether `error` can go away without anyone changing anything: the connection broke or could

@@ -1,0 +1,326 @@
+//! The data path of a round: poll the source, batch records per task, run batches on the
+//! tasks' worker threads (which send the output), and bring every task back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+
+use super::Runner;
+use crate::error::PipelineError;
+use crate::kafka::{ErrorClass, classify, record_headers};
+use crate::pipeline::output::{Input, Out};
+use crate::pipeline::task::Task;
+use crate::wasm::{Fields, RecordBatch};
+
+/// How long one poll waits for the first record.
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// Batches per worker thread the runner may hold polled and not yet processed
+/// ([`Runner::stream`]): enough to read past the records of one partition that librdkafka hands
+/// out together (one fetch's worth: a few thousand flights with the default
+/// `max.partition.fetch.bytes`) to other partitions' records, for the other workers.
+const READ_AHEAD_BATCHES: usize = 16;
+/// How long the runner waits for a task to come back after a poll found the consumer's queue
+/// dry while tasks are out, before it polls again ([`Runner::stream`]).
+const DRY_POLL_WAIT: Duration = Duration::from_millis(1);
+/// Longest stretch the runner streams records to the workers before it has every task back,
+/// for rebalances, timers and checkpoints ([`Runner::stream`]).
+const STREAM_WINDOW: Duration = Duration::from_millis(200);
+/// Shortest such stretch, even when a checkpoint is due.
+const MIN_STREAM_WINDOW: Duration = Duration::from_millis(10);
+
+impl Runner<'_> {
+    /// Index of the task of `topic`'s `partition`, if one is assigned.
+    pub(super) fn index_of(&self, topic: &str, partition: i32) -> Option<usize> {
+        self.task_index.get(topic)?.get(&partition).copied()
+    }
+
+    /// Index of the task owning `message`'s partition; `last` remembers the last answer.
+    fn task_of(&self, message: &BorrowedMessage<'_>, last: &mut LastTask) -> Result<usize, PipelineError> {
+        let (topic, partition) = (message.topic(), message.partition());
+        if let Some(index) = last.index.filter(|_| last.partition == partition && last.topic == topic) {
+            return Ok(index);
+        }
+        let index = self.index_of(topic, partition).ok_or_else(|| {
+            PipelineError::Inconsistent(format!(
+                "a record of {topic}[{partition}] arrived, which no task owns (a bug in Weir)"
+            ))
+        })?;
+        last.topic.clear();
+        last.topic.push_str(topic);
+        (last.partition, last.index) = (partition, Some(index));
+        Ok(index)
+    }
+
+    /// Polls the source and runs what arrives through the tasks, each on its worker thread
+    /// (which also sends the task's output to the epoch's slot), until a poll comes back empty
+    /// with every task back (caught up) or with a rebalance event, [`STREAM_WINDOW`] or the
+    /// checkpoint interval has passed, a stop is asked or a task failed; returns once every
+    /// task is back.
+    ///
+    /// A task goes to its worker as soon as a batch of it is full while the poll goes on, so the
+    /// workers run apart: librdkafka hands out a partition's fetched records together, so a
+    /// stretch of the input often feeds one or two tasks, and workers that waited for each
+    /// other's rounds took turns. A task has one job out at a time, so its batches run in poll
+    /// order (what arrives meanwhile waits for it); a task's output, and its order, do not
+    /// depend on the number of workers. At most [`READ_AHEAD_BATCHES`] × `batch_size` × workers
+    /// records are out at once, which bounds both the memory they hold and how long the tasks
+    /// take to come back once the poll is over.
+    pub(super) fn stream(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
+        let batch_size = self.config.source.batch_size;
+        let most = READ_AHEAD_BATCHES * batch_size * self.workers.len();
+        // Up to the checkpoint that is due, but long enough to take what the consumer holds.
+        let until = Instant::now()
+            + STREAM_WINDOW
+                .min(self.config.checkpoint.interval.saturating_sub(self.coordinator.epoch().started.elapsed()))
+                .max(MIN_STREAM_WINDOW);
+        let out = self.out();
+        let mut flow = Flow::new(std::mem::take(&mut self.tasks));
+        let (done_tx, done) = mpsc::channel::<Finished>();
+        let (mut polling, mut polls) = (true, 0usize);
+        let mut timeout = POLL_TIMEOUT;
+        // A task that came back while the runner waited for one, at the end of the last pass.
+        let mut settled = false;
+        let mut last = LastTask::default();
+        loop {
+            let (mut returned, mut dry) = (std::mem::take(&mut settled), false);
+            while let Ok(finished) = done.try_recv() {
+                flow.settle(finished);
+                returned = true;
+            }
+            if polling && flow.failed.is_none() && flow.out_records < most {
+                // Only a poll that may wait is timed: the rest take what the consumer holds.
+                let waiting = (!timeout.is_zero()).then(Instant::now);
+                let polled = self.source.consumer().poll(timeout);
+                if let Some(started) = waiting {
+                    self.metrics.poll_wait(started.elapsed());
+                }
+                timeout = Duration::ZERO;
+                // The clock is read once per batch's worth of polls, not per record, and at
+                // every empty poll.
+                polls += 1;
+                dry = polled.is_none();
+                let on_time = (!dry && polls % batch_size != 0) || Instant::now() < until;
+                // The queue running dry (fetches in flight) ends the stretch only once every
+                // task is back: ending it at once had the runner wait for all the workers before
+                // its next poll, so a worker that was done sat idle. A rebalance event also
+                // comes back as an empty poll, and ends it.
+                let streaming = !dry || (flow.away > 0 && !self.source.rebalance_pending());
+                polling = streaming && on_time && !shutdown.load(Ordering::Relaxed);
+                // Every broker connection down (one lost connection alone is no outage):
+                // readiness reports the broker unreachable until the metrics sampler reaches the
+                // cluster again.
+                if let Some(Err(error)) = &polled
+                    && error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown)
+                {
+                    self.metrics.broker_unreachable(error);
+                }
+                match polled {
+                    Some(Ok(message)) => match self.task_of(&message, &mut last) {
+                        Ok(index) => {
+                            flow.out_records += 1;
+                            let batches = &mut flow.waiting[index];
+                            if batches.last().is_none_or(|batch| batch.len() >= batch_size) {
+                                batches.push(RecordBatch::default());
+                            }
+                            let batch = batches.last_mut().expect("a batch was pushed");
+                            push_message(batch, &message);
+                            let full = batch.len() >= batch_size && flow.home[index].is_some();
+                            if polling && !full && !returned {
+                                continue;
+                            }
+                        }
+                        Err(error) => flow.failed = Some(error),
+                    },
+                    // librdkafka recovers from transient errors itself, but not from a fatal
+                    // one (a static member fenced by another with its `group.instance.id`,
+                    // KIP-345): that consumer is finished, and recovery builds a new one. A
+                    // topic that vanished does not come back by polling: recovery checks the
+                    // topics again and refuses to start without one. Configuration and
+                    // authorisation errors stop the pipeline ([`PipelineError::is_retriable`]).
+                    Some(Err(error))
+                        if classify(&error) == ErrorClass::Transient
+                            && !matches!(error, KafkaError::MessageConsumptionFatal(_)) =>
+                    {
+                        // librdkafka retries; the consumer's context logged the error (once per
+                        // kind and interval: a broker outage raises one per poll).
+                    }
+                    Some(Err(error)) => {
+                        // Named in full: a refusal may be of any of them.
+                        let operation = format!(
+                            "reading the source topics {} as consumer group {}",
+                            self.config.source.topics.join(", "),
+                            self.source.group_id()
+                        );
+                        flow.failed = Some(PipelineError::kafka(operation)(error));
+                    }
+                    None => {}
+                }
+            }
+            // Each task at home takes what waits for it: at once when a batch is full, the
+            // rest once the poll is over, the queue is dry or too much is out.
+            let flush = !polling || dry || flow.out_records >= most;
+            for index in 0..flow.home.len() {
+                let Some(mut batches) = flow.ready(index, flush, batch_size) else { continue };
+                let mut task = flow.home[index].take().expect("a ready task is home");
+                for batch in &mut batches {
+                    self.tables.join(batch);
+                }
+                let records = batches.iter().map(RecordBatch::len).sum();
+                let (done_tx, out) = (done_tx.clone(), out.clone());
+                self.workers.spawn(self.lanes[task.id()], move || {
+                    let result = run_batches(&mut task, batches, &out);
+                    // The receiver outlives the job: a failed send means the runner is gone.
+                    let _ = done_tx.send((index, task, records, result));
+                });
+                flow.away += 1;
+            }
+            if flow.away == 0 && (!polling || flow.failed.is_some()) {
+                break;
+            }
+            if flow.away > 0 && polling && dry && flow.failed.is_none() {
+                // Poll again soon, or as soon as a task is back.
+                if let Some(finished) = self.workers.wait_timeout(&done, DRY_POLL_WAIT) {
+                    flow.settle(finished);
+                    settled = true;
+                }
+            } else if flow.away > 0 && (flush || flow.failed.is_some()) {
+                flow.settle(self.workers.wait(&done));
+                settled = true;
+            }
+        }
+        self.coordinator.processed(flow.records, flow.output_bytes);
+        self.tasks = flow.home.into_iter().map(|t| t.expect("every task comes back from its worker")).collect();
+        flow.failed.map_or(Ok(()), Err)
+    }
+
+    /// Runs `work` on each task named in `inputs` (task index, input) on the task's worker
+    /// thread, all at once; the tasks come back to the runner. Results are in `inputs`' order.
+    pub(super) fn on_workers<I, R>(&mut self, inputs: Vec<(usize, I)>, work: fn(&mut Task, I) -> R) -> Vec<(usize, R)>
+    where
+        I: Send + 'static,
+        R: Send + 'static,
+    {
+        let mut tasks: Vec<Option<Task>> = std::mem::take(&mut self.tasks).into_iter().map(Some).collect();
+        let items = inputs
+            .into_iter()
+            .map(|(index, input)| {
+                let task = tasks[index].take().expect("one input per task");
+                (self.lanes[task.id()], (index, task, input))
+            })
+            .collect();
+        let done = self.workers.run(items, move |(index, mut task, input)| {
+            let result = work(&mut task, input);
+            (index, task, result)
+        });
+        let results = done
+            .into_iter()
+            .map(|(index, task, result)| {
+                tasks[index] = Some(task);
+                (index, result)
+            })
+            .collect();
+        self.tasks = tasks.into_iter().map(|t| t.expect("every task comes back from its worker")).collect();
+        results
+    }
+}
+
+/// A task back from its worker ([`Runner::stream`]): its index, itself, the records it was
+/// given, and the records and output bytes it processed (or why it failed).
+type Finished = (usize, Task, usize, Result<(u64, u64), PipelineError>);
+
+/// The task of the partition the last record came from, within one [`Runner::stream`] (the
+/// tasks do not change during it). librdkafka hands out a partition's fetched records together,
+/// so most records skip [`Runner::index_of`]'s two hash lookups, which hash the topic name and
+/// cost ~2 % of passthrough's CPU.
+#[derive(Default)]
+struct LastTask {
+    topic: String,
+    partition: i32,
+    /// `None` before the first record.
+    index: Option<usize>,
+}
+
+/// The tasks while [`Runner::stream`] runs: at home (`Some`) or out on a worker.
+struct Flow {
+    home: Vec<Option<Task>>,
+    /// Per task: batches polled and not yet handed to it, full ones then the one filling.
+    waiting: Vec<Vec<RecordBatch>>,
+    /// Tasks out, and records polled and not yet processed.
+    away: usize,
+    out_records: usize,
+    /// Records and output bytes processed, for the epoch.
+    records: u64,
+    output_bytes: u64,
+    failed: Option<PipelineError>,
+}
+
+impl Flow {
+    fn new(tasks: Vec<Task>) -> Self {
+        let waiting = tasks.iter().map(|_| Vec::new()).collect();
+        let home = tasks.into_iter().map(Some).collect();
+        Self { home, waiting, away: 0, out_records: 0, records: 0, output_bytes: 0, failed: None }
+    }
+
+    /// Takes the batches waiting for task `index` if it is home: the full ones, and the one
+    /// filling too when `flush`; none once a task failed.
+    fn ready(&mut self, index: usize, flush: bool, batch_size: usize) -> Option<Vec<RecordBatch>> {
+        if self.failed.is_some() || self.home[index].is_none() {
+            return None;
+        }
+        let waiting = &mut self.waiting[index];
+        let filling = waiting.last().is_some_and(|batch| batch.len() < batch_size) && !flush;
+        let ready = waiting.len() - usize::from(filling);
+        (ready > 0).then(|| waiting.drain(..ready).collect())
+    }
+
+    fn settle(&mut self, (index, task, given, result): Finished) {
+        self.home[index] = Some(task);
+        self.away -= 1;
+        self.out_records -= given;
+        match result {
+            Ok((records, output_bytes)) => {
+                self.records += records;
+                self.output_bytes += output_bytes;
+            }
+            Err(error) => {
+                self.failed.get_or_insert(error);
+            }
+        }
+    }
+}
+
+/// Runs `batches` through `task` in order and sends each one's output to the epoch's slot;
+/// returns the records and output bytes.
+fn run_batches(task: &mut Task, batches: Vec<RecordBatch>, out: &Out) -> Result<(u64, u64), PipelineError> {
+    let (mut records, mut output_bytes) = (0, 0);
+    for batch in batches {
+        let started = Instant::now();
+        let input = Input { records: batch.len() as u64, bytes: batch.bytes(), took: Duration::ZERO };
+        let (outputs, dead_letters) = task.process(batch)?;
+        let input = Input { took: started.elapsed(), ..input };
+        output_bytes += out.send(task, &outputs, &dead_letters, &input)?;
+        records += input.records;
+    }
+    Ok((records, output_bytes))
+}
+
+/// Adds `message` to `batch`, copying its bytes once (its buffer is librdkafka's).
+fn push_message(batch: &mut RecordBatch, message: &BorrowedMessage<'_>) {
+    let timestamp = message.timestamp().to_millis().unwrap_or(0);
+    let fields = Fields {
+        topic: message.topic(),
+        partition: message.partition(),
+        offset: message.offset(),
+        timestamp,
+        // The task sets event time and watermark per the source's watermark strategy.
+        event_time: timestamp,
+        watermark: None,
+        key: message.key(),
+        value: message.payload(),
+    };
+    // Null header values stay null.
+    batch.push(fields, record_headers(message).into_iter().map(|h| (h.key, h.value)));
+}
