@@ -18,6 +18,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod pipeline;
 pub mod postgres;
+pub mod record;
 pub mod server;
 pub mod state;
 pub mod table;

@@ -27,7 +27,7 @@ pub use group::instance_of;
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use produce_failure::ProduceFailure;
-pub use reader::{RecordBatch, TopicReader};
+pub use reader::{ReadBatch, TopicReader};
 pub use repeats::LogContext;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use sink_topics::{SinkTopics, changelog_record_limit, sink_topics};
@@ -80,7 +80,7 @@ pub(crate) fn producer_message_max_bytes(overrides: &BTreeMap<String, String>) -
     overrides
         .get("message.max.bytes")
         .and_then(|v| v.parse().ok())
-        .unwrap_or(crate::wasm::DEFAULT_MAX_RECORD_BYTES as u64)
+        .unwrap_or(crate::record::DEFAULT_MAX_RECORD_BYTES as u64)
 }
 
 /// A Weir consumer's configuration (the source's and the topic readers'):

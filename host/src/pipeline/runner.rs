@@ -23,13 +23,11 @@ use crate::kafka::{
 };
 use crate::metrics::{BatchFigures, CheckpointFigures, Metrics, PipelineMetrics, PipelineState};
 use crate::postgres::{self, PendingRows, PostgresSink, Refusal, Resolution, TableShape, Xid};
+use crate::record::{Fields, Outputs, RecordBatch, TopicRules};
 use crate::state::{Committed, Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::{CheckpointId, TaskId};
-use crate::wasm::{
-    Fields, Header, OperatorLimits, OutputRecord, Outputs, RecordBatch, ResourcePool, TopicRules, TransformComponent,
-    WasmEngine,
-};
+use crate::wasm::{Header, OperatorLimits, OutputRecord, ResourcePool, TransformComponent, WasmEngine};
 
 /// Longest pause between two recovery attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
