@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, producer_message_max_bytes};
 
 /// Weir's defaults for its consumers (the source and the changelog and topic readers), which
 /// `source.consumer` may override. They bound the input librdkafka prefetches, which is most of
@@ -72,15 +72,6 @@ pub const DEFAULT_PRODUCER_QUEUE_KBYTES: u64 = 8192;
 /// (`rd_kafka_curr_msgs_add`); a record within `message.max.bytes` must always fit.
 pub fn producer_queue_kbytes(overrides: &BTreeMap<String, String>) -> u64 {
     DEFAULT_PRODUCER_QUEUE_KBYTES.max(producer_message_max_bytes(overrides).div_ceil(1024))
-}
-
-/// The producer's `message.max.bytes`: from `overrides` (`sink.producer`), else librdkafka's
-/// default, 1,000,000 bytes.
-pub(crate) fn producer_message_max_bytes(overrides: &BTreeMap<String, String>) -> u64 {
-    overrides
-        .get("message.max.bytes")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(crate::record::DEFAULT_MAX_RECORD_BYTES as u64)
 }
 
 /// A Weir consumer's configuration (the source's and the topic readers'):

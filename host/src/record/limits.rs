@@ -2,10 +2,8 @@
 //! pipeline sets from its producer's and topics' `message.max.bytes`.
 
 use super::OutputView;
+use crate::config::DEFAULT_MAX_RECORD_BYTES;
 
-/// Largest output record, as librdkafka's producer counts it (see [`wire_size`]): 1,000,000
-/// bytes, librdkafka's default `message.max.bytes`.
-pub const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
 /// librdkafka's largest per-record overhead in a v2 record batch (`RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD`:
 /// length, attributes, timestamp delta, offset delta, key length, value length and header count,
 /// each varint at its widest).
@@ -14,7 +12,7 @@ const RECORD_OVERHEAD_BYTES: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
 /// The size limit of one output record and the setting it comes from, for the error message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordLimit {
-    /// Largest [`wire_size`] accepted, in bytes.
+    /// Largest [`wire_size`] accepted, in bytes; by default [`DEFAULT_MAX_RECORD_BYTES`].
     pub bytes: usize,
     /// The setting that sets it, e.g. `sink.producer."message.max.bytes"`, and what to change.
     pub setting: String,

@@ -5,8 +5,8 @@
 //!
 //! Both batches keep their records in the `packed-transform` world's layout (guest-sdk/wit), so
 //! that a packed guest gets and returns them without a copy. The types the WebAssembly contract
-//! generates (`input-record`, `output-record`, `header`) stay in [`crate::wasm`], which also
-//! converts between them and these.
+//! generates (`input-record`, `output-record`, `header`) stay in the WebAssembly host (`wasm`),
+//! which also converts between them and these, so that nothing here depends on it.
 
 mod batch;
 pub(crate) mod frames;
@@ -18,6 +18,6 @@ pub(crate) use batch::Columns;
 pub use batch::{Fields, RecordBatch};
 pub use frames::Headers;
 pub(crate) use frames::MalformedBatch;
-pub use limits::{DEFAULT_MAX_RECORD_BYTES, RecordLimit, changelog_record_size, wire_size};
+pub use limits::{RecordLimit, changelog_record_size, wire_size};
 pub use outputs::{OutputView, Outputs};
 pub use sink_rules::{BROKER_CLOCK_MARGIN_MS, SinkRules, TopicRules};
