@@ -1,6 +1,7 @@
 //! [`RecordBatch`]: the input records of one call, kept in the packed world's `input-batch`
 //! layout from the moment they are read, so that a packed guest gets them without another copy.
-//! Its conversions from and to the contract's `input-record` are in [`crate::wasm`].
+//! Its conversions from and to the contract's `input-record` are in the WebAssembly host
+//! (`wasm`).
 
 use wasmtime::component::{ComponentType, Lower};
 
@@ -29,7 +30,7 @@ pub(crate) struct Columns {
 /// A record costs no allocation of its own: the runner copies each consumed record's bytes
 /// once, into this buffer, and a packed guest's `process-packed` takes the buffers as they are.
 /// Guests of the plain `transform` world get its records one by one (`RecordBatch::to_records`,
-/// in [`crate::wasm`]).
+/// in the WebAssembly host).
 #[derive(Debug, Default)]
 pub struct RecordBatch {
     columns: Columns,

@@ -1,6 +1,7 @@
 //! [`Outputs`]: the output records of a call, kept in the packed world's `output-batch` layout
 //! as a packed guest returns it, until the sink copies them into its producer. Its conversions
-//! from a guest's batch and from and to the contract's `output-record` are in [`crate::wasm`].
+//! from a guest's batch and from and to the contract's `output-record` are in the WebAssembly
+//! host (`wasm`).
 
 use super::frames::{Frames, Headers, MalformedBatch, NONE, Start, push_bytes};
 
@@ -10,7 +11,7 @@ use super::frames::{Frames, Headers, MalformedBatch, NONE, Start, push_bytes};
 ///
 /// A packed guest's output batch becomes one without a copy ([`Outputs::from_frames`]), and a
 /// record costs no allocation of its own; the outputs of a plain guest are packed
-/// (`Outputs::from_records`, in [`crate::wasm`]).
+/// (`Outputs::from_records`, in the WebAssembly host).
 #[derive(Debug, Default)]
 pub struct Outputs {
     /// Per record: its timestamp, or [`NONE`].
@@ -110,7 +111,8 @@ impl Outputs {
         self.lengths.append(&mut other.lengths);
     }
 
-    /// Adds a record with `headers` (name, value; `None` for a null value) in order.
+    /// Adds a record for sink output `output` (`None`: the sink's topic) with `timestamp`
+    /// (`None`: none) and `headers` (name, value; `None` for a null value) in order.
     pub(crate) fn push<'h>(
         &mut self,
         key: Option<&[u8]>,

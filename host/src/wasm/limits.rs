@@ -35,9 +35,10 @@ pub struct OperatorLimits {
     /// limits, so that an output the sink would refuse fails the call that made it.
     pub max_record: RecordLimit,
     /// Largest changelog record of a state write, timer or snapshot
-    /// ([`changelog_record_size`](crate::record::changelog_record_size)); by default librdkafka's default `message.max.bytes`. A
-    /// pipeline sets the smaller of its producer's limit and its changelog topic's, so that a
-    /// value the checkpoint could never write fails the call that wrote it.
+    /// ([`changelog_record_size`](crate::record::changelog_record_size)); by default
+    /// librdkafka's default `message.max.bytes`. A pipeline sets the smaller of its producer's
+    /// limit and its changelog topic's, so that a value the checkpoint could never write fails
+    /// the call that wrote it.
     pub max_state_record: RecordLimit,
     /// What the sink's topics refuse of a record besides its size (a timestamp outside their
     /// bounds, no key in a compacted topic), checked on every output; no rule by default. A
