@@ -24,10 +24,9 @@ use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde::{Deserialize, Serialize};
 use weir::file::read_rows;
+use weir::record::RecordBatch;
 use weir::state::MemoryState;
-use weir::wasm::{
-    EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, RecordBatch, TransformComponent, WasmEngine,
-};
+use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, TransformComponent, WasmEngine};
 
 const BATCHES: [usize; 3] = [1, 64, 1024];
 const RECORDS: usize = 4096;

@@ -126,12 +126,31 @@ fn postgres_message(error: &postgres::Error) -> String {
     }
 }
 
+/// Whether `error` can go away without anyone changing anything: the connection broke or could
+/// not be made (an I/O error, not a configuration the client refuses, such as a missing
+/// password), the server is shutting down or starting, out of resources, a serialization
+/// failure or deadlock, a lock wait past `lock_timeout` (SQLSTATE classes 08, 53, 57, 40; 55P03).
+fn is_transient_postgres(error: &postgres::Error) -> bool {
+    match error.code() {
+        None => error.is_closed() || std::error::Error::source(error).is_some_and(|s| s.is::<std::io::Error>()),
+        Some(code) => {
+            let code = code.code();
+            ["08", "53", "57", "40"].iter().any(|class| code.starts_with(class)) || code == "55P03"
+        }
+    }
+}
+
+/// Whether `error` is a lock wait past `lock_timeout` (SQLSTATE 55P03).
+fn is_lock_timeout(error: &postgres::Error) -> bool {
+    error.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+}
+
 /// What a PostgreSQL error may mean, for the ones recovery retries.
 fn postgres_hint(error: &postgres::Error) -> &'static str {
-    if crate::postgres::is_lock_timeout(error) {
+    if is_lock_timeout(error) {
         "; a row is locked by another transaction (pg_locks; a transaction prepared by another pipeline, \
          pg_prepared_xacts?) longer than checkpoint.timeout_ms: it is retried"
-    } else if crate::postgres::is_transient(error) {
+    } else if is_transient_postgres(error) {
         "; it is retried: is PostgreSQL running and reachable at sink.postgres.url?"
     } else {
         ""
@@ -225,7 +244,7 @@ impl PipelineError {
                 ErrorClass::Transient | ErrorClass::MissingTopic | ErrorClass::Fenced
             ),
             PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
-            PipelineError::Postgres { source, .. } => crate::postgres::is_transient(source),
+            PipelineError::Postgres { source, .. } => is_transient_postgres(source),
             // A guest that refuses its configuration will refuse it again, an output or a state
             // write too large for the sink or the changelog is made again from the same input,
             // and a record without a readable event time stays without one.

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::fault::{FaultPoint, inject};
 use super::recovery::MARKER_WAIT;
 use crate::error::PipelineError;
-use crate::kafka::{ChangelogReader, RecordBatch};
+use crate::kafka::{ChangelogReader, ReadBatch};
 use crate::state::{ChangelogEntry, Committed, Owner, Position, StateDb, Writes};
 use crate::types::TaskId;
 
@@ -349,7 +349,7 @@ pub fn last_position(
     let topic = &reader.changelog().topic;
     let kafka = |error| PipelineError::kafka(format!("reading changelog topic {topic}"))(error);
     let (from, until) = (BTreeMap::from([(partition, low)]), BTreeMap::from([(partition, high)]));
-    reader.read(&from, &until, RESTORE_BATCH, timeout, kafka, |partition, batch: RecordBatch, _| {
+    reader.read(&from, &until, RESTORE_BATCH, timeout, kafka, |partition, batch: ReadBatch, _| {
         for (key, value, offset) in batch {
             match ChangelogEntry::decode(&key, value.as_deref()) {
                 Some(ChangelogEntry::Position(position)) => last = Some(position),
@@ -487,7 +487,7 @@ fn replay(
     let topic = &changelog.topic;
     let mut stopped = None;
     let kafka = |error| PipelineError::kafka(format!("reading changelog topic {topic}"))(error);
-    let result = reader.read(&from, &until, RESTORE_BATCH, timeout, kafka, |partition, batch: RecordBatch, next| {
+    let result = reader.read(&from, &until, RESTORE_BATCH, timeout, kafka, |partition, batch: ReadBatch, next| {
         let task = &task_of[&partition];
         if !batch.is_empty() && stale.contains(task) {
             stopped = Some(Replay::Stale(task.clone()));

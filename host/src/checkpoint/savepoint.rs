@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::is_topic_name;
 use crate::error::PipelineError;
-use crate::kafka::{ChangelogReader, RecordBatch};
+use crate::kafka::{ChangelogReader, ReadBatch};
 use crate::state::{ChangelogEntry, Entries, StateDb, Writes};
 use crate::types::{CheckpointId, TaskId};
 
@@ -121,7 +121,7 @@ pub fn take(
     }
     let mut latest: BTreeMap<i32, BTreeMap<Vec<u8>, Option<Vec<u8>>>> = BTreeMap::new();
     let kafka = |error| PipelineError::kafka(format!("reading changelog topic {topic}"))(error);
-    reader.read(&from, &until, 4096, timeout, kafka, |partition, batch: RecordBatch, _| {
+    reader.read(&from, &until, 4096, timeout, kafka, |partition, batch: ReadBatch, _| {
         latest.entry(partition).or_default().extend(batch.into_iter().map(|(key, value, _)| (key, value)));
         Ok(())
     })?;

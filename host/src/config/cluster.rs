@@ -21,7 +21,7 @@ pub fn is_connection_key(key: &str) -> bool {
 
 /// A Kafka cluster: `bootstrap.servers` and the client-security properties (`security.protocol`,
 /// `sasl.*`, `ssl.*`) or any other librdkafka global property every client of the cluster gets.
-/// Secret references are resolved ([`secret`]). [`crate::kafka::client_config`] is the one
+/// Secret references are resolved ([`secret`]). The Kafka connector's `client_config` is the one
 /// constructor of a librdkafka configuration, and takes one of these.
 ///
 /// Its `Debug` and [`Self::display_properties`] redact secrets.

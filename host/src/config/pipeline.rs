@@ -38,6 +38,16 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(1000);
 /// Longest `transforms[].deadline_ms`: 10 min.
 pub const MAX_DEADLINE: Duration = Duration::from_millis(600_000);
 
+/// Largest record a producer takes unless `sink.producer` sets `message.max.bytes`: 1,000,000
+/// bytes, librdkafka's default `message.max.bytes`.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
+
+/// The producer's `message.max.bytes`: from `producer` (`sink.producer`), else librdkafka's
+/// default, [`DEFAULT_MAX_RECORD_BYTES`].
+pub(crate) fn producer_message_max_bytes(producer: &BTreeMap<String, String>) -> u64 {
+    producer.get("message.max.bytes").and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_RECORD_BYTES as u64)
+}
+
 /// Default `sink.producer_slots`: 2 (one epoch awaits its commit while the next one runs).
 pub const DEFAULT_PRODUCER_SLOTS: usize = 2;
 /// Largest `sink.producer_slots`: 16.
@@ -152,7 +162,7 @@ pub struct SourceConfig {
     /// `source.consumer`: extra librdkafka consumer properties, e.g.
     /// `{ "fetch.min.bytes" = "1024" }`; values may be TOML strings, integers, floats or booleans;
     /// by default none. Keys Weir sets itself ([`RESERVED_RDKAFKA_KEYS`]) are refused; these
-    /// override Weir's defaults ([`crate::kafka::CONSUMER_DEFAULTS`], a bounded prefetch).
+    /// override Weir's defaults (the Kafka connector's `CONSUMER_DEFAULTS`, a bounded prefetch).
     pub consumer: BTreeMap<String, String>,
     /// `source.batch_size`: most records per `process` call of a transform, 1 to 65536; by
     /// default 256. Larger batches amortise the WebAssembly boundary; smaller ones lower latency.
@@ -320,8 +330,9 @@ pub struct SinkConfig {
     /// `"at-least-once"` (flush at each barrier, no transactions) or `"none"`; by default
     /// `"exactly-once"`.
     pub guarantee: Guarantee,
-    /// `sink.transactional_id_prefix`: prefix of the transactional ids `<prefix>-<slot>`; by
-    /// default the pipeline name. Same characters as `name`. It must be unique on the cluster:
+    /// `sink.transactional_id_prefix`: prefix of the transactional ids
+    /// `<prefix>-<instance>-<slot>` (`<instance>`: `weir run --instance`); by default the pipeline
+    /// name. Same characters as `name`. It must be unique on the cluster:
     /// two pipelines sharing it fence each other.
     pub transactional_id_prefix: String,
     /// `sink.producer_slots`: number of transactional producers, at most 16; by default 2, at
@@ -334,8 +345,8 @@ pub struct SinkConfig {
     pub transaction_timeout: Duration,
     /// `sink.producer`: extra librdkafka producer properties, e.g. `{ "linger.ms" = 5 }`; values
     /// may be TOML strings, integers, floats or booleans; by default none. They override Weir's
-    /// default ([`crate::kafka::producer_queue_kbytes`], a bounded queue). Keys Weir sets itself
-    /// ([`RESERVED_RDKAFKA_KEYS`]) are refused.
+    /// default (the Kafka connector's `producer_queue_kbytes`, a bounded queue). Keys Weir sets
+    /// itself ([`RESERVED_RDKAFKA_KEYS`]) are refused.
     pub producer: BTreeMap<String, String>,
     /// `sink.dead_letter_topic`: topic of records that failed an operator whose `on_error` is
     /// `"dead-letter"`; required by such an operator, by default none. Must differ from the

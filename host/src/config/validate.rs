@@ -318,7 +318,7 @@ impl PipelineConfig {
             "sink.transactional_id_prefix",
             &sink.transactional_id_prefix,
             Some(MAX_NAME_LEN),
-            "transactional ids are \"<prefix>-<slot>\"",
+            "transactional ids are \"<prefix>-<instance>-<slot>\"",
         ));
         let min_slots = if sink.guarantee == Guarantee::ExactlyOnce { 2 } else { 1 };
         if sink.producer_slots < min_slots || sink.producer_slots > MAX_PRODUCER_SLOTS {
@@ -538,14 +538,14 @@ fn check_duration(key_path: &str, value: Duration, min: Duration, max: Duration)
 }
 
 /// An explicit `queue.buffering.max.kbytes` must hold one record of `message.max.bytes`:
-/// librdkafka waits for room forever, however empty the queue, for a larger record
-/// ([`crate::kafka::producer_queue_kbytes`]). A value that is not a number is librdkafka's to
-/// refuse.
+/// librdkafka waits for room forever, however empty the queue, for a larger record (which is why
+/// the Kafka connector's default bound, `producer_queue_kbytes`, holds one). A value that is not
+/// a number is librdkafka's to refuse.
 fn check_producer_queue(producer: &std::collections::BTreeMap<String, String>) -> Result<(), ConfigError> {
     let Some(kbytes) = producer.get("queue.buffering.max.kbytes").and_then(|v| v.parse::<u64>().ok()) else {
         return Ok(());
     };
-    let record = crate::kafka::producer_message_max_bytes(producer);
+    let record = super::producer_message_max_bytes(producer);
     if kbytes.saturating_mul(1024) >= record {
         return Ok(());
     }

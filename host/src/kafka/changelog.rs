@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rdkafka::error::KafkaError;
 
 use super::Admin;
-use super::reader::{RecordBatch, TopicReader};
+use super::reader::{ReadBatch, TopicReader};
 use crate::config::ClusterConfig;
 use crate::types::TaskId;
 
@@ -326,7 +326,7 @@ impl ChangelogReader {
         batch_size: usize,
         timeout: Duration,
         kafka: impl Fn(KafkaError) -> E,
-        apply: impl FnMut(i32, RecordBatch, i64) -> Result<(), E>,
+        apply: impl FnMut(i32, ReadBatch, i64) -> Result<(), E>,
     ) -> Result<(), E> {
         self.reader.read(from, until, batch_size, timeout, kafka, apply)
     }

@@ -2,8 +2,9 @@
 //!
 //! A static member (KIP-345) that comes back within `session.timeout.ms` gets its old
 //! assignment without a rebalance, even when partitions were added to the source topics
-//! meanwhile; nobody then owns them. [`Source::unowned`](super::Source::unowned) finds such
-//! partitions from the members' assignments, decoded here.
+//! meanwhile; nobody then owns them. [`Source::owners`](super::Source::owners) reads who owns
+//! each partition from the members' assignments, decoded here, so that such partitions are
+//! found.
 
 use std::collections::BTreeSet;
 

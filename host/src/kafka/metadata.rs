@@ -3,11 +3,17 @@
 //!
 //! Format: `weir:ckpt=<N>;pipeline=<name>;lineage=<hex>;txn=<transactional.id>;wm=<ms>` (`wm`:
 //! the partition's event-time watermark, for `weir status`; only with `[source.watermark]`, after
-//! the partition's first record). Pipeline names,
-//! transactional id prefixes and lineages contain neither `;` nor `=` (config validation), so the
-//! fields split unambiguously. Weir 0.1 wrote `weir:ckpt=<N>` alone; that form still parses, with
-//! the other fields absent. The whole string stays far below the broker's
-//! `offset.metadata.max.bytes` (4096 by default).
+//! the partition's first record). Pipeline names, transactional id prefixes and lineages contain
+//! neither `;` nor `=` (config validation), so the fields split unambiguously. The whole string
+//! stays far below the broker's `offset.metadata.max.bytes` (4096 by default).
+//!
+//! # Compatibility: Weir 0.1's form
+//! Pre-release Weir 0.1 wrote `weir:ckpt=<N>` alone: it had no lineage yet. A consumer group it
+//! committed keeps that offset until a later version's first checkpoint commits over it, so
+//! recovery must still read it: it parses with neither pipeline nor lineage
+//! ([`CheckpointMetadata::lineage`] is `None`), and, naming no lineage, may belong to any
+//! ([`CheckpointMetadata::is_of`]). These two branches, marked "Weir 0.1's form" below, are all
+//! of it.
 
 use crate::types::CheckpointId;
 
@@ -72,6 +78,7 @@ impl CheckpointMetadata {
         }
         let lineage = match (pipeline, lineage) {
             (Some(pipeline), Some(lineage)) => Some(Lineage { pipeline, lineage }),
+            // Weir 0.1's form (see the module's documentation).
             (None, None) => None,
             _ => return None,
         };
@@ -81,6 +88,7 @@ impl CheckpointMetadata {
     /// Whether this metadata may belong to `ours`: it names the same pipeline and lineage, or it
     /// is Weir 0.1's form, which named neither.
     pub fn is_of(&self, ours: &Lineage) -> bool {
+        // `None`: Weir 0.1's form (see the module's documentation).
         self.lineage.as_ref().is_none_or(|lineage| lineage == ours)
     }
 }

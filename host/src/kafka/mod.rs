@@ -29,7 +29,7 @@ pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use preflight::{Cleared, Preflight, PreflightError};
 pub use produce_failure::ProduceFailure;
-pub use reader::{RecordBatch, TopicReader};
+pub use reader::{ReadBatch, TopicReader};
 pub use repeats::LogContext;
 pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
 pub use sink_topics::{SinkTopics, changelog_record_limit, sink_topics};
@@ -40,7 +40,7 @@ use std::sync::OnceLock;
 
 use rdkafka::ClientConfig;
 
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, producer_message_max_bytes};
 
 /// Weir's defaults for its consumers (the source and the changelog and topic readers), which
 /// `source.consumer` may override. They bound the input librdkafka prefetches, which is most of
@@ -75,15 +75,6 @@ pub const DEFAULT_PRODUCER_QUEUE_KBYTES: u64 = 8192;
 /// (`rd_kafka_curr_msgs_add`); a record within `message.max.bytes` must always fit.
 pub fn producer_queue_kbytes(overrides: &BTreeMap<String, String>) -> u64 {
     DEFAULT_PRODUCER_QUEUE_KBYTES.max(producer_message_max_bytes(overrides).div_ceil(1024))
-}
-
-/// The producer's `message.max.bytes`: from `overrides` (`sink.producer`), else librdkafka's
-/// default, 1,000,000 bytes.
-pub(crate) fn producer_message_max_bytes(overrides: &BTreeMap<String, String>) -> u64 {
-    overrides
-        .get("message.max.bytes")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(crate::wasm::DEFAULT_MAX_RECORD_BYTES as u64)
 }
 
 /// A Weir consumer's configuration (the source's and the topic readers'):

@@ -9,8 +9,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::{Admin, Changelog, ChangelogProblem, SinkTopics, TopicCheck, block_on, describe_unsafe};
 use crate::config::{Guarantee, PipelineConfig};
+use crate::record::RecordLimit;
 use crate::types::TaskId;
-use crate::wasm::RecordLimit;
 
 /// A pre-flight check that failed.
 #[derive(Debug, thiserror::Error)]

@@ -16,9 +16,9 @@ use crate::config::ClusterConfig;
 /// checked for partitions whose end is a transaction marker.
 const POLL_TIMEOUT: Duration = Duration::from_millis(20);
 
-/// A batch of records of one partition, in offset order: key, value (`None`: a tombstone),
-/// offset.
-pub type RecordBatch = Vec<(Vec<u8>, Option<Vec<u8>>, i64)>;
+/// A batch of records of one partition that [`TopicReader::read`] hands on, in offset order: key,
+/// value (`None`: a tombstone), offset.
+pub type ReadBatch = Vec<(Vec<u8>, Option<Vec<u8>>, i64)>;
 
 /// One record of a followed topic: key, value (`None`: a tombstone).
 pub type KeyValue = (Vec<u8>, Option<Vec<u8>>);
@@ -100,11 +100,11 @@ impl TopicReader {
         batch_size: usize,
         timeout: Duration,
         kafka: impl Fn(KafkaError) -> E,
-        mut apply: impl FnMut(i32, RecordBatch, i64) -> Result<(), E>,
+        mut apply: impl FnMut(i32, ReadBatch, i64) -> Result<(), E>,
     ) -> Result<(), E> {
         self.follow(from).map_err(&kafka)?;
         let mut open: BTreeSet<i32> = from.keys().copied().collect();
-        let mut batches: BTreeMap<i32, RecordBatch> = BTreeMap::new();
+        let mut batches: BTreeMap<i32, ReadBatch> = BTreeMap::new();
         let mut last_progress = Instant::now();
         while !open.is_empty() {
             match self.consumer.poll(POLL_TIMEOUT) {

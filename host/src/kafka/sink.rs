@@ -24,7 +24,7 @@ use super::failure::{ErrorClass, Fenced, classify_code};
 use super::produce_failure::{FailureLog, ProduceFailure};
 use super::repeats::{Repeats, log_client_error};
 use crate::config::ClusterConfig;
-use crate::wasm::OutputView;
+use crate::record::OutputView;
 use rdkafka::config::RDKafkaLogLevel;
 
 /// Why a call of a [`ProducerSlot`] failed.

@@ -5,18 +5,17 @@
 //! librdkafka refuses a larger record locally (`MSG_SIZE_TOO_LARGE`), and a broker refuses a
 //! record batch larger than its topic's limit or a record its topic's rules refuse; either way
 //! the epoch could never commit. Weir checks every output against these when the operator returns
-//! it ([`crate::wasm::OperatorLimits::max_record`], [`crate::wasm::OperatorLimits::sink_rules`]),
-//! and every state write against the changelog topic's size limit when the guest makes it
-//! ([`crate::wasm::OperatorLimits::max_state_record`]), so the record is dead-lettered or fails
-//! the pipeline clearly instead.
+//! it (the operator's limits `max_record` and `sink_rules`), and every state write against the
+//! changelog topic's size limit when the guest makes it (`max_state_record`), so the record is
+//! dead-lettered or fails the pipeline clearly instead.
 
 use std::collections::BTreeMap;
 
 use rdkafka::error::KafkaError;
 
 use super::Admin;
-use crate::config::SinkConfig;
-use crate::wasm::{DEFAULT_MAX_RECORD_BYTES, RecordLimit, SinkRules, TopicRules};
+use crate::config::{DEFAULT_MAX_RECORD_BYTES, SinkConfig};
+use crate::record::{RecordLimit, SinkRules, TopicRules};
 
 /// Bytes of a v2 record batch's header, which a broker counts against `max.message.bytes`
 /// besides the record (`RD_KAFKAP_MSGSET_V2_SIZE`).

@@ -11,7 +11,7 @@ use crate::error::PipelineError;
 use crate::kafka::ProducerSlot;
 use crate::metrics::{BatchFigures, PipelineMetrics};
 use crate::postgres::{self, PendingRows, Refusal, TableShape};
-use crate::wasm::{Outputs, TopicRules};
+use crate::record::{Outputs, TopicRules};
 
 /// Where a task's output goes: the open epoch's producer slot and the sink's topics; a worker
 /// sends its tasks' output itself.

@@ -28,10 +28,11 @@ use crate::kafka::{
 };
 use crate::metrics::PipelineMetrics;
 use crate::postgres::PostgresSink;
+use crate::record::TopicRules;
 use crate::state::{Owner, StateDb, TaskOverlays};
 use crate::table::Tables;
 use crate::types::TaskId;
-use crate::wasm::{OperatorLimits, TopicRules, TransformComponent};
+use crate::wasm::{OperatorLimits, TransformComponent};
 
 /// Most timers counted per operator and task at a checkpoint (`weir_open_timers`): counting
 /// reads their keys, and a count beyond this says enough.

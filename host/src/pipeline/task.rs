@@ -8,12 +8,13 @@ use crate::checkpoint::protocol::TaskBarrier;
 use crate::config::{OnError, TransformConfig, WatermarkConfig};
 use crate::error::PipelineError;
 use crate::metrics::{OperatorMetrics, PipelineMetrics, TaskMetrics};
+use crate::record::{Fields, Outputs, RecordBatch, RecordLimit, TopicRules};
 use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
 use crate::time::{Stamped, TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
-    BatchOffsets, Call, ErrorKind, Fields, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
-    Outputs, RecordBatch, RecordLimit, TopicRules, TransformComponent, record_size,
+    BatchOffsets, Call, ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord,
+    TransformComponent, record_size,
 };
 
 /// Most `on-timer` calls per operator in one [`Task::fire_timers`]: a transform that keeps

@@ -27,8 +27,9 @@ pub use xid::{MAX_GID_LEN, Resolution, Xid, decide, prefix};
 use crate::config::{OnError, PostgresSinkConfig, SinkConfig, WriteMode};
 use crate::error::PipelineError;
 use crate::kafka::{GroupOffset, ProducerSlot};
+use crate::record::Outputs;
 use crate::types::TaskId;
-use crate::wasm::{Header, OutputRecord, Outputs};
+use crate::wasm::{Header, OutputRecord};
 
 /// A prepared transaction of a pipeline, as `pg_prepared_xacts` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -427,25 +428,6 @@ pub fn refuse(slot: &ProducerSlot, sink: &SinkConfig, refused: Vec<Refusal>) -> 
         slot.send(topic, record).map_err(PipelineError::kafka_with(|| format!("producing to {topic}")))?;
     }
     Ok(())
-}
-
-/// Whether `error` can go away without anyone changing anything: the connection broke or could
-/// not be made (an I/O error, not a configuration the client refuses, such as a missing
-/// password), the server is shutting down or starting, out of resources, a serialization
-/// failure or deadlock, a lock wait past `lock_timeout` (SQLSTATE classes 08, 53, 57, 40; 55P03).
-pub fn is_transient(error: &postgres::Error) -> bool {
-    match error.code() {
-        None => error.is_closed() || std::error::Error::source(error).is_some_and(|s| s.is::<std::io::Error>()),
-        Some(code) => {
-            let code = code.code();
-            ["08", "53", "57", "40"].iter().any(|class| code.starts_with(class)) || code == "55P03"
-        }
-    }
-}
-
-/// Whether `error` is a lock wait past `lock_timeout` (SQLSTATE 55P03).
-pub fn is_lock_timeout(error: &postgres::Error) -> bool {
-    error.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE)
 }
 
 /// An identifier in double quotes (names are checked plain lower-case identifiers).

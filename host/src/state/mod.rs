@@ -74,6 +74,7 @@
 //! ```
 
 mod changelog;
+mod compat;
 mod keys;
 mod memory;
 mod overlay;

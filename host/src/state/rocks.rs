@@ -12,6 +12,7 @@ use rocksdb::{
 };
 
 use super::changelog::{ChangelogEntry, Position};
+use super::compat::{CF_LEGACY_PENDING, drop_legacy_pending, has_legacy_pending};
 use super::keys::{
     self, META_CAUGHT_UP, META_CHANGELOG_OFFSET, META_CHANGELOG_TOPIC, META_CHANGELOG_TOPIC_ID, META_CHECKPOINT,
     META_COMPONENT, META_EPOCH_FLOOR, META_LINEAGE, META_OFFSET, META_PIPELINE, META_SNAPSHOT, META_TRANSACTIONAL_IDS,
@@ -24,9 +25,6 @@ const CF_STATE: &str = "state";
 /// Column family of the checkpoint metadata: id, offsets, snapshots, changelog offsets, owner.
 const CF_META: &str = "meta";
 const COLUMN_FAMILIES: [&str; 2] = [CF_STATE, CF_META];
-/// The column family of checkpoints made durable before their commit, which databases written
-/// before the changelog have: dropped on open when empty.
-const CF_LEGACY_PENDING: &str = "pending";
 
 /// The last applied checkpoint, as [`StateDb::committed`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -692,32 +690,6 @@ fn column_families(legacy_pending: bool) -> Vec<ColumnFamilyDescriptor> {
         .collect()
 }
 
-/// Whether the database in `dir` has the `pending` column family of Weir before the changelog.
-fn has_legacy_pending(options: &Options, dir: &Path) -> bool {
-    DB::list_cf(options, dir).is_ok_and(|names| names.iter().any(|n| n == CF_LEGACY_PENDING))
-}
-
-/// Drops the `pending` column family of a database written before the changelog; refuses one
-/// that still holds a checkpoint whose outcome that version had not decided.
-fn drop_legacy_pending(db: &mut DB, dir: &Path) -> Result<(), StateError> {
-    let empty = db.cf_handle(CF_LEGACY_PENDING).is_some_and(|cf| {
-        let mut iter = db.raw_iterator_cf(cf);
-        iter.seek_to_first();
-        !iter.valid()
-    });
-    if !empty {
-        return Err(StateError {
-            message: format!(
-                "state database {} holds a pending checkpoint written by a Weir before the changelog; \
-                 run that version once to resolve it, or delete the directory and restore the state from the changelog",
-                dir.display()
-            ),
-        });
-    }
-    db.drop_cf(CF_LEGACY_PENDING)
-        .map_err(|e| StateError { message: format!("cannot drop the pending column family of {}: {e}", dir.display()) })
-}
-
 /// A committed offset's value: the offset (big-endian), then its topic's id when known.
 fn offset_value(offset: i64, topic_id: &str) -> Vec<u8> {
     let mut value = offset.to_be_bytes().to_vec();
@@ -863,32 +835,6 @@ mod tests {
         db.raise_epoch_floor(CheckpointId(9)).unwrap();
         db.raise_epoch_floor(CheckpointId(7)).unwrap();
         assert_eq!(db.epoch_floor().unwrap(), CheckpointId(9));
-    }
-
-    #[test]
-    fn a_database_from_before_the_changelog_opens_when_nothing_is_pending() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let mut options = Options::default();
-            options.create_if_missing(true);
-            options.create_missing_column_families(true);
-            let db = DB::open_cf(&options, dir.path(), ["state", "pending", "meta"]).unwrap();
-            db.put_cf(db.cf_handle("state").unwrap(), b"a", b"1").unwrap();
-        }
-        let db = StateDb::open(dir.path()).unwrap();
-        assert_eq!(value(&db, "a").as_deref(), Some("1"));
-        drop(db);
-        {
-            let options = Options::default();
-            let mut db = DB::open_cf(&options, dir.path(), ["state", "meta"]).unwrap();
-            db.create_cf("pending", &options).unwrap();
-            db.put_cf(db.cf_handle("pending").unwrap(), b"\0\0\0\0\0\0\0\x03h", b"p-1").unwrap();
-        }
-        let error = StateDb::open(dir.path()).unwrap_err();
-        assert!(
-            error.message.contains("pending checkpoint") && error.message.contains("before the changelog"),
-            "{error}"
-        );
     }
 
     #[test]

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::config::{SourceConfig, TableConfig};
 use crate::error::PipelineError;
-use crate::kafka::{RecordBatch, TopicReader};
-use crate::wasm;
+use crate::kafka::{ReadBatch, TopicReader};
+use crate::record::RecordBatch;
 
 /// Prefix of the header a joined record gets; the table's name follows.
 pub const HEADER_PREFIX: &str = "weir.table.";
@@ -84,7 +84,7 @@ impl Tables {
 
     /// Adds to each record of `batch` a header `weir.table.<name>` with the value of every table
     /// that holds the record's lookup key.
-    pub fn join(&self, batch: &mut wasm::RecordBatch) {
+    pub fn join(&self, batch: &mut RecordBatch) {
         if self.tables.is_empty() {
             return;
         }
@@ -129,7 +129,7 @@ impl Table {
         }
         let kafka = |error| PipelineError::kafka(format!("reading table {name}"))(error);
         let rows = &mut self.rows;
-        self.reader.read(&from, &until, LOAD_BATCH, timeout, kafka, |_, batch: RecordBatch, _| {
+        self.reader.read(&from, &until, LOAD_BATCH, timeout, kafka, |_, batch: ReadBatch, _| {
             batch.into_iter().try_for_each(|(key, value, _)| rows.apply(key, value))
         })?;
         // Follow every partition from where the load stopped (or from its end when empty).

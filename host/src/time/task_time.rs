@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use super::clock::TaskClock;
 use super::event_time::EventTimeReader;
 use crate::config::WatermarkConfig;
+use crate::record::RecordBatch;
 use crate::state::{StateError, StateStore};
-use crate::wasm::RecordBatch;
 
 /// Key of the clock in the task's time scope ([`super::TIME_SCOPE`]).
 const CLOCK_KEY: &[u8] = b"clock";

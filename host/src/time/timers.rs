@@ -1,7 +1,7 @@
 //! How a transform's timers are kept in state.
 //!
-//! Each operator of each task keeps its timers in a state scope of its own (see
-//! [`crate::wasm::Operator`]), one entry per timer with an empty value, under the key
+//! Each operator of each task keeps its timers in a state scope of its own (see the WebAssembly
+//! host's `Operator`), one entry per timer with an empty value, under the key
 //! `<clock: 1 byte><time: 8 bytes><key>`, where the time is an i64 with its sign bit flipped,
 //! big-endian, so that keys sort by clock, then time (negative times first), then key: the due
 //! timers of a clock are the first entries of a prefix scan.

@@ -17,8 +17,7 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::host::HostState;
-use super::outputs::Outputs;
-use super::record_batch::RecordBatch;
+use crate::record::{Columns, Outputs, RecordBatch};
 
 /// The current contract, `weir:transform@0.2.x`.
 pub(crate) mod current {
@@ -36,8 +35,6 @@ pub(crate) mod packed {
     wasmtime::component::bindgen!({
         path: "../guest-sdk/wit",
         world: "packed-transform",
-        // An empty `input-batch`, which a `RecordBatch` starts from.
-        additional_derives: [Default],
         with: {
             "weir:transform/types": crate::wasm::bindings::current::weir::transform::types,
             "weir:transform/state": crate::wasm::bindings::current::weir::transform::state,
@@ -57,6 +54,7 @@ pub(crate) mod v0_1 {
 }
 
 use current::weir::transform::types::{Header, InputRecord, OutputRecord, Timer, TransformError};
+use packed::exports::weir::transform::packed::OutputBatch;
 use v0_1::weir::transform::types as old;
 
 /// A contract version the host accepts.
@@ -140,7 +138,7 @@ impl Guest {
     /// Calls `process-packed` with `batch` as it is, or `process` with its records.
     ///
     /// # Errors
-    /// A trap, a [`super::packed_batch::MalformedBatch`] when a packed guest's output batch does
+    /// A trap, a [`crate::record::MalformedBatch`] when a packed guest's output batch does
     /// not frame, or a [`super::outputs::NegativeTimestamp`] from a plain guest.
     pub(crate) fn call_process(
         &mut self,
@@ -149,7 +147,11 @@ impl Guest {
     ) -> wasmtime::Result<Result<Outputs, TransformError>> {
         let outputs = match self {
             Self::Packed(guest) => {
-                return match guest.weir_transform_packed().call_process_packed(store, batch.columns())? {
+                // `batch`'s own columns, lowered as the `input-batch` they are laid out as.
+                let process = guest.weir_transform_packed().func_process_packed();
+                let process = process.func().typed::<(&Columns,), (Result<OutputBatch, TransformError>,)>(&*store)?;
+                let (result,) = process.call(&mut *store, (batch.columns(),))?;
+                return match result {
                     Ok(outputs) => Ok(Ok(Outputs::from_packed(outputs)?)),
                     Err(error) => Ok(Err(error)),
                 };

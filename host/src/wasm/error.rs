@@ -160,7 +160,7 @@ pub enum ErrorKind {
         /// Its size ([`super::limits::record_size`]).
         bytes: usize,
         /// The limit in force and the setting behind it (boxed: errors stay small).
-        limit: Box<super::RecordLimit>,
+        limit: Box<crate::record::RecordLimit>,
     },
     /// A call's state write or timer, or a snapshot, makes a changelog record larger than the
     /// changelog can take ([`super::OperatorLimits::max_state_record`]): the checkpoint could
@@ -174,10 +174,10 @@ pub enum ErrorKind {
     StateTooLarge {
         /// What was written, e.g. ``state value of key `abc` `` (boxed: errors stay small).
         write: Box<str>,
-        /// Its changelog record's size ([`super::limits::changelog_record_size`]).
+        /// Its changelog record's size ([`crate::record::changelog_record_size`]).
         bytes: usize,
         /// The limit in force and the setting behind it (boxed: errors stay small).
-        limit: Box<super::RecordLimit>,
+        limit: Box<crate::record::RecordLimit>,
     },
     /// An output record that a sink topic's broker would refuse for its key or timestamp
     /// ([`super::OperatorLimits::sink_rules`]). Retrying cannot help: the same input makes the

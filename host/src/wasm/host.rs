@@ -13,7 +13,8 @@ use super::bindings::v0_1::weir::transform as v0_1;
 use super::blocking::BoundedIo;
 use super::error::{ErrorKind, HostTrap};
 use super::guest_log::{GuestLog, GuestStream};
-use super::limits::{MemoryLimiter, RecordLimit, changelog_record_size};
+use super::limits::MemoryLimiter;
+use crate::record::{RecordLimit, changelog_record_size};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key};
 

@@ -4,78 +4,19 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use super::{OutputRecord, OutputView, ResourcePool, SinkRules};
+use super::{OutputRecord, ResourcePool};
+use crate::record::{RecordLimit, SinkRules, wire_size};
 
 /// Default linear-memory limit of one operator instance: 64 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
 /// Default deadline of one guest call: 1 s.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
-/// Largest output record, as librdkafka's producer counts it (see [`record_size`]): 1,000,000
-/// bytes, librdkafka's default `message.max.bytes`.
-pub const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
-/// librdkafka's largest per-record overhead in a v2 record batch (`RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD`:
-/// length, attributes, timestamp delta, offset delta, key length, value length and header count,
-/// each varint at its widest).
-const RECORD_OVERHEAD_BYTES: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
-
-/// The size limit of one output record and the setting it comes from, for the error message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordLimit {
-    /// Largest [`record_size`] accepted, in bytes.
-    pub bytes: usize,
-    /// The setting that sets it, e.g. `sink.producer."message.max.bytes"`, and what to change.
-    pub setting: String,
-}
-
-impl Default for RecordLimit {
-    /// librdkafka's default `message.max.bytes`.
-    fn default() -> Self {
-        Self {
-            bytes: DEFAULT_MAX_RECORD_BYTES,
-            setting: "librdkafka's default `message.max.bytes` (sink.producer.\"message.max.bytes\" in a pipeline)"
-                .into(),
-        }
-    }
-}
 
 /// Size of `record` as librdkafka's producer checks it against `message.max.bytes` before
-/// queueing it (`rd_kafka_msg_max_wire_size`): key + value + serialised headers + the largest
-/// per-record overhead, in bytes. Uncompressed, so an upper bound of what the broker sees.
+/// queueing it ([`wire_size`]).
 pub fn record_size(record: &OutputRecord) -> usize {
     let headers = record.headers.iter().map(|h| (h.key.len(), h.value.as_ref().map(Vec::len)));
     wire_size(record.key.as_deref(), record.value.as_deref(), headers)
-}
-
-impl OutputView<'_> {
-    /// Size of the record as [`record_size`] counts it, in bytes.
-    pub fn size(&self) -> usize {
-        wire_size(self.key, self.value, self.headers.clone().map(|(name, value)| (name.len(), value.map(<[u8]>::len))))
-    }
-}
-
-/// [`record_size`] of a record with `headers` of (name, value) lengths, `None` for a null value.
-fn wire_size(key: Option<&[u8]>, value: Option<&[u8]>, headers: impl Iterator<Item = (usize, Option<usize>)>) -> usize {
-    let headers: usize = headers
-        .map(|(name, value)| {
-            // A null value is written as length -1: one varint byte, no bytes.
-            let value = value.unwrap_or(0);
-            name + value + varint_len(name) + varint_len(value)
-        })
-        .sum();
-    RECORD_OVERHEAD_BYTES + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + headers
-}
-
-/// Size of a state write's record in the changelog topic (DESIGN.md, "State"), as librdkafka's
-/// producer counts it: the record key (one byte naming the entry, then `key`, the state key with
-/// the store's operator and task prefix), the value, and the largest per-record overhead.
-pub fn changelog_record_size(key: usize, value: usize) -> usize {
-    RECORD_OVERHEAD_BYTES + 1 + key + value
-}
-
-/// Bytes of Kafka's zig-zag varint of a length.
-fn varint_len(len: usize) -> usize {
-    let bits = usize::BITS - (len << 1).leading_zeros();
-    (bits as usize).div_ceil(7).max(1)
 }
 
 /// Limits of one operator instance.
@@ -94,9 +35,10 @@ pub struct OperatorLimits {
     /// limits, so that an output the sink would refuse fails the call that made it.
     pub max_record: RecordLimit,
     /// Largest changelog record of a state write, timer or snapshot
-    /// ([`changelog_record_size`]); by default librdkafka's default `message.max.bytes`. A
-    /// pipeline sets the smaller of its producer's limit and its changelog topic's, so that a
-    /// value the checkpoint could never write fails the call that wrote it.
+    /// ([`changelog_record_size`](crate::record::changelog_record_size)); by default
+    /// librdkafka's default `message.max.bytes`. A pipeline sets the smaller of its producer's
+    /// limit and its changelog topic's, so that a value the checkpoint could never write fails
+    /// the call that wrote it.
     pub max_state_record: RecordLimit,
     /// What the sink's topics refuse of a record besides its size (a timestamp outside their
     /// bounds, no key in a compacted topic), checked on every output; no rule by default. A
@@ -189,6 +131,7 @@ impl Drop for MemoryLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::changelog_record_size;
     use crate::wasm::Header;
 
     #[test]

@@ -29,10 +29,8 @@ mod host;
 mod limits;
 mod operator;
 mod outputs;
-mod packed_batch;
 mod pool;
 mod record_batch;
-mod sink_rules;
 
 pub use bindings::current::weir::transform::log::Level;
 pub use bindings::current::weir::transform::types::{
@@ -43,10 +41,6 @@ pub use check::{ComponentDescription, ContractError, check_header, describe_comp
 pub use component::TransformComponent;
 pub use engine::{CACHE_MAX_MB_ENV, EngineConfig, WasmEngine, cache_root};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
-pub use limits::{DEFAULT_MAX_RECORD_BYTES, OperatorLimits, RecordLimit, record_size};
+pub use limits::{OperatorLimits, record_size};
 pub use operator::Operator;
-pub use outputs::{OutputView, Outputs};
-pub use packed_batch::Headers;
 pub use pool::ResourcePool;
-pub use record_batch::{Fields, RecordBatch};
-pub use sink_rules::{BROKER_CLOCK_MARGIN_MS, SinkRules, TopicRules};

@@ -12,10 +12,10 @@ use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
-use super::limits::{MemoryLimiter, OperatorLimits, Refusal, changelog_record_size};
+use super::limits::{MemoryLimiter, OperatorLimits, Refusal};
 use super::outputs::NegativeTimestamp;
-use super::packed_batch::MalformedBatch;
-use super::{InputRecord, OutputRecord, Outputs, RecordBatch, TimeDomain, Timer};
+use super::{InputRecord, OutputRecord, TimeDomain, Timer};
+use crate::record::{MalformedBatch, Outputs, RecordBatch, changelog_record_size};
 use crate::state::StateStore;
 use crate::time::{Clock, parse_timer_key, timer_key, timer_prefix};
 

@@ -13,7 +13,7 @@ use crate::error::PipelineError;
 use crate::kafka::{ErrorClass, classify, record_headers};
 use crate::pipeline::output::{Input, Out};
 use crate::pipeline::task::Task;
-use crate::wasm::{Fields, RecordBatch};
+use crate::record::{Fields, RecordBatch};
 
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
