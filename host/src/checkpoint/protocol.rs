@@ -210,7 +210,9 @@ pub fn apply(
 }
 
 fn poisoned() -> PipelineError {
-    PipelineError::State(crate::state::StateError { message: "task overlay lock poisoned (a bug in Weir)".into() })
+    PipelineError::State(crate::state::StateError::Poisoned(
+        "a task's state overlay lock was poisoned by a panic".into(),
+    ))
 }
 
 /// The state tasks start from after [`recover_tasks`].

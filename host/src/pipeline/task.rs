@@ -499,7 +499,7 @@ impl Task {
 }
 
 fn overlay_poisoned() -> PipelineError {
-    PipelineError::State(StateError { message: "task overlay lock poisoned (a bug in Weir)".into() })
+    PipelineError::State(StateError::Poisoned("a task's state overlay lock was poisoned by a panic".into()))
 }
 
 /// Runs `records` through an operator under `on_error = "dead-letter"`, whose instance carries on
