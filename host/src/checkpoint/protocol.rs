@@ -210,9 +210,7 @@ pub fn apply(
 }
 
 fn poisoned() -> PipelineError {
-    PipelineError::State(crate::state::StateError::Poisoned(
-        "a task's state overlay lock was poisoned by a panic".into(),
-    ))
+    PipelineError::Bug("a task's state overlay lock was poisoned by a panic".into())
 }
 
 /// The state tasks start from after [`recover_tasks`].

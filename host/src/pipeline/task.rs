@@ -8,7 +8,7 @@ use crate::checkpoint::protocol::TaskBarrier;
 use crate::config::{OnError, TransformConfig, WatermarkConfig};
 use crate::error::PipelineError;
 use crate::metrics::{OperatorMetrics, PipelineMetrics, TaskMetrics};
-use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
+use crate::state::{OperatorState, StateDb, TaskOverlays, Writes};
 use crate::time::{Stamped, TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
@@ -499,7 +499,7 @@ impl Task {
 }
 
 fn overlay_poisoned() -> PipelineError {
-    PipelineError::State(StateError::Poisoned("a task's state overlay lock was poisoned by a panic".into()))
+    PipelineError::Bug("a task's state overlay lock was poisoned by a panic".into())
 }
 
 /// Runs `records` through an operator under `on_error = "dead-letter"`, whose instance carries on

@@ -139,9 +139,9 @@ pub enum StateError {
     #[error("state backend: {0}")]
     Corrupt(String),
     /// A write batch would grow the pipeline's state past `state.max_bytes`
-    /// ([`StateQuota`]).
+    /// ([`StateQuota`]). The same input writes the same state, so no retry helps.
     #[error(
-        "state quota exceeded: this batch adds {grow} bytes to the {used} the pipeline holds, above state.max_bytes = {limit} (keys and values of its tasks in this process); delete state the transform no longer needs (e.g. expire keys with timers) or raise the quota"
+        "state quota exceeded: this batch adds {grow} bytes to the {used} the pipeline holds, above state.max_bytes = {limit} (keys and values of its tasks in this process), so the pipeline stops: delete state the transform no longer needs (e.g. expire keys with timers) or raise state.max_bytes, then start it again; nothing after the last checkpoint was committed"
     )]
     QuotaExceeded {
         /// Bytes the refused batch adds.

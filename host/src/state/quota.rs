@@ -78,7 +78,7 @@ mod tests {
         assert!(matches!(error, StateError::QuotaExceeded { grow: 1, used: 100, limit: 100 }), "{error:?}");
         let message = error.to_string();
         assert!(message.contains("adds 1 bytes to the 100"), "{message}");
-        assert!(message.contains("state.max_bytes = 100"), "{message}");
+        assert!(message.contains("state.max_bytes = 100") && message.contains("the pipeline stops"), "{message}");
         assert_eq!(quota.used(), 100);
         quota.change(-30).unwrap();
         quota.change(30).unwrap();
