@@ -314,3 +314,50 @@ fn a_bug_says_so() {
         assert!(!message.contains("refusing to start"), "{message}");
     }
 }
+
+/// librdkafka's fatal and abortable transaction errors, as a (mock) transaction coordinator
+/// makes them: `INVALID_TXN_STATE` finishes the producer, an unknown server error aborts the
+/// transaction. Both heal by recovery.
+#[test]
+#[allow(clippy::disallowed_methods)] // clients of a mock cluster: there are no [kafka] settings to apply
+fn a_coordinators_fatal_and_abortable_errors_carry_their_flags() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let mock = MockCluster::new(1).expect("a mock cluster");
+    mock.create_topic("in", 1, 1).expect("a topic");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("group.id", "weir-failure-test")
+        .create()
+        .expect("a consumer");
+    let group = consumer.group_metadata().expect("group metadata");
+    let mut offsets = TopicPartitionList::new();
+    offsets.add_partition_offset("in", 0, Offset::Offset(1)).expect("an offset");
+    let refused = |error: RDKafkaRespErr, id: &str| {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("transactional.id", id)
+            .set("log_level", "0")
+            .create()
+            .expect("a producer");
+        producer.init_transactions(Duration::from_secs(10)).expect("initialised");
+        producer.begin_transaction().expect("a transaction");
+        mock.request_errors(RDKafkaApiKey::AddOffsetsToTxn, &[error]);
+        producer.send_offsets_to_transaction(&offsets, &group, Duration::from_secs(10)).expect_err("refused")
+    };
+
+    let error = refused(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN, "weir-failure-abortable");
+    let KafkaError::Transaction(ref native) = error else { panic!("{error:?}") };
+    assert!(TransactionFlags::of(native).requires_abort && !native.is_fatal(), "{error}");
+    assert_eq!(classify(&error), ErrorClass::Transient, "{error}");
+    assert_eq!(disposition(&kafka(error)), HEALS);
+
+    let error = refused(RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE, "weir-failure-fatal");
+    let KafkaError::Transaction(ref native) = error else { panic!("{error:?}") };
+    assert!(TransactionFlags::of(native).fatal, "{error}");
+    assert_eq!(classify(&error), ErrorClass::Fatal, "{error}");
+    assert_eq!(disposition(&kafka(error)), HEALS);
+}
