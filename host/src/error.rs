@@ -1,10 +1,11 @@
-//! The error of running a pipeline, and how the runner reacts to it.
+//! The error of running a pipeline; how the runner reacts to it is [`crate::failure`]'s.
 
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 
 use crate::config::ConfigError;
+use crate::failure::Disposition;
 use crate::kafka::{ErrorClass, Fenced, ProduceFailure, ProducerError, classify, classify_code, hint};
 use crate::state::StateError;
 use crate::types::CheckpointId;
@@ -99,6 +100,10 @@ pub enum PipelineError {
     /// The consumer group's offsets disagree with the state directory.
     #[error("refusing to start: {0}")]
     Inconsistent(String),
+    /// Weir broke one of its own invariants (a record of a partition no task owns, a lock a
+    /// panic poisoned): no configuration or cluster causes it.
+    #[error("a bug in Weir: {0}; please report it")]
+    Bug(String),
     /// The consumer group gave this process's partitions to another member while the process
     /// held their open epoch (it missed `session.timeout.ms` or `max.poll.interval.ms`): the
     /// epoch must not commit, so the process recovers and rejoins the group.
@@ -130,7 +135,7 @@ fn postgres_message(error: &postgres::Error) -> String {
 /// not be made (an I/O error, not a configuration the client refuses, such as a missing
 /// password), the server is shutting down or starting, out of resources, a serialization
 /// failure or deadlock, a lock wait past `lock_timeout` (SQLSTATE classes 08, 53, 57, 40; 55P03).
-fn is_transient_postgres(error: &postgres::Error) -> bool {
+pub(crate) fn is_transient_postgres(error: &postgres::Error) -> bool {
     match error.code() {
         None => error.is_closed() || std::error::Error::source(error).is_some_and(|s| s.is::<std::io::Error>()),
         Some(code) => {
@@ -197,68 +202,14 @@ impl PipelineError {
         move |error| Self::kafka(operation())(error)
     }
 
-    /// Whether the error can go away without anyone changing anything: the cluster or the
-    /// network was unavailable, the broker fenced or timed out a transaction, the group moved
-    /// partitions. `weir serve`'s `max_identical_failures` does not count these.
-    pub fn heals_itself(&self) -> bool {
-        match self {
-            PipelineError::Kafka { source, .. } => {
-                matches!(classify(source), ErrorClass::Transient | ErrorClass::Fenced)
-            }
-            PipelineError::ProduceRefused { failure, .. } => {
-                matches!(classify_code(failure.code), ErrorClass::Transient | ErrorClass::Fenced)
-            }
-            PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
-            _ => false,
-        }
+    /// What the runner does about this error: [`crate::failure::disposition`].
+    pub fn disposition(&self) -> Disposition {
+        crate::failure::disposition(self)
     }
 
-    /// Whether the pipeline stopped on request in the middle of a round ([`crate::wasm::ErrorKind::Stopped`]):
-    /// a stop, not a failure.
+    /// Whether the pipeline stopped on request in the middle of a round
+    /// ([`Disposition::Stopped`]): a stop, not a failure.
     pub fn is_stop(&self) -> bool {
-        matches!(self, PipelineError::Operator(error) if matches!(error.kind, crate::wasm::ErrorKind::Stopped))
-    }
-
-    /// Whether the runner should recover and try again (with back-off) rather than exit: Kafka
-    /// failures that can heal (a broker down, a transaction the broker aborted, a topic
-    /// missing — recovery's start-up checks then refuse a missing source topic), operator
-    /// failures under `on_error = "fail"`, and checkpoint timeouts. Kafka configuration and
-    /// authorisation errors, a producer fenced by another process, refused start-up checks,
-    /// state corruption, inconsistent offsets and records too large for the sink need a human
-    /// ([`crate::kafka::classify`]).
-    pub fn is_retriable(&self) -> bool {
-        match self {
-            // A fencing code outside `PipelineError::Fenced` is the broker's abort of a
-            // transaction that outlived its timeout (the producer slot tells them apart).
-            PipelineError::Kafka { source, .. } => {
-                matches!(
-                    classify(source),
-                    ErrorClass::Transient
-                        | ErrorClass::MissingTopic
-                        | ErrorClass::OffsetOutOfRange
-                        | ErrorClass::Fenced
-                )
-            }
-            PipelineError::ProduceRefused { failure, .. } => matches!(
-                classify_code(failure.code),
-                ErrorClass::Transient | ErrorClass::MissingTopic | ErrorClass::Fenced
-            ),
-            PipelineError::CheckpointTimeout { .. } | PipelineError::AssignmentLost(_) => true,
-            PipelineError::Postgres { source, .. } => is_transient_postgres(source),
-            // A guest that refuses its configuration will refuse it again, an output or a state
-            // write too large for the sink or the changelog is made again from the same input,
-            // and a record without a readable event time stays without one.
-            PipelineError::Operator(error) => {
-                error.call != crate::wasm::Call::Init
-                    && !matches!(
-                        error.kind,
-                        crate::wasm::ErrorKind::OutputTooLarge { .. }
-                            | crate::wasm::ErrorKind::OutputRefused { .. }
-                            | crate::wasm::ErrorKind::StateTooLarge { .. }
-                            | crate::wasm::ErrorKind::EventTime { .. }
-                    )
-            }
-            _ => false,
-        }
+        self.disposition() == Disposition::Stopped
     }
 }

@@ -24,6 +24,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod failure;
 pub mod file;
 pub mod http;
 pub mod kafka;

@@ -204,7 +204,7 @@ pub fn apply(
 }
 
 fn poisoned() -> PipelineError {
-    PipelineError::State(crate::state::StateError { message: "task overlay lock poisoned (a bug in Weir)".into() })
+    PipelineError::Bug("a task's state overlay lock was poisoned by a panic".into())
 }
 
 #[cfg(test)]

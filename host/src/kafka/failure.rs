@@ -4,16 +4,19 @@
 //! out). What still reaches Weir is either transient too — recovery with back-off may heal it —
 //! or lasting: a property librdkafka rejects, credentials or rights the cluster refuses, a
 //! producer fenced by another one with its `transactional.id`. [`classify`] sorts them, in this
-//! one place; the runner stops on [`ErrorClass::Configuration`] and [`ErrorClass::Authorization`]
-//! with a message naming the setting at fault ([`hint`]), and on a producer slot's [`Fenced`].
+//! one place: by librdkafka's own flags where the error carries them (a transactional call's
+//! [`RDKafkaError`], a consumer's fatal error), else by the error code. What the runner does about
+//! each class is [`crate::failure::disposition`]'s: it stops on [`ErrorClass::Configuration`] and
+//! [`ErrorClass::Authorization`] with a message naming the setting at fault ([`hint`]), and on a
+//! producer slot's [`Fenced`].
 
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, RDKafkaError, RDKafkaErrorCode};
 
-/// The class of a Kafka error, from librdkafka's error code.
+/// The class of a Kafka error, from librdkafka's flags and error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorClass {
@@ -43,17 +46,60 @@ pub enum ErrorClass {
     /// `message.timestamp.before.max.ms`/`after.max.ms` (KIP-937), a record the topic cannot
     /// take (a null key into a compacted topic). A replay makes the same record.
     RecordRefused,
+    /// librdkafka declared the client unusable (its fatal error: `rd_kafka_error_is_fatal`, or a
+    /// consumer's [`KafkaError::MessageConsumptionFatal`]) for a reason that is none of the
+    /// above: e.g. `INVALID_TXN_STATE` or `INVALID_PRODUCER_ID_MAPPING` from the transaction
+    /// coordinator, a static member fenced by another with its `group.instance.id` (KIP-345).
+    /// Recovery builds new clients.
+    Fatal,
+}
+
+/// librdkafka's own verdict on the error of a transactional call (`rd_kafka_error_t`), which
+/// rust-rdkafka passes on as [`KafkaError::Transaction`]; the other variants of [`KafkaError`]
+/// carry an error code only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransactionFlags {
+    /// `rd_kafka_error_is_retriable`: the call may be made again.
+    pub retriable: bool,
+    /// `rd_kafka_error_txn_requires_abort`: the transaction must be aborted; the producer lives on.
+    pub requires_abort: bool,
+    /// `rd_kafka_error_is_fatal`: the producer can never be used again.
+    pub fatal: bool,
+}
+
+impl TransactionFlags {
+    /// The flags of `error`.
+    pub fn of(error: &RDKafkaError) -> Self {
+        Self { retriable: error.is_retriable(), requires_abort: error.txn_requires_abort(), fatal: error.is_fatal() }
+    }
 }
 
 /// The class of `error`.
 pub fn classify(error: &KafkaError) -> ErrorClass {
     let code = match error {
         KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => return ErrorClass::Configuration,
+        KafkaError::Transaction(error) => return classify_transaction(error.code(), TransactionFlags::of(error)),
+        KafkaError::MessageConsumptionFatal(code) => {
+            return classify_transaction(*code, TransactionFlags { fatal: true, ..TransactionFlags::default() });
+        }
         // rust-rdkafka does not report the code of a failed admin operation as its error code.
         KafkaError::AdminOp(code) => Some(*code),
         other => other.rdkafka_error_code(),
     };
     code.map_or(ErrorClass::Transient, classify_code)
+}
+
+/// The class of an error that carries librdkafka's flags besides its `code`. The code says
+/// whether a human must act (credentials, a property, a record the broker refuses, a missing
+/// topic), which no flag tells, and a fencing code stays [`ErrorClass::Fenced`]; otherwise a
+/// fatal error is [`ErrorClass::Fatal`] (the producer is finished: recovery makes another), and
+/// an error to retry the call or to abort the transaction over, or one without flags, is
+/// [`ErrorClass::Transient`] (recovery aborts the open transaction and starts again).
+pub fn classify_transaction(code: RDKafkaErrorCode, flags: TransactionFlags) -> ErrorClass {
+    match classify_code(code) {
+        ErrorClass::Transient if flags.fatal => ErrorClass::Fatal,
+        by_code => by_code,
+    }
 }
 
 /// The class of a librdkafka error code.
@@ -111,7 +157,11 @@ pub fn is_unreachable(error: &KafkaError) -> bool {
 pub fn hint(class: ErrorClass) -> &'static str {
     match class {
         // A fencing code outside a producer slot's `Fenced` is the broker's timeout abort.
-        ErrorClass::Transient | ErrorClass::MissingTopic | ErrorClass::OffsetOutOfRange | ErrorClass::Fenced => "",
+        ErrorClass::Transient
+        | ErrorClass::MissingTopic
+        | ErrorClass::OffsetOutOfRange
+        | ErrorClass::Fenced
+        | ErrorClass::Fatal => "",
         ErrorClass::Configuration => {
             "; librdkafka rejects a property of [kafka], source.consumer or sink.producer: fix or remove the property \
              named above (librdkafka's CONFIGURATION.md lists the properties and their values)"

@@ -23,7 +23,10 @@ pub use admin::{Admin, TopicCheck};
 pub use changelog::{
     CONFIG_CHECK_INTERVAL, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, UnsafeSetting, describe_unsafe,
 };
-pub use failure::{ErrorClass, Fenced, classify, classify_code, hint, is_unreachable, recent_refusal};
+pub use failure::{
+    ErrorClass, Fenced, TransactionFlags, classify, classify_code, classify_transaction, hint, is_unreachable,
+    recent_refusal,
+};
 pub use group::instance_of;
 pub use headers::{RawHeader, record_headers};
 pub use metadata::{CheckpointMetadata, Lineage};

@@ -10,6 +10,7 @@ use crate::checkpoint::recovery;
 use crate::checkpoint::savepoint::Savepoint;
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
+use crate::failure::Disposition;
 use crate::metrics::{Metrics, PipelineState};
 use crate::wasm::{ResourcePool, WasmEngine};
 
@@ -44,7 +45,7 @@ pub struct RunOptions {
     pub instance: Option<String>,
     /// Give up (return the error) after this many consecutive retriable failures with the same
     /// message, instead of recovering for ever; errors that heal themselves (a broker outage,
-    /// [`PipelineError::heals_itself`]) are not counted. `None` retries for ever (`weir run`),
+    /// [`Disposition::Retry`]'s `heals_itself`) are not counted. `None` retries for ever (`weir run`),
     /// `weir serve` sets its `max_identical_failures`.
     pub max_identical_failures: Option<u32>,
     /// Memory and CPU the pipeline's operators share with other pipelines' (`weir serve`: the
@@ -86,7 +87,7 @@ pub fn check_instance(instance: &str) -> Result<(), String> {
 /// stop that comes while a failed batch is replayed record by record aborts the epoch instead,
 /// see [`crate::wasm::OperatorLimits::stop`]).
 ///
-/// Retriable failures ([`PipelineError::is_retriable`]) run recovery again after an
+/// Retriable failures ([`Disposition::Retry`]) run recovery again after an
 /// exponential back-off (1 s doubling to 30 s), logging each attempt. A retriable failure once
 /// `shutdown` is set ends the run instead, with `Ok`, after aborting the failed epoch's open
 /// transaction (`init_transactions` on the instance's transactional ids, as recovery does): its
@@ -131,12 +132,12 @@ pub fn run(
                 metrics.set_state(PipelineState::Stopped);
                 return Ok(());
             }
-            Err(error) if error.is_stop() => {
+            Err(error) if error.disposition() == Disposition::Stopped => {
                 tracing::info!(pipeline = %config.name, "stopped during a record-by-record replay; the open epoch was aborted and is processed again at the next start");
                 metrics.set_state(PipelineState::Stopped);
                 return Ok(());
             }
-            Err(error) if error.is_retriable() && stopping => {
+            Err(error) if error.disposition().retries() && stopping => {
                 // A stop that meets a failure (a commit the broker aborted, a rebalance that
                 // fenced it) still ends cleanly once the failed epoch's transaction is aborted:
                 // now, rather than at the broker's `transaction.timeout.ms`, so that the
@@ -155,7 +156,7 @@ pub fn run(
                     }
                 };
             }
-            Err(error) if error.is_retriable() && !stopping && !gives_up(&mut repeated, &error, options) => {
+            Err(error) if error.disposition().retries() && !stopping && !gives_up(&mut repeated, &error, options) => {
                 metrics.failed(&error, true);
                 if attempt.elapsed() > MAX_BACKOFF {
                     backoff = Duration::from_secs(1);
@@ -164,6 +165,7 @@ pub fn run(
                 sleep_unless(shutdown, backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
+            // Disposition::StopPipeline or Bug, or a retry past max_identical_failures.
             Err(error) => {
                 metrics.failed(&error, false);
                 return Err(error);
@@ -175,7 +177,7 @@ pub fn run(
 /// Counts `error` in `repeated` (its message and how many times in a row) and tells whether it
 /// reached `options.max_identical_failures`.
 fn gives_up(repeated: &mut Option<(String, u32)>, error: &PipelineError, options: &RunOptions) -> bool {
-    if error.heals_itself() {
+    if error.disposition() == (Disposition::Retry { heals_itself: true }) {
         // A broker outage must not turn every pipeline to failed: recovery waits it out.
         *repeated = None;
         return false;

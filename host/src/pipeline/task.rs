@@ -9,7 +9,7 @@ use crate::config::{OnError, TransformConfig, WatermarkConfig};
 use crate::error::PipelineError;
 use crate::metrics::{OperatorMetrics, PipelineMetrics, TaskMetrics};
 use crate::record::{Fields, Outputs, RecordBatch, RecordLimit, TopicRules};
-use crate::state::{OperatorState, StateDb, StateError, TaskOverlays, Writes};
+use crate::state::{OperatorState, StateDb, TaskOverlays, Writes};
 use crate::time::{Stamped, TIME_SCOPE, TaskTime};
 use crate::types::{CheckpointId, TaskId};
 use crate::wasm::{
@@ -500,7 +500,7 @@ impl Task {
 }
 
 fn overlay_poisoned() -> PipelineError {
-    PipelineError::State(StateError { message: "task overlay lock poisoned (a bug in Weir)".into() })
+    PipelineError::Bug("a task's state overlay lock was poisoned by a panic".into())
 }
 
 /// Runs `records` through an operator under `on_error = "dead-letter"`, whose instance carries on

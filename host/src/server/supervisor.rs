@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 
 use super::registry::Tenant;
 use crate::config::PipelineConfig;
+use crate::failure::Disposition;
 use crate::metrics::{Metrics, PipelineLog};
 use crate::pipeline::{RunOptions, run};
 use crate::wasm::{ResourcePool, WasmEngine};
@@ -95,6 +96,11 @@ impl Supervisor {
             tracing::info!("starting");
             match run(&config, &engine, &options, &flag) {
                 Ok(()) => tracing::info!("stopped"),
+                // The message of a bug says so, and the other pipelines run on: they share
+                // nothing the broken invariant was about.
+                Err(error) if error.disposition() == Disposition::Bug => {
+                    tracing::error!(%error, "stopped by a bug in Weir; the other pipelines run on")
+                }
                 Err(error) => tracing::error!(%error, "failed; start it again once the cause is fixed"),
             }
         })?;

@@ -28,16 +28,14 @@ pub(super) fn drop_legacy_pending(db: &mut DB, dir: &Path) -> Result<(), StateEr
         !iter.valid()
     });
     if !empty {
-        return Err(StateError {
-            message: format!(
-                "state database {} holds a pending checkpoint written by a Weir before the changelog; \
-                 run that version once to resolve it, or delete the directory and restore the state from the changelog",
-                dir.display()
-            ),
-        });
+        return Err(StateError::Corrupt(format!(
+            "state database {} holds a pending checkpoint written by a Weir before the changelog; \
+             run that version once to resolve it, or delete the directory and restore the state from the changelog",
+            dir.display()
+        )));
     }
     db.drop_cf(CF_LEGACY_PENDING)
-        .map_err(|e| StateError { message: format!("cannot drop the pending column family of {}: {e}", dir.display()) })
+        .map_err(|e| StateError::Backend(format!("cannot drop the pending column family of {}: {e}", dir.display())))
 }
 
 #[cfg(test)]
@@ -66,7 +64,7 @@ mod tests {
         }
         let error = StateDb::open(dir.path()).unwrap_err();
         assert!(
-            error.message.contains("pending checkpoint") && error.message.contains("before the changelog"),
+            error.to_string().contains("pending checkpoint") && error.to_string().contains("before the changelog"),
             "{error}"
         );
     }

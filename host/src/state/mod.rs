@@ -44,7 +44,8 @@
 //! | `meta` | `component/<operator>` | SHA-256 (hex) of the component the operator last ran |
 //!
 //! # Failure
-//! Every error is a [`StateError`] whose message names the operation and the database directory.
+//! Every error is a [`StateError`]: a backend failure or a corrupt database, whose message names the
+//! operation and the database directory, a breach of `state.max_bytes`, or a poisoned lock.
 //! A failed write batch leaves nothing behind; a crash after a commit and before its apply leaves
 //! the state behind the changelog, which the next start replays.
 //!
@@ -126,10 +127,32 @@ pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 /// State writes, applied in order: full key, `Some(value)` puts, `None` deletes.
 pub type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
-/// A state backend failed.
-#[derive(Debug, thiserror::Error)]
-#[error("state backend: {message}")]
-pub struct StateError {
-    /// What failed, including the backend's own error.
-    pub message: String,
+/// A state backend failed, or refused a write.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// RocksDB or the file system under it failed (open, read, write), or the database is
+    /// missing or taken; the message names the operation and the database directory.
+    #[error("state backend: {0}")]
+    Backend(String),
+    /// The database holds what this version of Weir cannot read: a malformed entry, or a layout
+    /// of an older version; the message names the entry and the directory.
+    #[error("state backend: {0}")]
+    Corrupt(String),
+    /// A write batch would grow the pipeline's state past `state.max_bytes`
+    /// ([`StateQuota`]). The same input writes the same state, so no retry helps.
+    #[error(
+        "state quota exceeded: this batch adds {grow} bytes to the {used} the pipeline holds, above state.max_bytes = {limit} (keys and values of its tasks in this process), so the pipeline stops: delete state the transform no longer needs (e.g. expire keys with timers) or raise state.max_bytes, then start it again; nothing after the last checkpoint was committed"
+    )]
+    QuotaExceeded {
+        /// Bytes the refused batch adds.
+        grow: u64,
+        /// Bytes the pipeline's tasks held before it.
+        used: u64,
+        /// `state.max_bytes`.
+        limit: u64,
+    },
+    /// A panic left the state's in-memory overlays behind a poisoned lock: a bug in Weir.
+    #[error("a bug in Weir: {0}; please report it")]
+    Poisoned(String),
 }

@@ -248,8 +248,8 @@ impl OperatorState {
     pub fn new(overlays: Arc<Mutex<TaskOverlays>>, operator: &str, task: &TaskId) -> Result<Self, StateError> {
         let prefix = state_prefix(operator, task);
         let db = {
-            let mut locked = overlays.lock().map_err(|_| StateError {
-                message: format!("state overlays of task {task} were left inconsistent by a panic"),
+            let mut locked = overlays.lock().map_err(|_| {
+                StateError::Poisoned(format!("state overlays of task {task} were left inconsistent by a panic"))
             })?;
             locked.adopt(&prefix)?;
             locked.db.clone()
@@ -264,12 +264,12 @@ impl OperatorState {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, TaskOverlays>, StateError> {
-        self.overlays.lock().map_err(|_| StateError {
-            message: format!(
+        self.overlays.lock().map_err(|_| {
+            StateError::Poisoned(format!(
                 "state overlays of {} were left inconsistent by a panic (state database {})",
                 self.scope,
                 self.db.dir().display()
-            ),
+            ))
         })
     }
 }
@@ -570,7 +570,7 @@ mod tests {
         let second = TaskOverlays::new(db.clone());
         let mut other = OperatorState::new(second.clone(), "op", &task("t", 1)).unwrap();
         let error = other.write(vec![put("x", "1"), put("y", &"v".repeat(75))]).unwrap_err();
-        assert!(error.message.contains("state.max_bytes = 100"), "{error}");
+        assert!(matches!(error, StateError::QuotaExceeded { limit: 100, .. }), "{error:?}");
         assert_eq!(get(&mut other, "x"), None, "nothing of the refused batch was written");
         assert_eq!(quota.used(), 30);
         // Deleting makes room again.

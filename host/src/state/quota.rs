@@ -55,12 +55,7 @@ impl StateQuota {
                 used.checked_add(grow).filter(|total| *total <= self.limit)
             })
             .map(drop)
-            .map_err(|used| StateError {
-                message: format!(
-                    "state quota exceeded: this batch adds {grow} bytes to the {used} the pipeline holds, above state.max_bytes = {} (keys and values of its tasks in this process); delete state the transform no longer needs (e.g. expire keys with timers) or raise the quota",
-                    self.limit
-                ),
-            })
+            .map_err(|used| StateError::QuotaExceeded { grow, used, limit: self.limit })
     }
 
     /// Gives back `bytes` (state deleted, or a task that ended).
@@ -80,8 +75,10 @@ mod tests {
         quota.adopt(60);
         quota.change(40).unwrap();
         let error = quota.change(1).unwrap_err();
-        assert!(error.message.contains("adds 1 bytes to the 100"), "{error}");
-        assert!(error.message.contains("state.max_bytes = 100"), "{error}");
+        assert!(matches!(error, StateError::QuotaExceeded { grow: 1, used: 100, limit: 100 }), "{error:?}");
+        let message = error.to_string();
+        assert!(message.contains("adds 1 bytes to the 100"), "{message}");
+        assert!(message.contains("state.max_bytes = 100") && message.contains("the pipeline stops"), "{message}");
         assert_eq!(quota.used(), 100);
         quota.change(-30).unwrap();
         quota.change(30).unwrap();

@@ -115,7 +115,7 @@ impl StateDb {
     /// another process has it open for writing (RocksDB's `LOCK` file).
     pub fn open(dir: &Path) -> Result<Self, StateError> {
         std::fs::create_dir_all(dir)
-            .map_err(|e| StateError { message: format!("cannot create state directory {}: {e}", dir.display()) })?;
+            .map_err(|e| StateError::Backend(format!("cannot create state directory {}: {e}", dir.display())))?;
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
@@ -131,7 +131,7 @@ impl StateDb {
             } else {
                 ""
             };
-            StateError { message: format!("cannot open state database {}: {e}{hint}", dir.display()) }
+            StateError::Backend(format!("cannot open state database {}: {e}{hint}", dir.display()))
         })?;
         if legacy {
             drop_legacy_pending(&mut db, dir)?;
@@ -154,15 +154,15 @@ impl StateDb {
     /// When `dir` holds no state database, or RocksDB cannot open it.
     pub fn open_read_only(dir: &Path) -> Result<Self, StateError> {
         if !dir.join("CURRENT").is_file() {
-            return Err(StateError {
-                message: format!("no state database in {} (the pipeline never ran here?)", dir.display()),
-            });
+            return Err(StateError::Backend(format!(
+                "no state database in {} (the pipeline never ran here?)",
+                dir.display()
+            )));
         }
         let options = Options::default();
         let legacy = has_legacy_pending(&options, dir);
-        let db = DB::open_cf_descriptors_read_only(&options, dir, column_families(legacy), false).map_err(|e| {
-            StateError { message: format!("cannot open state database {} read-only: {e}", dir.display()) }
-        })?;
+        let db = DB::open_cf_descriptors_read_only(&options, dir, column_families(legacy), false)
+            .map_err(|e| StateError::Backend(format!("cannot open state database {} read-only: {e}", dir.display())))?;
         Ok(Self::wrap(db, dir))
     }
 
@@ -665,13 +665,14 @@ impl StateDb {
     }
 
     fn error(&self, what: String) -> StateError {
-        StateError { message: format!("{what} (state database {})", self.dir.display()) }
+        StateError::Backend(format!("{what} (state database {})", self.dir.display()))
     }
 
     fn corrupt(&self, what: &str, key: &[u8]) -> StateError {
-        self.error(format!(
-            "malformed {what} {:?}: the database was not written by this version of Weir",
-            key.escape_ascii().to_string()
+        StateError::Corrupt(format!(
+            "malformed {what} {:?}: the database was not written by this version of Weir (state database {})",
+            key.escape_ascii().to_string(),
+            self.dir.display()
         ))
     }
 }
@@ -858,7 +859,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let _writer = StateDb::open(dir.path()).unwrap();
         let Err(error) = StateDb::open(dir.path()) else { panic!("a second writer opened the database") };
-        assert!(error.message.contains("has it open already"), "{error}");
+        assert!(error.to_string().contains("has it open already"), "{error}");
     }
 
     #[test]
@@ -871,7 +872,7 @@ mod tests {
         assert_eq!(reader.committed().unwrap().id, CheckpointId(1));
         assert_eq!(value(&reader, "a").as_deref(), Some("1"));
         let error = reader.apply(&checkpoint(2, vec![])).unwrap_err();
-        assert!(error.message.contains(&dir.path().display().to_string()), "{error}");
+        assert!(error.to_string().contains(&dir.path().display().to_string()), "{error}");
 
         // The reader is a view as of its opening; the writer carries on.
         writer.apply(&checkpoint(2, vec![put("a", "2")])).unwrap();
@@ -884,7 +885,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no-such-pipeline");
         let error = StateDb::open_read_only(&missing).unwrap_err();
-        assert!(error.message.contains(&missing.display().to_string()), "{error}");
+        assert!(error.to_string().contains(&missing.display().to_string()), "{error}");
         assert!(!missing.exists(), "a read-only open creates nothing");
     }
 
@@ -893,7 +894,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let _writer = StateDb::open(dir.path()).unwrap();
         let error = StateDb::open(dir.path()).unwrap_err();
-        assert!(error.message.contains(&dir.path().display().to_string()), "{error}");
+        assert!(error.to_string().contains(&dir.path().display().to_string()), "{error}");
     }
 
     #[test]

@@ -57,7 +57,7 @@ impl TaskTime {
     pub fn new(config: &WatermarkConfig, mut store: Box<dyn StateStore>) -> Result<Self, StateError> {
         let bound_ms = config.max_out_of_orderness.as_millis() as i64;
         let stored = store.get(CLOCK_KEY)?;
-        let clock = TaskClock::decode(bound_ms, stored.as_deref()).map_err(|message| StateError { message })?;
+        let clock = TaskClock::decode(bound_ms, stored.as_deref()).map_err(StateError::Corrupt)?;
         Ok(Self {
             reader: EventTimeReader::new(config),
             clock,

@@ -484,7 +484,7 @@ fn classify(error: &wasmtime::Error, store: &mut Store<HostState>, limits: &Oper
     if let Some(host) = error.downcast_ref::<HostTrap>() {
         return match host {
             HostTrap::DeadlineExceeded => deadline,
-            HostTrap::State(e) => ErrorKind::State(crate::state::StateError { message: e.message.clone() }),
+            HostTrap::State(e) => ErrorKind::State(e.clone()),
         };
     }
     if let Some(malformed) = error.downcast_ref::<MalformedBatch>() {

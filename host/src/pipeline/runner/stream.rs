@@ -44,9 +44,7 @@ impl Runner<'_> {
             return Ok(index);
         }
         let index = self.index_of(topic, partition).ok_or_else(|| {
-            PipelineError::Inconsistent(format!(
-                "a record of {topic}[{partition}] arrived, which no task owns (a bug in Weir)"
-            ))
+            PipelineError::Bug(format!("a record of {topic}[{partition}] arrived, which no task owns"))
         })?;
         last.topic.clear();
         last.topic.push_str(topic);
@@ -139,7 +137,7 @@ impl Runner<'_> {
                     // KIP-345): that consumer is finished, and recovery builds a new one. A
                     // topic that vanished does not come back by polling: recovery checks the
                     // topics again and refuses to start without one. Configuration and
-                    // authorisation errors stop the pipeline ([`PipelineError::is_retriable`]).
+                    // authorisation errors stop the pipeline ([`crate::failure::disposition`]).
                     Some(Err(error))
                         if classify(&error) == ErrorClass::Transient
                             && !matches!(error, KafkaError::MessageConsumptionFatal(_)) =>
