@@ -417,17 +417,23 @@ pub fn pipelines(command: PipelinesCommand, server: &ServerArgs) -> anyhow::Resu
     }
 }
 
+/// Lines asked for at once by `weir logs`.
+const LOG_PAGE: usize = 1000;
+
 pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&args.server)?;
     let mut after = 0;
     loop {
         let wait = if args.follow { 10_000 } else { 0 };
-        let lines = client.call("GET", &format!("/pipelines/{}/logs?after={after}&wait_ms={wait}", args.name), None)?;
-        for line in lines.as_array().into_iter().flatten() {
+        let path = format!("/pipelines/{}/logs?after={after}&wait_ms={wait}&limit={LOG_PAGE}", args.name);
+        let lines = client.call("GET", &path, None)?;
+        let lines = items(&lines);
+        for line in &lines {
             writeln!(std::io::stdout(), "{}", line["line"].as_str().unwrap_or_default())?;
             after = line["seq"].as_u64().unwrap_or(after);
         }
-        if !args.follow {
+        // Without --follow: the kept lines, page by page, then stop.
+        if !args.follow && lines.len() < LOG_PAGE {
             return Ok(ExitCode::SUCCESS);
         }
     }

@@ -393,10 +393,19 @@ struct LogQuery {
     /// Wait up to this many milliseconds (at most 30000) for a line when none is there yet.
     #[serde(default)]
     wait_ms: u64,
+    /// Answer at most this many lines (1 to 1000, the default): ask again after the last `seq`
+    /// for the next ones.
+    #[serde(default = "default_log_limit")]
+    limit: usize,
 }
 
-/// The pipeline's own log lines (host and guest), the last 1000 kept; follow by asking again
-/// with `after` = the last `seq` and a `wait_ms`.
+fn default_log_limit() -> usize {
+    1000
+}
+
+/// The pipeline's own log lines (host and guest), the last 1000 kept (at most 1 MiB, each line
+/// at most 8 KiB), `limit` at a time; page and follow by asking again with `after` = the last
+/// `seq` (and a `wait_ms` to follow).
 #[utoipa::path(get, path = "/v1/pipelines/{name}/logs", params(("name" = String, Path), LogQuery),
     responses((status = 200, body = [NumberedLine]), (status = 404, body = ErrorBody)))]
 async fn pipeline_logs(
@@ -409,10 +418,14 @@ async fn pipeline_logs(
     let Query(query) = query.map_err(|rejection| {
         ApiError::invalid(
             "",
-            format!("{}: `after` and `wait_ms` are whole numbers of 0 or more", rejection.body_text()),
+            format!("{}: `after`, `wait_ms` and `limit` are whole numbers of 0 or more", rejection.body_text()),
         )
     })?;
-    Ok(Json(server.logs(&tenant, &name, query.after, Duration::from_millis(query.wait_ms)).await?))
+    if !(1..=1000).contains(&query.limit) {
+        return Err(ApiError::invalid("limit", format!("`limit`: must be 1 to 1000, got {}", query.limit)));
+    }
+    let wait = Duration::from_millis(query.wait_ms);
+    Ok(Json(server.logs(&tenant, &name, query.after, wait, query.limit).await?))
 }
 
 #[cfg(test)]

@@ -612,7 +612,7 @@ impl Server {
         Ok(entry(&registry, tenant)?.pipelines.values().map(|p| self.status(tenant, p)).collect())
     }
 
-    /// A pipeline's log lines numbered above `after`; waits up to `wait` (at most
+    /// A pipeline's first `limit` log lines numbered above `after`; waits up to `wait` (at most
     /// [`MAX_LOG_WAIT`]) for one when there is none yet (a follow is a loop of these).
     ///
     /// # Errors
@@ -623,12 +623,13 @@ impl Server {
         name: &str,
         after: u64,
         wait: Duration,
+        limit: usize,
     ) -> Result<Vec<NumberedLine>, ApiError> {
         self.pipeline(tenant, name).await?;
         let qualified = spec::qualified_name(tenant, name);
         let until = tokio::time::Instant::now() + wait.min(MAX_LOG_WAIT);
         loop {
-            let lines = PipelineLog::global().after(&qualified, after);
+            let lines = PipelineLog::global().after(&qualified, after, limit);
             let closing = self.closing.load(std::sync::atomic::Ordering::Relaxed);
             if !lines.is_empty() || closing || tokio::time::Instant::now() >= until {
                 return Ok(lines);
