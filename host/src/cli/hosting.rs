@@ -1,7 +1,8 @@
 //! The client of `weir serve`, like `rpk transform`: `weir deploy`, `weir pipelines …`,
 //! `weir logs`, `weir hosted-transforms …` (formerly `weir transforms …`) and, for the admin,
 //! `weir tenants …`. The server comes from `--server` / `$WEIR_SERVER`, the token from
-//! `$WEIR_TOKEN` (a tenant's, or the admin's for `weir tenants`).
+//! `$WEIR_TOKEN` (a tenant's, or the admin's for `weir tenants`); an `https://` server's
+//! certificate is checked against `--ca-cert` / `$WEIR_CA_CERT`, else the public roots.
 //!
 //! The list and show commands print a table, or with `--output json` the server's answer as it
 //! is: the `/v1` API's objects (docs/hosting.md lists their fields; `/v1/openapi.json` describes
@@ -11,6 +12,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -28,6 +30,11 @@ pub struct ServerArgs {
     /// The bearer token (a tenant's; the admin's for `weir tenants`).
     #[arg(long, env = "WEIR_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
+    /// PEM file of the CA certificate(s) to trust for an `https://` server, instead of the
+    /// public ones (Mozilla's list, compiled in): for a server whose certificate a private CA
+    /// signed.
+    #[arg(long, env = "WEIR_CA_CERT", value_name = "PATH", global = true)]
+    ca_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,12 +155,15 @@ struct Client {
 impl Client {
     fn new(args: &ServerArgs) -> anyhow::Result<Self> {
         let token = args.token.clone().context("no token: set WEIR_TOKEN (or pass --token)")?;
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(300)))
-            .build()
-            .into();
-        Ok(Self { agent, base: args.server.trim_end_matches('/').to_owned(), token })
+        let mut config =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(300)));
+        if let Some(path) = &args.ca_cert {
+            let roots = ca_certificates(path)?;
+            config = config.tls_config(
+                ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots))).build(),
+            );
+        }
+        Ok(Self { agent: config.build().into(), base: args.server.trim_end_matches('/').to_owned(), token })
     }
 
     /// Sends `method path` with an optional body (content type, bytes); returns the JSON answer
@@ -170,8 +180,17 @@ impl Client {
                 request.header("Authorization", &auth).header("Content-Type", content_type).send(&bytes[..])
             }
         };
-        let mut response =
-            sent.with_context(|| format!("cannot reach the server at {} (--server, WEIR_SERVER)", self.base))?;
+        let mut response = sent.map_err(|error| {
+            let text = error.to_string();
+            let hint = if text.contains("certificate") || text.contains("UnknownIssuer") {
+                ": the server's TLS certificate is not trusted here; pass the CA that signed it with --ca-cert \
+                 (or WEIR_CA_CERT)"
+            } else {
+                ""
+            };
+            anyhow::Error::new(error)
+                .context(format!("cannot reach the server at {} (--server, WEIR_SERVER){hint}", self.base))
+        })?;
         let status = response.status();
         let text = response.body_mut().read_to_string().unwrap_or_default();
         if status.is_success() {
@@ -185,6 +204,21 @@ impl Client {
             error["code"].as_str().unwrap_or("?")
         )
     }
+}
+
+/// The certificates of PEM file `path` (`--ca-cert`).
+fn ca_certificates(path: &Path) -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
+    let pem = std::fs::read(path).with_context(|| format!("--ca-cert: cannot read {}", path.display()))?;
+    let mut certificates = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        if let ureq::tls::PemItem::Certificate(certificate) =
+            item.with_context(|| format!("--ca-cert: {} is not PEM", path.display()))?
+        {
+            certificates.push(certificate);
+        }
+    }
+    anyhow::ensure!(!certificates.is_empty(), "--ca-cert: {} holds no PEM certificate", path.display());
+    Ok(certificates)
 }
 
 /// Prints the answer of a command that is not a list or show, as JSON (nothing for an empty
@@ -383,17 +417,23 @@ pub fn pipelines(command: PipelinesCommand, server: &ServerArgs) -> anyhow::Resu
     }
 }
 
+/// Lines asked for at once by `weir logs`.
+const LOG_PAGE: usize = 1000;
+
 pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&args.server)?;
     let mut after = 0;
     loop {
         let wait = if args.follow { 10_000 } else { 0 };
-        let lines = client.call("GET", &format!("/pipelines/{}/logs?after={after}&wait_ms={wait}", args.name), None)?;
-        for line in lines.as_array().into_iter().flatten() {
+        let path = format!("/pipelines/{}/logs?after={after}&wait_ms={wait}&limit={LOG_PAGE}", args.name);
+        let lines = client.call("GET", &path, None)?;
+        let lines = items(&lines);
+        for line in &lines {
             writeln!(std::io::stdout(), "{}", line["line"].as_str().unwrap_or_default())?;
             after = line["seq"].as_u64().unwrap_or(after);
         }
-        if !args.follow {
+        // Without --follow: the kept lines, page by page, then stop.
+        if !args.follow && lines.len() < LOG_PAGE {
             return Ok(ExitCode::SUCCESS);
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use weir::metrics::{Metrics, start_sampler};
-use weir::server::{ServeConfig, Server, api};
+use weir::server::{ServeConfig, Server, api, listen};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -36,15 +36,16 @@ pub fn execute(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {listen} (`listen` in {}): {e}", file.display()))?;
         let bound = listener.local_addr()?;
+        let transport = config.transport.clone();
         let server = Server::open(config, metrics.clone()).await?;
-        tracing::info!("serving the API at http://{bound}/v1 (OpenAPI: /v1/openapi.json), metrics at /metrics");
+        let scheme = if transport.tls.is_some() { "https" } else { "http" };
+        tracing::info!("serving the API at {scheme}://{bound}/v1 (OpenAPI: /v1/openapi.json), metrics at /metrics");
         let closing = server.clone();
-        axum::serve(listener, api::router(server.clone(), metrics))
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                closing.closing();
-            })
-            .await?;
+        listen::serve(listener, api::router(server.clone(), metrics), transport, async move {
+            shutdown_signal().await;
+            closing.closing();
+        })
+        .await?;
         anyhow::Ok(server)
     })?;
     tracing::info!("shutting down: stopping every pipeline at a checkpoint");

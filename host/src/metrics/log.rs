@@ -63,6 +63,10 @@ fn format_line(event: &Event<'_>, line: &mut Line) -> String {
 
 /// How many lines are kept per pipeline by [`PipelineLog`].
 pub const PIPELINE_LINES: usize = 1000;
+/// How many bytes of lines are kept per pipeline by [`PipelineLog`] (the oldest go first).
+pub const PIPELINE_BYTES: usize = 1 << 20;
+/// Longest line kept by [`PipelineLog`], in bytes; a longer one is cut with a marker.
+pub const PIPELINE_LINE_BYTES: usize = 8 << 10;
 
 /// One line of a pipeline's log, numbered from 1 in the order they were logged.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -79,8 +83,11 @@ pub struct NumberedLine {
 /// lines are rate-limited where they enter the host.
 #[derive(Debug, Default)]
 pub struct PipelineLog {
-    pipelines: Mutex<HashMap<String, (u64, VecDeque<NumberedLine>)>>,
+    pipelines: Mutex<HashMap<String, Kept>>,
 }
+
+/// A pipeline's last line number, the bytes of its kept lines, and the lines.
+type Kept = (u64, usize, VecDeque<NumberedLine>);
 
 /// The `pipeline` field of a span, kept in its extensions.
 struct SpanPipeline(String);
@@ -92,11 +99,11 @@ impl PipelineLog {
         LOG.get_or_init(PipelineLog::default)
     }
 
-    /// The kept lines of `pipeline` numbered above `after`, oldest first.
-    pub fn after(&self, pipeline: &str, after: u64) -> Vec<NumberedLine> {
+    /// The first `limit` kept lines of `pipeline` numbered above `after`, oldest first.
+    pub fn after(&self, pipeline: &str, after: u64, limit: usize) -> Vec<NumberedLine> {
         lock(&self.pipelines)
             .get(pipeline)
-            .map(|(_, lines)| lines.iter().filter(|l| l.seq > after).cloned().collect())
+            .map(|(_, _, lines)| lines.iter().filter(|l| l.seq > after).take(limit).cloned().collect())
             .unwrap_or_default()
     }
 
@@ -107,11 +114,18 @@ impl PipelineLog {
 
     fn push(&self, pipeline: String, line: String) {
         let mut pipelines = lock(&self.pipelines);
-        let (last, lines) = pipelines.entry(pipeline).or_default();
-        if lines.len() == PIPELINE_LINES {
-            lines.pop_front();
+        let line = match crate::wasm::truncate_line(&line, PIPELINE_LINE_BYTES) {
+            std::borrow::Cow::Borrowed(_) => line,
+            std::borrow::Cow::Owned(cut) => cut,
+        };
+        let (last, bytes, lines) = pipelines.entry(pipeline).or_default();
+        while lines.len() == PIPELINE_LINES || (!lines.is_empty() && *bytes + line.len() > PIPELINE_BYTES) {
+            if let Some(old) = lines.pop_front() {
+                *bytes -= old.line.len();
+            }
         }
         *last += 1;
+        *bytes += line.len();
         lines.push_back(NumberedLine { seq: *last, line });
     }
 }
@@ -167,5 +181,26 @@ impl Visit for Line {
         } else {
             let _ = write!(self.fields, " {}={value}", field.name());
         }
+    }
+}
+
+#[cfg(test)]
+mod pipeline_log_tests {
+    use super::*;
+
+    #[test]
+    fn a_pipeline_keeps_at_most_its_bytes_and_lines_cut_long_ones_and_pages() {
+        let log = PipelineLog::default();
+        for _ in 0..300 {
+            log.push("t.p".into(), "y".repeat(100 << 10));
+        }
+        let kept = log.after("t.p", 0, usize::MAX);
+        let bytes: usize = kept.iter().map(|l| l.line.len()).sum();
+        assert!(bytes <= PIPELINE_BYTES, "{bytes} bytes kept");
+        assert!(kept.iter().all(|l| l.line.len() < PIPELINE_LINE_BYTES + 64 && l.line.contains("[truncated: ")));
+        assert_eq!(kept.last().map(|l| l.seq), Some(300));
+        let page = log.after("t.p", 0, 10);
+        assert_eq!(page.len(), 10);
+        assert_eq!(log.after("t.p", page[9].seq, 10)[0].seq, page[9].seq + 1);
     }
 }

@@ -3,18 +3,23 @@
 //! liveness of [`crate::http`] at `/metrics`, `/` and `/healthz`, and the node's readiness at
 //! `/readyz`.
 //!
-//! Every `/v1` route but the description checks the bearer token: a missing or wrong one gets
-//! 401, a tenant on an admin route 403, another tenant's object 404 (tenants only ever see
-//! their own). `/healthz` and `/readyz` take no token (probes send none); `/readyz` names the
-//! pipelines only to the admin token, and answers anyone else with counts by reason.
+//! Every `/v1` route but the description checks the bearer token, before it reads any of the
+//! request's body: a missing or wrong one gets 401, a tenant on an admin route 403, another
+//! tenant's object 404 (tenants only ever see their own). `/healthz` and `/readyz` take no token
+//! (probes send none); `/readyz` names the pipelines only to the admin token, and answers anyone
+//! else with counts by reason.
+//!
+//! Bodies are bounded per route: a component upload by `max_upload_mb`, a pipeline spec or a
+//! new tenant by [`MAX_SPEC_BYTES`]; the other routes read none.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -28,12 +33,12 @@ use super::registry::{Desired, Transform};
 use super::{ApiError, Caller, NewTenant, PipelineStatus, Server, TenantView, TokenView, Uploaded};
 use crate::metrics::{Metrics, NumberedLine, PipelineReadiness, Readiness, Reason};
 
-/// The routes over `server` (see the module's documentation), with bodies up to the server's
-/// `max_upload_mb`.
+/// Largest pipeline spec (TOML or JSON) or new-tenant request, in bytes (413 above).
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
+
+/// The routes over `server` (see the module's documentation).
 pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
-    let limit = server.config().max_upload_bytes;
     let v1 = Router::new()
-        .route("/openapi.json", get(openapi))
         .route("/tenants", get(list_tenants).post(create_tenant))
         .route("/tenants/{tenant}", axum::routing::delete(delete_tenant))
         .route("/tenants/{tenant}/token", post(rotate_token).delete(revoke_token))
@@ -48,8 +53,11 @@ pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
         .route("/pipelines/{name}/stop", post(stop_pipeline))
         .route("/pipelines/{name}/start", post(start_pipeline))
         .route("/pipelines/{name}/logs", get(pipeline_logs))
+        // Before any extractor of the routes above reads the body.
+        .route_layer(middleware::from_fn_with_state(server.clone(), authenticate))
+        .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::not_found("no such route: see GET /v1/openapi.json") })
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::max(MAX_SPEC_BYTES))
         .with_state(server.clone());
     let probes = Router::new().route("/readyz", get(readyz)).with_state(server);
     Router::new().nest("/v1", v1).merge(probes).merge(crate::http::shared_router(metrics))
@@ -118,15 +126,28 @@ async fn caller(server: &Server, headers: &HeaderMap) -> Result<Caller> {
     server.authenticate(headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())).await
 }
 
-async fn admin(server: &Server, headers: &HeaderMap) -> Result<()> {
-    match caller(server, headers).await? {
+/// Checks the token of a `/v1` route before its handler (and so before anything reads the
+/// body): 401 at once, the body unread (the server then closes the connection); else the
+/// [`Caller`] goes to the handler as an extension.
+async fn authenticate(State(server): State<Arc<Server>>, mut request: Request, next: Next) -> Response {
+    match caller(&server, request.headers()).await {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+fn admin(caller: Caller) -> Result<()> {
+    match caller {
         Caller::Admin => Ok(()),
         Caller::Tenant(_) => Err(ApiError::forbidden("this route needs the admin token")),
     }
 }
 
-async fn tenant(server: &Server, headers: &HeaderMap) -> Result<String> {
-    match caller(server, headers).await? {
+fn tenant(caller: Caller) -> Result<String> {
+    match caller {
         Caller::Tenant(tenant) => Ok(tenant),
         Caller::Admin => {
             Err(ApiError::forbidden("this route needs a tenant's token: transforms and pipelines belong to tenants"))
@@ -139,19 +160,34 @@ async fn tenant(server: &Server, headers: &HeaderMap) -> Result<String> {
     responses((status = 201, body = TokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn create_tenant(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
-    body: Bytes,
+    Extension(caller): Extension<Caller>,
+    body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<TokenView>)> {
-    admin(&server, &headers).await?;
+    admin(caller)?;
+    let body = small_body(body, "the request")?;
     let request: NewTenant = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body))
         .map_err(|e| ApiError::invalid(e.path().to_string(), format!("`{}`: {}", e.path(), e.inner())))?;
     Ok((StatusCode::CREATED, Json(server.create_tenant(request).await?)))
 }
 
+/// A body of at most [`MAX_SPEC_BYTES`] (`what` names it in the 413), or why it could not be
+/// read (too large, or not all there within `body_timeout_ms`).
+fn small_body(body: std::result::Result<Bytes, BytesRejection>, what: &str) -> Result<Bytes> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::too_large(format!("{what} is above the server's limit of {MAX_SPEC_BYTES} bytes (1 MiB)"))
+        }
+        _ => ApiError::invalid("", rejection.body_text()),
+    })
+}
+
 /// List tenants.
 #[utoipa::path(get, path = "/v1/tenants", responses((status = 200, body = [TenantView]), (status = 401, body = ErrorBody)))]
-async fn list_tenants(State(server): State<Arc<Server>>, headers: HeaderMap) -> Result<Json<Vec<TenantView>>> {
-    admin(&server, &headers).await?;
+async fn list_tenants(
+    State(server): State<Arc<Server>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<TenantView>>> {
+    admin(caller)?;
     Ok(Json(server.tenants().await))
 }
 
@@ -160,10 +196,10 @@ async fn list_tenants(State(server): State<Arc<Server>>, headers: HeaderMap) -> 
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn delete_tenant(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    admin(&server, &headers).await?;
+    admin(caller)?;
     server.delete_tenant(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -173,10 +209,10 @@ async fn delete_tenant(
     responses((status = 200, body = TokenView), (status = 404, body = ErrorBody)))]
 async fn rotate_token(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<TokenView>> {
-    admin(&server, &headers).await?;
+    admin(caller)?;
     let token = server.replace_token(&name, true).await?;
     token.map(Json).ok_or_else(|| ApiError::internal("no token was made"))
 }
@@ -186,10 +222,10 @@ async fn rotate_token(
     responses((status = 204), (status = 404, body = ErrorBody)))]
 async fn revoke_token(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    admin(&server, &headers).await?;
+    admin(caller)?;
     server.replace_token(&name, false).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -201,11 +237,11 @@ async fn revoke_token(
     responses((status = 201, body = Uploaded), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn upload_transform(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     body: Body,
 ) -> Result<(StatusCode, Json<Uploaded>)> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     let bytes = read_capped(body, server.config().max_upload_bytes).await?;
     Ok((StatusCode::CREATED, Json(server.upload(&tenant, &name, bytes).await?)))
 }
@@ -237,8 +273,11 @@ async fn read_capped(body: Body, cap: usize) -> Result<Vec<u8>> {
 
 /// List the tenant's transforms.
 #[utoipa::path(get, path = "/v1/transforms", responses((status = 200, body = [Transform])))]
-async fn list_transforms(State(server): State<Arc<Server>>, headers: HeaderMap) -> Result<Json<Vec<Transform>>> {
-    let tenant = tenant(&server, &headers).await?;
+async fn list_transforms(
+    State(server): State<Arc<Server>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<Transform>>> {
+    let tenant = tenant(caller)?;
     Ok(Json(server.transforms(&tenant).await?))
 }
 
@@ -247,10 +286,10 @@ async fn list_transforms(State(server): State<Arc<Server>>, headers: HeaderMap) 
     responses((status = 200, body = Transform), (status = 404, body = ErrorBody)))]
 async fn show_transform(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Transform>> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     Ok(Json(server.transform(&tenant, &name).await?))
 }
 
@@ -259,10 +298,10 @@ async fn show_transform(
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn delete_transform(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     server.delete_transform(&tenant, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -274,18 +313,13 @@ async fn delete_transform(
     responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
 async fn deploy_pipeline(
     State(server): State<Arc<Server>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Path(name): Path<String>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<PipelineStatus>)> {
-    let tenant = tenant(&server, &headers).await?;
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(format!(
-            "the pipeline spec is above the server's limit of {} bytes",
-            server.config().max_upload_bytes
-        )),
-        _ => ApiError::invalid("", rejection.body_text()),
-    })?;
+    let tenant = tenant(caller)?;
+    let body = small_body(body, "the pipeline spec")?;
     let json = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("json"));
     let (status, new) = server.deploy(&tenant, &name, &body, json).await?;
     Ok((if new { StatusCode::CREATED } else { StatusCode::OK }, Json(status)))
@@ -293,8 +327,11 @@ async fn deploy_pipeline(
 
 /// List the tenant's pipelines with their state.
 #[utoipa::path(get, path = "/v1/pipelines", responses((status = 200, body = [PipelineStatus])))]
-async fn list_pipelines(State(server): State<Arc<Server>>, headers: HeaderMap) -> Result<Json<Vec<PipelineStatus>>> {
-    let tenant = tenant(&server, &headers).await?;
+async fn list_pipelines(
+    State(server): State<Arc<Server>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<PipelineStatus>>> {
+    let tenant = tenant(caller)?;
     Ok(Json(server.pipelines(&tenant).await?))
 }
 
@@ -303,10 +340,10 @@ async fn list_pipelines(State(server): State<Arc<Server>>, headers: HeaderMap) -
     responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
 async fn show_pipeline(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<PipelineStatus>> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     Ok(Json(server.pipeline(&tenant, &name).await?))
 }
 
@@ -315,10 +352,10 @@ async fn show_pipeline(
     responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
 async fn stop_pipeline(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<PipelineStatus>> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     Ok(Json(server.set_desired(&tenant, &name, Desired::Stopped).await?))
 }
 
@@ -327,10 +364,10 @@ async fn stop_pipeline(
     responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
 async fn start_pipeline(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<PipelineStatus>> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     Ok(Json(server.set_desired(&tenant, &name, Desired::Running).await?))
 }
 
@@ -339,10 +376,10 @@ async fn start_pipeline(
     responses((status = 204), (status = 404, body = ErrorBody)))]
 async fn delete_pipeline(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     server.delete_pipeline(&tenant, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -356,26 +393,39 @@ struct LogQuery {
     /// Wait up to this many milliseconds (at most 30000) for a line when none is there yet.
     #[serde(default)]
     wait_ms: u64,
+    /// Answer at most this many lines (1 to 1000, the default): ask again after the last `seq`
+    /// for the next ones.
+    #[serde(default = "default_log_limit")]
+    limit: usize,
 }
 
-/// The pipeline's own log lines (host and guest), the last 1000 kept; follow by asking again
-/// with `after` = the last `seq` and a `wait_ms`.
+fn default_log_limit() -> usize {
+    1000
+}
+
+/// The pipeline's own log lines (host and guest), the last 1000 kept (at most 1 MiB, each line
+/// at most 8 KiB), `limit` at a time; page and follow by asking again with `after` = the last
+/// `seq` (and a `wait_ms` to follow).
 #[utoipa::path(get, path = "/v1/pipelines/{name}/logs", params(("name" = String, Path), LogQuery),
     responses((status = 200, body = [NumberedLine]), (status = 404, body = ErrorBody)))]
 async fn pipeline_logs(
     State(server): State<Arc<Server>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     query: std::result::Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<Json<Vec<NumberedLine>>> {
-    let tenant = tenant(&server, &headers).await?;
+    let tenant = tenant(caller)?;
     let Query(query) = query.map_err(|rejection| {
         ApiError::invalid(
             "",
-            format!("{}: `after` and `wait_ms` are whole numbers of 0 or more", rejection.body_text()),
+            format!("{}: `after`, `wait_ms` and `limit` are whole numbers of 0 or more", rejection.body_text()),
         )
     })?;
-    Ok(Json(server.logs(&tenant, &name, query.after, Duration::from_millis(query.wait_ms)).await?))
+    if !(1..=1000).contains(&query.limit) {
+        return Err(ApiError::invalid("limit", format!("`limit`: must be 1 to 1000, got {}", query.limit)));
+    }
+    let wait = Duration::from_millis(query.wait_ms);
+    Ok(Json(server.logs(&tenant, &name, query.after, wait, query.limit).await?))
 }
 
 #[cfg(test)]

@@ -19,6 +19,12 @@ pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_MAX_IDENTICAL_FAILURES: u32 = 5;
 /// Default registry topic.
 pub const DEFAULT_REGISTRY_TOPIC: &str = "_weir-registry";
+/// Default `max_connections`: connections the API keeps open at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default `header_timeout_ms`: a TLS handshake or a request's head must arrive within it.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `body_timeout_ms`: a request's body must arrive within it (32 MiB at 1 MB/s).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A parsed `serve.toml`, with defaults filled in and the admin token read.
 #[derive(Debug, Clone)]
@@ -44,6 +50,9 @@ pub struct ServeConfig {
     pub registry_topic: String,
     /// `max_upload_mb`: largest component accepted, in MiB. Default 32.
     pub max_upload_bytes: usize,
+    /// The API listener: TLS (`tls_cert`, `tls_key`: PEM files, relative to the file),
+    /// `max_connections`, `header_timeout_ms` and `body_timeout_ms`.
+    pub transport: super::listen::Transport,
     /// `compile_timeout_ms`: an upload whose compilation takes longer is refused. Default 120000.
     pub compile_timeout: Duration,
     /// `compiled_cache_max_mb`: most compiled code kept in `data_dir/compiled`, in MiB; past
@@ -157,6 +166,11 @@ struct ServeFile {
     registry_topic: Option<String>,
     admin_token_file: Option<PathBuf>,
     max_upload_mb: Option<u64>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    max_connections: Option<usize>,
+    header_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
     compile_timeout_ms: Option<u64>,
     compiled_cache_max_mb: Option<u64>,
     max_identical_failures: Option<u32>,
@@ -215,6 +229,26 @@ impl ServeConfig {
         if !(1..=1024).contains(&max_upload_mb) {
             anyhow::bail!("`max_upload_mb`: must be 1 to 1024, got {max_upload_mb}");
         }
+        let tls = match (&file.tls_cert, &file.tls_key) {
+            (Some(cert), Some(key)) => Some(super::listen::tls_config(&base.join(cert), &base.join(key))?),
+            (None, None) => None,
+            _ => anyhow::bail!("`tls_cert` and `tls_key` go together: give both (PEM files) or neither"),
+        };
+        let max_connections = file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if !(1..=1_000_000).contains(&max_connections) {
+            anyhow::bail!("`max_connections`: must be 1 to 1000000, got {max_connections}");
+        }
+        let timeout = |key: &str, value: Option<u64>, default: Duration| match value {
+            None => Ok(default),
+            Some(ms @ 1..=3_600_000) => Ok(Duration::from_millis(ms)),
+            Some(ms) => Err(anyhow::anyhow!("`{key}`: must be 1 to 3600000 (an hour), got {ms}")),
+        };
+        let transport = super::listen::Transport {
+            tls,
+            max_connections,
+            header_timeout: timeout("header_timeout_ms", file.header_timeout_ms, DEFAULT_HEADER_TIMEOUT)?,
+            body_timeout: timeout("body_timeout_ms", file.body_timeout_ms, DEFAULT_BODY_TIMEOUT)?,
+        };
         let compiled_cache_max_bytes = match file.compiled_cache_max_mb {
             Some(mb) => {
                 crate::wasm::parse_cache_max_mb(mb).map_err(|why| anyhow::anyhow!("`compiled_cache_max_mb`: {why}"))?
@@ -245,6 +279,7 @@ impl ServeConfig {
             node_id: file.node_id,
             registry_topic,
             max_upload_bytes: (max_upload_mb as usize) << 20,
+            transport,
             compile_timeout: file.compile_timeout_ms.map_or(DEFAULT_COMPILE_TIMEOUT, Duration::from_millis),
             compiled_cache_max_bytes,
             max_identical_failures: file.max_identical_failures.unwrap_or(DEFAULT_MAX_IDENTICAL_FAILURES).max(1),
@@ -268,6 +303,10 @@ mod tests {
         assert_eq!(config.compiled_cache_max_bytes, 2 << 30);
         assert_eq!(config.tenant_defaults, Quotas::default());
         assert_eq!(config.registry_topic, DEFAULT_REGISTRY_TOPIC);
+        assert!(config.transport.tls.is_none());
+        assert_eq!(config.transport.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(config.transport.header_timeout, DEFAULT_HEADER_TIMEOUT);
+        assert_eq!(config.transport.body_timeout, DEFAULT_BODY_TIMEOUT);
         // `weir serve --config serve.toml` in its own directory: the base is empty.
         let config = ServeConfig::from_toml_str(MINIMAL, Path::new(""), Some("0123456789abcdef".into())).unwrap();
         assert_eq!(config.data_dir, std::env::current_dir().unwrap().join("data"));
@@ -303,6 +342,23 @@ mod tests {
         let neither = MINIMAL.replace("brokers = \"b:9092\"\n", "");
         let error = ServeConfig::from_toml_str(&neither, Path::new("/"), token()).unwrap_err().to_string();
         assert!(error.contains("[kafka]"), "{error}");
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_readable_ones_and_timeouts_are_bounded() {
+        let token = || Some("0123456789abcdef".into());
+        let text = format!("{MINIMAL}tls_cert = \"cert.pem\"\n");
+        let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("go together"), "{error}");
+        let text = format!("{MINIMAL}tls_cert = \"cert.pem\"\ntls_key = \"key.pem\"\n");
+        let error = ServeConfig::from_toml_str(&text, Path::new("/nowhere"), token()).unwrap_err().to_string();
+        assert!(error.contains("`tls_cert`") && error.contains("/nowhere/cert.pem"), "{error}");
+        let text = format!("{MINIMAL}header_timeout_ms = 0\n");
+        let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("`header_timeout_ms`"), "{error}");
+        let text = format!("{MINIMAL}max_connections = 4\nbody_timeout_ms = 2500\n");
+        let config = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap();
+        assert_eq!((config.transport.max_connections, config.transport.body_timeout), (4, Duration::from_millis(2500)));
     }
 
     #[test]

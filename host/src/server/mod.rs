@@ -9,6 +9,7 @@
 //!   prefix, quotas).
 //! - [`supervisor`]: one thread per running pipeline.
 //! - [`api`]: the routes and their OpenAPI description; [`Server`] does the work behind them.
+//! - [`listen`]: the accept loop: TLS, the connection limit, header and body timeouts.
 //!
 //! Data flows one way: request → [`api`] → [`Server`] → registry/store, supervisor → pipeline.
 
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 mod follow;
+pub mod listen;
 pub mod registry;
 pub mod spec;
 pub mod store;
@@ -138,7 +140,7 @@ pub struct Server {
     /// One lock per pipeline (qualified name), held through each deploy, start, stop and delete
     /// of it, including the wait for the old run to stop: two concurrent requests on one
     /// pipeline could otherwise each start a run. Other pipelines' requests do not wait.
-    pipeline_locks: std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    pipeline_locks: LockTable,
     components: PathBuf,
     /// Set when the server shuts down: waiting log requests answer at once.
     closing: std::sync::atomic::AtomicBool,
@@ -552,6 +554,7 @@ impl Server {
     /// 404 for an unknown pipeline; 400 when its spec no longer resolves; 503 when the registry
     /// topic cannot be written.
     pub async fn set_desired(&self, tenant: &str, name: &str, desired: Desired) -> Result<PipelineStatus, ApiError> {
+        check_object_name("pipeline", name)?;
         let _turn = self.lock_pipeline(tenant, name).await;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
@@ -577,6 +580,7 @@ impl Server {
     /// # Errors
     /// 404 for an unknown pipeline; 503 when the registry topic cannot be written.
     pub async fn delete_pipeline(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
+        check_object_name("pipeline", name)?;
         let _turn = self.lock_pipeline(tenant, name).await;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
@@ -608,7 +612,7 @@ impl Server {
         Ok(entry(&registry, tenant)?.pipelines.values().map(|p| self.status(tenant, p)).collect())
     }
 
-    /// A pipeline's log lines numbered above `after`; waits up to `wait` (at most
+    /// A pipeline's first `limit` log lines numbered above `after`; waits up to `wait` (at most
     /// [`MAX_LOG_WAIT`]) for one when there is none yet (a follow is a loop of these).
     ///
     /// # Errors
@@ -619,12 +623,13 @@ impl Server {
         name: &str,
         after: u64,
         wait: Duration,
+        limit: usize,
     ) -> Result<Vec<NumberedLine>, ApiError> {
         self.pipeline(tenant, name).await?;
         let qualified = spec::qualified_name(tenant, name);
         let until = tokio::time::Instant::now() + wait.min(MAX_LOG_WAIT);
         loop {
-            let lines = PipelineLog::global().after(&qualified, after);
+            let lines = PipelineLog::global().after(&qualified, after, limit);
             let closing = self.closing.load(std::sync::atomic::Ordering::Relaxed);
             if !lines.is_empty() || closing || tokio::time::Instant::now() >= until {
                 return Ok(lines);
@@ -685,13 +690,9 @@ impl Server {
     }
 
     /// Waits for pipeline `name` of `tenant` to be free of other deploys, starts, stops and
-    /// deletes, and holds it until the guard drops.
-    async fn lock_pipeline(&self, tenant: &str, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self.pipeline_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            locks.entry(spec::qualified_name(tenant, name)).or_default().clone()
-        };
-        lock.lock_owned().await
+    /// deletes, and holds it until the turn drops.
+    async fn lock_pipeline(&self, tenant: &str, name: &str) -> Turn<'_> {
+        self.pipeline_locks.turn(spec::qualified_name(tenant, name)).await
     }
 
     async fn put_pipeline(&self, tenant: &str, pipeline: &Pipeline) -> Result<(), ApiError> {
@@ -722,6 +723,56 @@ impl Server {
         )
         .await
         .map_err(ApiError::internal)
+    }
+}
+
+/// The per-pipeline locks: an entry lives only while a request holds or waits for its lock, so
+/// requests on names that do not exist (or no longer) leave nothing behind.
+#[derive(Default)]
+struct LockTable(std::sync::Mutex<HashMap<String, Entry>>);
+
+/// A pipeline's lock and how many requests hold or wait for it.
+type Entry = (Arc<Mutex<()>>, usize);
+
+impl LockTable {
+    /// Waits for `key`'s lock and holds it until the turn drops (also when the wait is
+    /// cancelled: the turn exists, counted, before the wait).
+    async fn turn(&self, key: String) -> Turn<'_> {
+        let lock = {
+            let mut table = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (lock, users) = table.entry(key.clone()).or_insert_with(|| (Arc::default(), 0));
+            *users += 1;
+            lock.clone()
+        };
+        let mut turn = Turn { guard: None, table: self, key };
+        turn.guard = Some(lock.lock_owned().await);
+        turn
+    }
+
+    /// How many pipelines have an entry.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+}
+
+/// A request's turn on one pipeline ([`LockTable::turn`]).
+struct Turn<'a> {
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    table: &'a LockTable,
+    key: String,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut table = self.table.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, users)) = table.get_mut(&self.key) {
+            *users -= 1;
+            if *users == 0 {
+                table.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -800,4 +851,29 @@ fn check_prefix(prefix: &str) -> Result<(), ApiError> {
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_lock_table_keeps_an_entry_only_while_a_request_holds_or_waits_for_it() {
+        let table = LockTable::default();
+        let first = table.turn("acme.a".into()).await;
+        assert_eq!(table.len(), 1);
+        // A second request on the same pipeline waits; cancelled, it leaves the entry to the first.
+        let waiting = tokio::time::timeout(Duration::from_millis(20), table.turn("acme.a".into())).await;
+        assert!(waiting.is_err(), "the second turn waits for the first");
+        assert_eq!(table.len(), 1);
+        let other = table.turn("acme.b".into()).await;
+        assert_eq!(table.len(), 2);
+        drop(first);
+        drop(other);
+        assert_eq!(table.len(), 0);
+        for i in 0..100 {
+            drop(table.turn(format!("acme.unknown-{i}")).await);
+        }
+        assert_eq!(table.len(), 0);
+    }
 }

@@ -14,6 +14,28 @@ const LINES_PER_WINDOW: u32 = 100;
 const WINDOW: Duration = Duration::from_secs(1);
 /// Bytes of guest stderr kept to explain a trap (a Rust guest prints its panic message there).
 const STDERR_TAIL_BYTES: usize = 4096;
+/// Longest guest log line kept, in bytes: a longer one is cut at it with a marker saying how
+/// much was left out, and the rest of a line written without a newline is dropped.
+pub(crate) const MAX_LINE_BYTES: usize = 4096;
+
+/// `line` cut to at most `max` bytes (at a character boundary), with a marker saying how many
+/// bytes were left out.
+pub fn truncate_line(line: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if line.len() <= max {
+        return line.into();
+    }
+    let head = char_prefix(line, max);
+    format!("{head} [truncated: {} more bytes]", line.len() - head.len()).into()
+}
+
+/// The longest start of `text` of at most `max` bytes that ends at a character boundary.
+fn char_prefix(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
 
 /// Shared by the `log` import and the guest's stdout/stderr streams of one instance.
 #[derive(Debug)]
@@ -23,6 +45,9 @@ pub(crate) struct GuestLog {
     lines_in_window: u32,
     dropped: u64,
     partial: [Vec<u8>; 2],
+    /// Whether the rest of the current line of stdout (0) or stderr (1) is being dropped: its
+    /// first [`MAX_LINE_BYTES`] were logged already.
+    skipping: [bool; 2],
     stderr_tail: Vec<u8>,
 }
 
@@ -34,6 +59,7 @@ impl GuestLog {
             lines_in_window: 0,
             dropped: 0,
             partial: [Vec::new(), Vec::new()],
+            skipping: [false, false],
             stderr_tail: Vec::new(),
         }
     }
@@ -54,6 +80,7 @@ impl GuestLog {
             return;
         }
         self.lines_in_window += 1;
+        let message = &*truncate_line(message, MAX_LINE_BYTES);
         let operator = &*self.operator;
         match level {
             Level::Trace => tracing::trace!(operator, "{message}"),
@@ -74,10 +101,22 @@ impl GuestLog {
         let mut pending = std::mem::take(&mut self.partial[stream]);
         pending.extend_from_slice(bytes);
         let mut rest = pending.as_slice();
+        let level = if stream == 1 { Level::Warn } else { Level::Info };
         while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            let level = if stream == 1 { Level::Warn } else { Level::Info };
-            self.line(level, String::from_utf8_lossy(&rest[..end]).trim_end());
+            if !std::mem::take(&mut self.skipping[stream]) {
+                self.line(level, String::from_utf8_lossy(&rest[..end]).trim_end());
+            }
             rest = &rest[end + 1..];
+        }
+        if self.skipping[stream] {
+            rest = &[];
+        } else if rest.len() > MAX_LINE_BYTES {
+            // A line longer than any kept: log its start now, drop the rest up to its newline.
+            const MARKER: &str = " [truncated: the line goes on]";
+            let head = String::from_utf8_lossy(&rest[..MAX_LINE_BYTES]);
+            self.line(level, &format!("{}{MARKER}", char_prefix(&head, MAX_LINE_BYTES - MARKER.len())));
+            self.skipping[stream] = true;
+            rest = &[];
         }
         self.partial[stream] = rest.to_vec();
     }
@@ -171,5 +210,23 @@ mod tests {
             log.line(Level::Info, "x");
         }
         assert_eq!(log.dropped, 5);
+    }
+
+    #[test]
+    fn long_lines_are_cut_with_a_marker_and_an_endless_one_is_not_kept() {
+        assert_eq!(truncate_line("short", 10), "short");
+        let long = "é".repeat(3000);
+        let cut = truncate_line(&long, MAX_LINE_BYTES);
+        assert!(cut.starts_with(&"é".repeat(2048)) && cut.ends_with("[truncated: 1904 more bytes]"), "{cut}");
+        let mut log = GuestLog::new("op".into());
+        for _ in 0..1000 {
+            log.write(0, &[b'x'; 1 << 10]);
+            assert!(log.partial[0].len() <= MAX_LINE_BYTES + (1 << 10));
+        }
+        assert!(log.skipping[0]);
+        assert_eq!(log.lines_in_window, 1, "one line logged for the whole megabyte");
+        log.write(0, b"xxx\nnext line\n");
+        assert!(!log.skipping[0] && log.partial[0].is_empty());
+        assert_eq!(log.lines_in_window, 2, "the rest of the long line dropped, the next one logged");
     }
 }

@@ -41,6 +41,7 @@ pub use check::{ComponentDescription, ContractError, check_header, describe_comp
 pub use component::TransformComponent;
 pub use engine::{CACHE_MAX_MB_ENV, EngineConfig, WasmEngine, cache_root};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
+pub use guest_log::truncate_line;
 pub use limits::{OperatorLimits, record_size};
 pub use operator::Operator;
 pub use pool::ResourcePool;
