@@ -87,10 +87,13 @@ impl Admin {
     }
 
     /// Creates `topic` like [`create_topic`](Self::create_topic), with topic `configs` (e.g.
-    /// `cleanup.policy=compact`).
+    /// `cleanup.policy=compact`), and returns once the broker's metadata lists it: a request
+    /// about it before then (DescribeConfigs) is refused as if the topic were not the
+    /// client's to see (TOPIC_AUTHORIZATION_FAILED).
     ///
     /// # Errors
-    /// When the broker refuses or cannot be reached.
+    /// When the broker refuses or cannot be reached, or `UnknownPartition` when its metadata
+    /// does not list the topic within the request timeout.
     pub async fn create_topic_with(
         &self,
         topic: &str,
@@ -109,7 +112,7 @@ impl Admin {
                 Err((_, code)) => return Err(KafkaError::AdminOp(code)),
             }
         }
-        Ok(())
+        self.wait_listed(topic, partitions)
     }
 
     /// Grows `topic` to `partitions` partitions (`CreatePartitions`), and returns once the
@@ -124,8 +127,13 @@ impl Admin {
         for result in self.client.create_partitions(&[request], &self.options()).await? {
             result.map_err(|(_, code)| KafkaError::AdminOp(code))?;
         }
-        // The controller has the new partitions; a broker's metadata lists them a moment later,
-        // and a client asked about one before then answers "Unknown partition".
+        self.wait_listed(topic, partitions)
+    }
+
+    /// Waits until the broker's metadata lists `partitions` partitions of `topic`: the
+    /// controller has a new topic or partition at once, a broker's metadata a moment later, and
+    /// a client asked about one before then answers "Unknown partition".
+    fn wait_listed(&self, topic: &str, partitions: i32) -> Result<(), KafkaError> {
         let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
         loop {
             match self.topics(&[topic])?.get(topic) {

@@ -22,11 +22,13 @@
 //! # Shutdown
 //! On SIGINT or SIGTERM the runner finishes the open epoch, commits it and returns.
 
+mod dead_letter;
 mod output;
 mod run;
 mod runner;
 mod task;
 mod workers;
 
+pub use dead_letter::DeadLetter;
 pub use run::{RunOptions, check_instance, default_instance, run};
-pub use task::{DeadLetter, Task};
+pub use task::Task;

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::task::{DeadLetter, Task};
+use super::dead_letter::DeadLetter;
+use super::task::Task;
 use crate::config::SinkConfig;
 use crate::error::PipelineError;
 use crate::kafka::ProducerSlot;

@@ -270,7 +270,9 @@ impl<'a> Runner<'a> {
                 PipelineError::Fenced { operation: format!("checking the transactional ids after {evicted}"), fenced }
             }
             None => {
-                tracing::info!("{evicted}, but the transactional ids (if any) are still this process's: recovering");
+                if self.coordinator.offsets_are_evidence() {
+                    tracing::info!("{evicted}, but the transactional ids are still this process's: recovering");
+                }
                 error
             }
         }
