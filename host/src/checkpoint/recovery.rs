@@ -174,7 +174,11 @@ pub fn lineage(
 /// transaction of this instance decided by the group's offsets (`group`, fetched stable after
 /// the fence): committed when they show its epoch committed, else rolled back. Those of other
 /// instances are committed on the same evidence, and otherwise left to them (or to whoever
-/// takes over their partitions, [`super::Coordinator::resolve_departed`]).
+/// takes over their partitions, [`super::Coordinator::resolve_departed`]). Nothing to do under
+/// the other guarantees, which never prepare.
+///
+/// # Errors
+/// [`PipelineError::Refused`] when the ids would not fit; [`PipelineError::Postgres`].
 pub fn resolve_prepared(
     config: &PipelineConfig,
     sink: &mut PostgresSink,
@@ -182,6 +186,9 @@ pub fn resolve_prepared(
     lineage: &str,
     group: &BTreeMap<TaskId, GroupOffset>,
 ) -> Result<(), PipelineError> {
+    if config.sink.guarantee != Guarantee::ExactlyOnce {
+        return Ok(()); // the rows commit right after the Kafka side: nothing is ever prepared
+    }
     let longest = Xid {
         pipeline: config.name.clone(),
         instance: instance.to_owned(),
