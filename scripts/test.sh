@@ -26,7 +26,8 @@ stop_started() {
 trap stop_started EXIT
 if ! scripts/kafka.sh status >/dev/null 2>&1; then
     started+=(kafka)
-    scripts/kafka.sh start
+    # Every test makes its own uniquely named topics; those of earlier runs only slow the broker.
+    scripts/kafka.sh start --fresh
 fi
 if ! scripts/postgres.sh status >/dev/null 2>&1; then
     started+=(postgres)
