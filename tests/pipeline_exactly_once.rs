@@ -158,6 +158,35 @@ async fn read_uncommitted_sees_an_open_epoch_that_read_committed_does_not() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_next_epoch_processes_while_a_checkpoint_commits() {
+    // Epochs overlap (DESIGN.md, "Exactly-once protocol", step 3): checkpoint 2 (the first with
+    // input) stalls after its pre-commit, on its commit thread. Records produced during the
+    // stall are processed into epoch 3's transaction before T_2 commits: read_uncommitted sees
+    // them while the log has no commit of checkpoint 2. A synchronous checkpoint would process
+    // nothing until the stall ends.
+    let pipeline = TestPipeline::new("weir-overlap", &Spec::new("passthrough"));
+    let rows = keyed(&flight_rows(2_000));
+    let (first, second) = rows.split_at(1_000);
+    produce(&pipeline.source, 1, first).await;
+    let mut child = pipeline.spawn(&[("WEIR_FAULT", "after-pre-commit@2:sleep=20000")]);
+    pipeline.wait_for_log("WEIR_FAULT: stalling", RUN_TIMEOUT);
+    produce(&pipeline.source, 1, second).await;
+    let mut uncommitted = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
+    let seen = uncommitted.read_until(rows.len(), Duration::from_secs(15));
+    let log = pipeline.log_text();
+    let committed_2 = log.lines().any(|line| line.contains("checkpoint committed") && line.contains("checkpoint=2 "));
+    assert!(!committed_2, "read while checkpoint 2 still commits; log:\n{log}");
+    assert_eq!(seen, rows.len(), "epoch 3 processed the second half during T_2's commit; log:\n{log}");
+    let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    assert_eq!(committed.read_until(rows.len(), RUN_TIMEOUT), rows.len(), "all committed after the stall");
+    committed.drain(Duration::from_secs(2));
+    let values: Vec<&str> = committed.records.iter().map(|r| r.value.as_deref().unwrap_or_default()).collect();
+    let expected: Vec<&str> = rows.iter().map(|(_, value)| value.as_str()).collect();
+    assert!(values == expected, "each record once, in order");
+    assert!(pipeline.stop(&mut child, Duration::from_secs(60)).success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_clean_stop_and_restart_continues_where_it_left_off() {
     let pipeline = TestPipeline::new("weir-restart", &Spec::new("flight-delays"));
     let rows = flight_rows(6_000);

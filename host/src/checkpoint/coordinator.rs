@@ -6,18 +6,22 @@
 //! writes through slot N mod k inside a transaction), the offsets the last committed checkpoint
 //! recorded, the PostgreSQL sink's rows, and the figures of the open epoch. The runner hands it
 //! every task's barrier; [`Coordinator::checkpoint`] runs the phases of
-//! [`super::protocol`] that the guarantee asks for, then opens the next epoch.
+//! [`super::protocol`] that the guarantee asks for, then opens the next epoch. Under
+//! exactly-once the epoch's commit runs on a thread of its own ([`super::commit`]) while the next
+//! epoch processes; it is settled before the next barrier, an assignment, a stop, or when the
+//! runner asks ([`Coordinator::tick`], [`Coordinator::settle`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::commit::{Commit, InFlight, Report};
 use super::fault::{FaultPoint, inject};
 use super::protocol::{self, TaskBarrier};
 use crate::config::SinkConfig;
 use crate::error::PipelineError;
 use crate::kafka::{Changelog, Fenced, GroupOffset, Lineage, ProducerError, ProducerSlot, Source};
-use crate::metrics::{CheckpointFigures, PipelineMetrics};
+use crate::metrics::PipelineMetrics;
 use crate::postgres::{self, PendingRows, PostgresSink, TableShape, Xid};
 use crate::state::{StateDb, TaskOverlays};
 use crate::types::{CheckpointId, TaskId};
@@ -129,7 +133,7 @@ pub struct Parts<'a> {
     /// The changelog topic.
     pub changelog: &'a Changelog,
     /// The state database the checkpoint is applied to.
-    pub db: &'a StateDb,
+    pub db: &'a Arc<StateDb>,
     /// Every task's overlays, which drop the sealed epoch once it is applied.
     pub overlays: &'a [Arc<Mutex<TaskOverlays>>],
     /// The pipeline's lineage, in the changelog's positions and the offsets' metadata.
@@ -140,13 +144,31 @@ pub struct Parts<'a> {
     pub sink: &'a SinkConfig,
 }
 
+/// The PostgreSQL sink (`[sink.postgres]`).
+struct Postgres {
+    /// The connection: `None` while the commit thread of an epoch with rows holds it.
+    sink: Option<PostgresSink>,
+    /// The table's columns.
+    shape: Arc<TableShape>,
+    /// The open epoch's rows, shared with the workers, which add to them.
+    rows: Arc<PendingRows>,
+}
+
+impl Postgres {
+    fn sink(&mut self) -> Result<&mut PostgresSink, PipelineError> {
+        self.sink
+            .as_mut()
+            .ok_or_else(|| PipelineError::Bug("the PostgreSQL connection is with a commit not settled".into()))
+    }
+}
+
 /// The checkpoint coordinator of one incarnation of a pipeline's process.
 pub struct Coordinator {
     delivery: Delivery,
     epochs: Epochs,
-    /// With `[sink.postgres]`: the connection, and the open epoch's rows (shared with the
-    /// workers, which add to them).
-    postgres: Option<(PostgresSink, Arc<PendingRows>)>,
+    postgres: Option<Postgres>,
+    /// The epoch committing on its thread, under exactly-once.
+    in_flight: Option<InFlight>,
     /// Bound of each Kafka call of a checkpoint (`checkpoint.timeout_ms`).
     timeout: Duration,
     /// This process's instance id, in the PostgreSQL sink's transaction ids.
@@ -168,10 +190,15 @@ impl Coordinator {
         instance: &str,
         metrics: Arc<PipelineMetrics>,
     ) -> Result<Self, PipelineError> {
-        let coordinator = Self {
+        let mut coordinator = Self {
             delivery,
             epochs: Epochs::new(first),
-            postgres: postgres.map(|sink| (sink, Arc::new(PendingRows::default()))),
+            postgres: postgres.map(|sink| Postgres {
+                shape: sink.shape().clone(),
+                sink: Some(sink),
+                rows: Arc::new(PendingRows::default()),
+            }),
+            in_flight: None,
             timeout,
             instance: instance.to_owned(),
             metrics,
@@ -204,12 +231,12 @@ impl Coordinator {
 
     /// With `[sink.postgres]`: the table's columns, and the open epoch's rows, for the workers.
     pub fn rows(&self) -> Option<(Arc<TableShape>, Arc<PendingRows>)> {
-        self.postgres.as_ref().map(|(sink, rows)| (sink.shape().clone(), rows.clone()))
+        self.postgres.as_ref().map(|pg| (pg.shape.clone(), pg.rows.clone()))
     }
 
     /// Bytes of the open epoch's rows for the PostgreSQL table (0 without one).
     pub fn rows_bytes(&self) -> usize {
-        self.postgres.as_ref().map_or(0, |(_, rows)| rows.bytes())
+        self.postgres.as_ref().map_or(0, |pg| pg.rows.bytes())
     }
 
     /// Whether the group's committed offsets are recovery's evidence: only under exactly-once
@@ -252,6 +279,7 @@ impl Coordinator {
     /// # Errors
     /// [`PipelineError::Kafka`] when the abort or the begin fails.
     pub fn renumber(&mut self) -> Result<(), PipelineError> {
+        self.settle()?;
         if self.epochs.open.id >= self.epochs.floor {
             return Ok(());
         }
@@ -263,21 +291,50 @@ impl Coordinator {
     /// Aborts the open epoch's transaction, so its output never becomes visible and
     /// read_committed readers of the sink need not wait for `transaction.timeout.ms` (a stop in
     /// the middle of a round, or a changelog put at risk). Its state writes are dropped with the
-    /// tasks.
+    /// tasks. The epoch before it, committing, is let finish first.
     ///
     /// # Errors
     /// [`PipelineError::Kafka`] when the abort fails.
     pub fn abort_epoch(&mut self) -> Result<(), PipelineError> {
+        if let Err(error) = self.settle() {
+            tracing::warn!(%error, "the checkpoint committing before the aborted epoch failed too");
+        }
         self.abort("epoch")
     }
 
-    /// Shutdown, once the open epoch committed if it had work: aborts the next one's (empty)
-    /// transaction.
+    /// Shutdown, once the open epoch was checkpointed if it had work: waits for its commit,
+    /// then aborts the next one's (empty) transaction.
     ///
     /// # Errors
-    /// [`PipelineError::Kafka`] when the abort fails.
+    /// The commit's; [`PipelineError::Kafka`] when the abort fails.
     pub fn finish(&mut self) -> Result<(), PipelineError> {
+        self.settle()?;
         self.abort("empty epoch")
+    }
+
+    /// Waits for the epoch committing on its thread, if any (a no-op otherwise).
+    ///
+    /// # Errors
+    /// That commit's: the pipeline then recovers from what Kafka holds.
+    pub fn settle(&mut self) -> Result<(), PipelineError> {
+        let Some(in_flight) = self.in_flight.take() else { return Ok(()) };
+        let (sink, result) = in_flight.settle();
+        if let (Some(pg), Some(sink)) = (&mut self.postgres, sink) {
+            pg.sink = Some(sink);
+        }
+        result
+    }
+
+    /// Settles the committing epoch if its thread is done: a failed commit is reported in the
+    /// round it failed, not at the next barrier.
+    ///
+    /// # Errors
+    /// That commit's.
+    pub fn tick(&mut self) -> Result<(), PipelineError> {
+        match &self.in_flight {
+            Some(in_flight) if in_flight.is_finished() => self.settle(),
+            _ => Ok(()),
+        }
     }
 
     /// Under exactly-once, `abort_transaction` of the open epoch (`what`, for the error).
@@ -291,48 +348,55 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Under exactly-once, `begin_transaction` of the open epoch.
-    fn begin(&self) -> Result<(), PipelineError> {
-        if let Delivery::ExactlyOnce { .. } = self.delivery {
-            let id = self.epochs.open.id;
-            self.producer().begin().map_err(PipelineError::kafka(format!("begin_transaction for epoch {id}")))?;
+    /// Under exactly-once, `begin_transaction` of the open epoch, once the epoch committing on
+    /// the same slot settled (epoch N+k reuses T_N's producer; with k = 1 nothing overlaps).
+    fn begin(&mut self) -> Result<(), PipelineError> {
+        let Delivery::ExactlyOnce { slots } = &self.delivery else { return Ok(()) };
+        let id = self.epochs.open.id;
+        let slot = slot_of(id, slots.len());
+        if self.in_flight.as_ref().is_some_and(|in_flight| in_flight.slot == slot) {
+            self.settle()?;
         }
-        Ok(())
+        self.producer().begin().map_err(PipelineError::kafka(format!("begin_transaction for epoch {id}")))
     }
 
-    /// Commits the open epoch from every task's barrier (`barriers`), then begins the next:
-    /// barrier → pre-commit → commit → apply under exactly-once (a PostgreSQL table's rows are
-    /// prepared before the pre-commit and their transaction committed after Kafka's); otherwise
+    /// Checkpoints the open epoch from every task's barrier (`barriers`), then begins the next.
+    /// Under exactly-once: waits for the previous epoch's commit, seals this one (a PostgreSQL
+    /// table's rows are written and prepared), and starts its pre-commit → commit → apply on a
+    /// thread ([`super::commit`]) while the next epoch processes. Otherwise, before returning:
     /// the changelog is written (and flushed under at-least-once), the rows committed, the
-    /// checkpoint applied and the group's offsets committed for other tools. Logs the phases'
-    /// durations and reports them to the metrics.
+    /// checkpoint applied and the group's offsets committed for other tools. The phases'
+    /// durations are logged and reported to the metrics when the commit ends.
     ///
     /// # Errors
-    /// Any phase's: the pipeline then recovers from what Kafka holds.
+    /// The previous commit's, or any phase's run here: the pipeline then recovers from what
+    /// Kafka holds.
     pub fn checkpoint(&mut self, barriers: Vec<TaskBarrier>, parts: &Parts<'_>) -> Result<CheckpointId, PipelineError> {
+        let entered = Instant::now();
+        self.settle()?;
         let id = self.epochs.open.id;
-        let timeout = self.timeout;
         let barrier_at = Instant::now();
-        // Microseconds since the previous lap: each phase's share of the checkpoint, logged below.
-        let mut lap_start = barrier_at;
-        let mut lap = || {
-            let now = Instant::now();
-            let us = (now - lap_start).as_micros() as u64;
-            lap_start = now;
-            us
+        let sealed = protocol::barrier(id, barriers, &self.epochs.recorded, parts.lineage, parts.topic_ids);
+        let epoch = &self.epochs.open;
+        let mut report = Report {
+            id,
+            records: epoch.records,
+            output_bytes: epoch.output_bytes,
+            state_bytes: sealed.checkpoint.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum(),
+            changelog_records: sealed.changelog.len(),
+            epoch_started: epoch.started,
+            barrier_at,
+            wait: barrier_at - entered,
+            barrier: Duration::ZERO,
+            stall: Duration::ZERO,
         };
-        let mut sealed = protocol::barrier(id, barriers, &self.epochs.recorded, parts.lineage, parts.topic_ids);
-        let state_bytes: usize =
-            sealed.checkpoint.writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
-        let changelog_records = sealed.changelog.len();
         let rows = self.write_rows(parts.sink)?;
-        let barrier_us = lap();
-        let producer = self.producer().clone();
-        let (pre_commit_us, commit_us);
+        let offsets = sealed.checkpoint.offsets.clone();
         match &self.delivery {
-            Delivery::ExactlyOnce { .. } => {
+            Delivery::ExactlyOnce { slots } => {
+                let slot = slot_of(id, slots.len());
                 let prepared = match (&mut self.postgres, rows) {
-                    (Some((sink, _)), true) => {
+                    (Some(pg), true) => {
                         let xid = Xid {
                             pipeline: parts.lineage.pipeline.clone(),
                             instance: self.instance.clone(),
@@ -340,33 +404,51 @@ impl Coordinator {
                             lineage: parts.lineage.lineage.clone(),
                         };
                         inject(FaultPoint::BeforePrepare, id);
-                        sink.prepare(&xid.gid())?;
+                        pg.sink()?.prepare(&xid.gid())?;
                         inject(FaultPoint::AfterPrepare, id);
-                        Some(xid.gid())
+                        let sink = pg.sink.take().expect("the connection was just used");
+                        Some((sink, xid.gid()))
                     }
                     _ => None,
                 };
-                protocol::pre_commit(&producer, parts.source, parts.changelog, &mut sealed, parts.lineage, timeout)?;
-                pre_commit_us = lap();
-                protocol::commit(&producer, id, timeout)?;
-                if let (Some((sink, _)), Some(gid)) = (&mut self.postgres, prepared) {
-                    // Kafka decided: a failure here leaves the decision to the next start.
-                    sink.db().finish_prepared(&gid, true)?;
-                    inject(FaultPoint::AfterCommitPrepared, id);
-                }
-                commit_us = lap();
-                protocol::apply(parts.db, parts.overlays, &sealed.checkpoint)?;
+                // Epoch N's output must precede N+1's in every partition (the two transactions
+                // write the same partitions, and read_committed consumers read in offset order),
+                // so it is delivered before the next epoch sends any; the changelog flush, the
+                // offsets and the commit run beside the next epoch.
+                let producer = self.producer().clone();
+                producer.flush(self.timeout).map_err(PipelineError::kafka(format!("flush of epoch {id}'s output")))?;
+                let group =
+                    parts.source.group_metadata().map_err(PipelineError::kafka("reading the group metadata"))?;
+                report.barrier = barrier_at.elapsed();
+                report.stall = entered.elapsed();
+                let commit = Commit {
+                    sealed,
+                    producer,
+                    group,
+                    changelog: parts.changelog.clone(),
+                    lineage: parts.lineage.clone(),
+                    db: parts.db.clone(),
+                    overlays: parts.overlays.to_vec(),
+                    prepared,
+                    timeout: self.timeout,
+                    report,
+                    metrics: self.metrics.clone(),
+                };
+                self.in_flight = Some(InFlight::start(commit, slot)?);
             }
             delivery => {
+                let mut sealed = sealed;
+                let producer = self.producer().clone();
+                report.barrier = barrier_at.elapsed();
                 protocol::write_changelog(&producer, parts.changelog, &sealed)?;
                 if let Delivery::AtLeastOnce { .. } = delivery {
-                    protocol::flush(&producer, parts.changelog, &mut sealed, timeout)?;
+                    protocol::flush(&producer, parts.changelog, &mut sealed, self.timeout)?;
                 }
-                pre_commit_us = lap();
-                if let (Some((sink, _)), true) = (&mut self.postgres, rows) {
-                    sink.commit()?;
+                let pre_committed = Instant::now();
+                if let (Some(pg), true) = (&mut self.postgres, rows) {
+                    pg.sink()?.commit()?;
                 }
-                commit_us = 0;
+                let committed = Instant::now();
                 protocol::apply(parts.db, parts.overlays, &sealed.checkpoint)?;
                 // The group's offsets only inform other tools here; the changelog is the truth.
                 let metadata = protocol::metadata(id, parts.lineage, None);
@@ -374,38 +456,12 @@ impl Coordinator {
                 if let Err(error) = parts.source.commit(&checkpoint.offsets, &metadata, &checkpoint.watermarks) {
                     tracing::warn!(%error, checkpoint = %id, "could not commit the group's offsets");
                 }
+                report.stall = entered.elapsed();
+                let pre_commit = (pre_committed - barrier_at).saturating_sub(report.barrier);
+                report.committed(&self.metrics, pre_commit, committed - pre_committed, committed.elapsed());
             }
         }
-        let apply_us = lap();
-        let epoch = &self.epochs.open;
-        tracing::info!(
-            checkpoint = %id,
-            records = epoch.records,
-            output_bytes = epoch.output_bytes,
-            state_bytes,
-            changelog_records,
-            epoch_ms = epoch.started.elapsed().as_millis() as u64,
-            // Barrier to apply: how long the checkpoint itself took, then its phases.
-            checkpoint_us = barrier_at.elapsed().as_micros() as u64,
-            barrier_us,
-            pre_commit_us,
-            commit_us,
-            apply_us,
-            "checkpoint committed"
-        );
-        let us = Duration::from_micros;
-        self.metrics.checkpoint(&CheckpointFigures {
-            id,
-            total: barrier_at.elapsed(),
-            barrier: us(barrier_us),
-            pre_commit: us(pre_commit_us),
-            commit: us(commit_us),
-            apply: us(apply_us),
-            records: epoch.records,
-            output_bytes: epoch.output_bytes,
-            state_bytes: state_bytes as u64,
-        });
-        self.epochs.recorded = sealed.checkpoint.offsets;
+        self.epochs.recorded = offsets;
         self.epochs.last_commit = Instant::now();
         self.epochs.open = Epoch::new(self.epochs.next());
         self.begin()?;
@@ -417,12 +473,12 @@ impl Coordinator {
     /// checkpoint (`sink.postgres.on_error`). Whether a transaction was opened (there were rows).
     fn write_rows(&mut self, config: &SinkConfig) -> Result<bool, PipelineError> {
         let producer = self.delivery.producer(self.epochs.open.id).clone();
-        let Some((sink, pending)) = &mut self.postgres else { return Ok(false) };
-        let rows = pending.take();
+        let Some(pg) = &mut self.postgres else { return Ok(false) };
+        let rows = pg.rows.take();
         if rows.is_empty() {
             return Ok(false);
         }
-        let refused = sink.write(rows)?;
+        let refused = pg.sink()?.write(rows)?;
         let refused = refused.into_iter().map(|(row, reason)| row.refused(reason)).collect();
         postgres::refuse(&producer, config, refused)?;
         Ok(true)
@@ -471,7 +527,9 @@ impl Coordinator {
         txn_prefix: &str,
     ) -> Result<(), PipelineError> {
         let Delivery::ExactlyOnce { .. } = self.delivery else { return Ok(()) };
-        let Some((sink, _)) = self.postgres.as_mut() else { return Ok(()) };
+        self.settle()?;
+        let Some(pg) = self.postgres.as_mut() else { return Ok(()) };
+        let sink = pg.sink()?;
         let members: Option<Vec<String>> = match source.owners(self.timeout) {
             Ok(owners) => owners.map(|owners| owners.into_values().collect()),
             Err(error) => {
@@ -484,6 +542,16 @@ impl Coordinator {
             |instance: &str| instance == ours || members.as_ref().is_some_and(|m| !m.iter().any(|i| i == instance));
         sink.db().resolve(pipeline, group, txn_prefix, departed)?;
         Ok(())
+    }
+}
+
+impl Drop for Coordinator {
+    /// Waits for a commit still running: nothing may write the state database once the runner
+    /// is gone (recovery opens it again).
+    fn drop(&mut self) {
+        if let Err(error) = self.settle() {
+            tracing::warn!(%error, "the checkpoint committing when the runner stopped did not commit; its epoch is processed again");
+        }
     }
 }
 

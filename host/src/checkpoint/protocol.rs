@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdkafka::consumer::ConsumerGroupMetadata;
+
 use super::fault::{FaultPoint, inject};
 use super::restore;
 use crate::error::PipelineError;
@@ -150,13 +152,15 @@ pub fn flush(
 }
 
 /// Phase 2: produces the changelog records, flushes `slot` and adds the checkpoint's offsets to
-/// its open transaction, with [`metadata`] on every partition.
+/// its open transaction as those of the consumer group `group` (the source consumer's metadata
+/// at the barrier, KIP-447), with [`metadata`] on every partition.
 ///
 /// # Errors
-/// [`PipelineError::Kafka`] when a record failed delivery or the coordinator refused.
+/// [`PipelineError::Kafka`] when a record failed delivery or the coordinator refused (the group
+/// moved to another generation since the barrier, the producer was fenced).
 pub fn pre_commit(
     slot: &ProducerSlot,
-    source: &Source,
+    group: &ConsumerGroupMetadata,
     changelog: &Changelog,
     sealed: &mut Sealed,
     lineage: &Lineage,
@@ -168,8 +172,7 @@ pub fn pre_commit(
     let metadata = metadata(id, lineage, slot.transactional_id.as_deref());
     let offsets = Source::offset_list(&sealed.checkpoint.offsets, &metadata, &sealed.checkpoint.watermarks)
         .map_err(PipelineError::kafka("building the offset list"))?;
-    let group = source.group_metadata().map_err(PipelineError::kafka("reading the group metadata"))?;
-    slot.send_offsets(&offsets, &group, timeout)
+    slot.send_offsets(&offsets, group, timeout)
         .map_err(PipelineError::kafka(format!("send_offsets_to_transaction for checkpoint {id}")))?;
     inject(FaultPoint::AfterPreCommit, id);
     Ok(())

@@ -156,7 +156,7 @@ impl Families {
             ),
             checkpoint_seconds: histogram(
                 "weir_checkpoint_duration_seconds",
-                "Duration of committed checkpoints by phase (barrier, pre_commit, commit, apply) and in total.",
+                "Duration of committed checkpoints by phase (barrier, pre_commit, commit, apply), in total, and the stall (processing paused for it).",
                 &["pipeline", "phase"],
                 &seconds,
             ),

@@ -208,6 +208,7 @@ impl<'a> Runner<'a> {
             // The round's work on this thread counts in the pool's CPU share (guest calls on the
             // workers meter themselves).
             let _meter = self.options.pool.as_ref().map(|pool| pool.meter(Some(shutdown)));
+            self.coordinator.tick()?;
             self.tables.poll()?;
             if let Err(error) = self.stream(shutdown) {
                 if error.is_stop() {
@@ -362,7 +363,8 @@ impl<'a> Runner<'a> {
     }
 
     /// Checkpoints the open epoch: every task passes the barrier on its worker, then the
-    /// coordinator commits the epoch ([`Coordinator::checkpoint`]) and opens the next.
+    /// coordinator commits the epoch ([`Coordinator::checkpoint`], beside the next epoch under
+    /// exactly-once) and opens the next.
     fn checkpoint(&mut self) -> Result<(), PipelineError> {
         let id = self.coordinator.epoch().id;
         let work = (0..self.tasks.len()).map(|index| (index, id)).collect();
@@ -382,6 +384,10 @@ impl<'a> Runner<'a> {
         };
         self.coordinator.checkpoint(barriers, &parts)?;
         self.count_open_timers()?;
+        if self.loading_savepoint || self.reseeding.is_some() {
+            // What follows records that the checkpoint committed.
+            self.coordinator.settle()?;
+        }
         if self.loading_savepoint {
             // The changelog now holds the savepoint: the state directory mirrors it again.
             self.db.set_owner(Some(&self.owner), &self.lineage.lineage)?;

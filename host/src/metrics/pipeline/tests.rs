@@ -133,6 +133,7 @@ fn figures(id: u64) -> CheckpointFigures {
     CheckpointFigures {
         id: CheckpointId(id),
         total: Duration::from_millis(10),
+        stall: Duration::from_millis(2),
         barrier: Duration::from_millis(1),
         pre_commit: Duration::from_millis(4),
         commit: Duration::from_millis(3),

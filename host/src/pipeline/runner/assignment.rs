@@ -83,6 +83,8 @@ impl<'a> Runner<'a> {
         if self.has_work()? {
             self.checkpoint()?;
         }
+        // Committed before the partitions go: no later transaction may carry them.
+        self.coordinator.settle()?;
         self.tasks.retain(|t| !revoked.contains(t.id()));
         self.lanes.retain(|t, _| !revoked.contains(t));
         self.coordinator.forget(revoked);
@@ -95,6 +97,8 @@ impl<'a> Runner<'a> {
 
     /// Recovers the tasks of `assigned`, creates them, and starts reading their partitions.
     fn assign(&mut self, assigned: Vec<TaskId>) -> Result<(), PipelineError> {
+        // Recovery reads the state the committing epoch is applied to.
+        self.coordinator.settle()?;
         // A static member that comes back within `session.timeout.ms` gets its old assignment
         // without a rebalance (KIP-345), also when the pipeline's `source.topics` changed
         // meanwhile (or another pipeline used the group id): only a new join reassigns.
