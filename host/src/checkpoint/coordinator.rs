@@ -581,6 +581,44 @@ mod tests {
         assert_eq!(epochs.next(), CheckpointId(13), "a floor below the open epoch does not hold it back");
     }
 
+    /// A coordinator under `sink.guarantee = "none"` whose first epoch is `first`: its producer
+    /// never connects (nothing here sends), so no broker is needed.
+    fn without_transactions(first: u64) -> Coordinator {
+        let cluster = crate::config::ClusterConfig::new("127.0.0.1:1");
+        let producer = Arc::new(ProducerSlot::plain(&cluster, &BTreeMap::new(), false).expect("producer"));
+        let text = "name = \"p\"\n[source]\nbrokers = \"127.0.0.1:1\"\ntopics = [\"in\"]\n\
+                    [[transforms]]\nname = \"t\"\nwasm = \"t.wasm\"\n[sink]\ntopic = \"out\"\n";
+        let config = crate::config::PipelineConfig::from_toml_str(text, std::path::Path::new("/srv")).expect("config");
+        let metrics = crate::metrics::Metrics::default().pipeline(&config);
+        let delivery = Delivery::None { producer };
+        Coordinator::start(delivery, CheckpointId(first), None, Duration::from_secs(1), "i", metrics).expect("start")
+    }
+
+    #[test]
+    fn renumbering_moves_an_empty_open_epoch_up_to_the_floor_and_never_down() {
+        let mut coordinator = without_transactions(3);
+        coordinator.renumber().unwrap();
+        assert_eq!(coordinator.epoch().id, CheckpointId(3), "no floor above it: it stays");
+        coordinator.raise_floor(CheckpointId(8));
+        coordinator.renumber().unwrap();
+        assert_eq!(coordinator.epoch().id, CheckpointId(8), "recovery saw checkpoint 7");
+        coordinator.raise_floor(CheckpointId(5));
+        coordinator.renumber().unwrap();
+        assert_eq!(coordinator.epoch().id, CheckpointId(8), "a lower floor moves nothing back");
+    }
+
+    #[test]
+    fn with_nothing_committing_settle_abort_and_finish_only_touch_the_open_epoch() {
+        let mut coordinator = without_transactions(1);
+        coordinator.processed(10, 100);
+        coordinator.settle().unwrap();
+        coordinator.tick().unwrap();
+        coordinator.abort_epoch().unwrap();
+        assert_eq!((coordinator.epoch().id, coordinator.epoch().records), (CheckpointId(1), 10));
+        coordinator.finish().unwrap();
+        assert!(!coordinator.offsets_are_evidence(), "only exactly-once commits offsets with the output");
+    }
+
     #[test]
     fn an_epoch_has_work_with_input_timers_a_moved_position_or_an_old_commit() {
         let mut epochs = Epochs::new(CheckpointId(1));
