@@ -212,7 +212,7 @@ mod tests {
     use super::*;
 
     fn task(partition: i32) -> TaskId {
-        TaskId { topic: "in".into(), partition }
+        TaskId::new("in", partition)
     }
 
     fn lineage() -> Lineage {
