@@ -16,6 +16,7 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use weir_tests::broker::{Transaction, kafka_sh, transactions};
+use weir_tests::delivery::assert_exactly_once_in_key_order;
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{
     Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, http_get, poll_until, produce, run_to_completion, signal,
@@ -331,12 +332,6 @@ async fn sigterm_with_the_broker_down_exits_within_the_shutdown_grace() {
     let mut reader = Reader::new(&pipeline.sink, 2, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, sent, &[]);
     reader.drain(Duration::from_secs(2));
-    let mut values: Vec<String> = reader.records.iter().map(|r| r.value.clone().unwrap_or_default()).collect();
-    values.sort();
-    let count = values.len();
-    values.dedup();
-    assert_eq!(count, values.len(), "no output twice");
-    let mut expected: Vec<String> = (0..sent).map(|n| format!("grace-{n}")).collect();
-    expected.sort();
-    assert!(values == expected, "every input once: {} outputs of {sent}; log:\n{}", values.len(), pipeline.log_text());
+    let input: Vec<_> = (0..sent).map(|n| (None, format!("grace-{n}"))).collect();
+    assert_exactly_once_in_key_order(&reader.records, &input, &format!("; log:\n{}", pipeline.log_text()));
 }

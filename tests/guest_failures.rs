@@ -7,11 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, produce, run_to_completion};
-use weir_tests::{Isolation, bootstrap, unique_name};
+use weir_tests::records::{ReadRecord, read_raw};
+use weir_tests::{Isolation, bootstrap};
 
 /// A committed record's value and headers (UTF-8, lossy).
 #[derive(Debug)]
@@ -21,39 +21,19 @@ struct WithHeaders {
 }
 
 /// Reads partition 0 of `topic` (read_committed) until `count` records arrived or `timeout`
-/// passed, then whatever follows within a second.
+/// passed, then whatever follows within 2 s.
 fn read_with_headers(topic: &str, count: usize, timeout: Duration) -> Vec<WithHeaders> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", unique_name("weir-test-reader"))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .expect("consumer");
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, 0, Offset::Beginning).expect("partition");
-    consumer.assign(&list).expect("assign");
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    let started = Instant::now();
-    let mut records = Vec::new();
-    let mut idle_since = None::<Instant>;
-    while started.elapsed() < timeout && idle_since.is_none_or(|t| t.elapsed() < Duration::from_secs(1)) {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(message) => {
-                let message = message.expect("consume");
-                let headers = message
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_owned(), text(h.value.unwrap_or_default()))).collect())
-                    .unwrap_or_default();
-                records.push(WithHeaders { value: message.payload().map(text), headers });
-            }
-            None if records.len() >= count => {
-                idle_since.get_or_insert_with(Instant::now);
-            }
-            None => {}
-        }
-    }
-    records
+    let with_headers = |read: ReadRecord| WithHeaders {
+        value: read.record.value.as_deref().map(text),
+        headers: read
+            .record
+            .headers
+            .iter()
+            .map(|(name, value)| (text(name), text(value.as_deref().unwrap_or_default())))
+            .collect(),
+    };
+    read_raw(topic, 1, count, timeout).into_iter().map(with_headers).collect()
 }
 
 /// `(no key, value)` records for [`produce`].

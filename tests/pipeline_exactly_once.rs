@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use weir::file::Row;
 use weir_tests::admin::open_transaction_in;
+use weir_tests::delivery::assert_exactly_once_in_key_order;
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{
     RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, keyed, produce, run_to_completion, wait_exit,
@@ -23,19 +24,8 @@ async fn passthrough_copies_every_record_once_in_partition_order() {
     run_to_completion(&pipeline, &mut reader, input.len(), &[]);
     reader.drain(Duration::from_secs(2));
 
-    let mut got: Vec<_> = reader.records.iter().map(|r| (r.key.clone(), r.value.clone().unwrap())).collect();
-    let mut want = input.clone();
-    assert_eq!(got.len(), want.len(), "no loss, no duplicate");
     // Per key, order is kept (a key stays in one partition end to end).
-    for key in ["EWR|UA", "JFK|B6", "LGA|DL"] {
-        let of = |records: &[(Option<String>, String)]| {
-            records.iter().filter(|(k, _)| k.as_deref() == Some(key)).cloned().collect::<Vec<_>>()
-        };
-        assert_eq!(of(&got), of(&want), "order of {key}");
-    }
-    got.sort();
-    want.sort();
-    assert_eq!(got, want);
+    assert_exactly_once_in_key_order(&reader.records, &input, "");
 }
 
 #[tokio::test(flavor = "multi_thread")]

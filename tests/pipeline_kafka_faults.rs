@@ -10,6 +10,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 
+use weir_tests::delivery::assert_exactly_once_in_key_order;
 use weir_tests::pipeline::{
     Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion, signal, wait_exit,
 };
@@ -174,9 +175,7 @@ async fn of_two_pipelines_with_one_transactional_id_prefix_the_fenced_one_stops_
     second_output.read_until(input.len(), RUN_TIMEOUT);
     assert!(fencer.stop().success(), "the second pipeline stops cleanly; log:\n{}", second.log_text());
     second_output.drain(Duration::from_secs(2));
-    let mut want: Vec<String> = input.into_iter().map(|(_, v)| v).collect();
-    want.sort();
-    assert_eq!(values(&second_output), want, "the second pipeline's input, once");
+    assert_exactly_once_in_key_order(&second_output.records, &input, "; the second pipeline's input, once");
 
     // What the first one committed before it was fenced came out once.
     let written = feeder.stop();
@@ -227,9 +226,8 @@ async fn a_second_process_of_one_instance_takes_over_and_the_first_stops_rather_
     let log = second.log_text();
     assert!(!log.contains("recovering"), "the second process never had to recover; log:\n{log}");
     output.drain(Duration::from_secs(2));
-    let mut want: Vec<String> = before.into_iter().chain(after).map(|(_, v)| v).collect();
-    want.sort();
-    assert_eq!(values(&output), want, "every input record once");
+    let input: Vec<_> = before.into_iter().chain(after).collect();
+    assert_exactly_once_in_key_order(&output.records, &input, "");
 }
 
 /// As above, but the first process is frozen (SIGSTOP) past its `session.timeout.ms` when the
@@ -274,9 +272,8 @@ async fn a_process_frozen_and_replaced_stops_when_it_wakes_rather_than_take_its_
     // then checks its producer, finds it its own, and recovers: so no "never recovered" here.)
     assert!(newer.stop().success(), "the second process stops cleanly; log:\n{}", second.log_text());
     output.drain(Duration::from_secs(2));
-    let mut want: Vec<String> = before.into_iter().chain(during).chain(after).map(|(_, v)| v).collect();
-    want.sort();
-    assert_eq!(values(&output), want, "every input record once");
+    let input: Vec<_> = before.into_iter().chain(during).chain(after).collect();
+    assert_exactly_once_in_key_order(&output.records, &input, "");
 }
 
 /// Deletes `topic` and waits until the broker's metadata no longer lists it.

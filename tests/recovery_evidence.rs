@@ -9,6 +9,7 @@ use std::time::Duration;
 use weir::state::StateDb;
 use weir_tests::Isolation;
 use weir_tests::admin::{delete_group, delete_topic, open_transaction_in};
+use weir_tests::delivery::assert_exactly_once_in_key_order;
 use weir_tests::pipeline::{
     RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, produce, run_to_completion, wait_exit,
 };
@@ -46,9 +47,7 @@ async fn a_deleted_consumer_group_is_committed_again_from_the_changelog() {
     reader.drain(Duration::from_secs(2));
     let log = pipeline.log_text();
     assert!(log.contains("restored the state from the changelog"), "the unapplied checkpoint 3 was replayed:\n{log}");
-    let counts = counts(&reader);
-    assert_eq!(counts.len(), input.len(), "every record came out");
-    assert!(counts.values().all(|n| *n == 1), "and only once; log:\n{log}");
+    assert_exactly_once_in_key_order(&reader.records, &input, &format!("; log:\n{log}"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -90,9 +89,7 @@ async fn fewer_producer_slots_after_a_crash_still_fence_the_slot_left_open() {
     reader.drain(Duration::from_secs(2));
     assert!(pipeline.log_text().contains("fencing a producer an earlier run used"), "{}", pipeline.log_text());
     assert!(!open_transaction_in(&pipeline.sink, PARTITIONS));
-    let counts = counts(&reader);
-    assert_eq!(counts.len(), input.len());
-    assert!(counts.values().all(|n| *n == 1), "exactly once");
+    assert_exactly_once_in_key_order(&reader.records, &input, "");
 }
 
 /// `(key, value)` records of keys `k<from>..k<to>`, values `<tag>-<n>`.

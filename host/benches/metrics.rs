@@ -23,9 +23,9 @@ fn task(metrics: &Metrics) -> TaskMetrics {
     let pipeline = metrics.pipeline(&config);
     // Eight partitions, as in the main job: the scrape encodes all of them.
     for partition in 1..8 {
-        pipeline.task(&TaskId { topic: "flights".into(), partition }, Some(0));
+        pipeline.task(&TaskId::new("flights", partition), Some(0));
     }
-    pipeline.task(&TaskId { topic: "flights".into(), partition: 0 }, Some(0))
+    pipeline.task(&TaskId::new("flights", 0), Some(0))
 }
 
 fn batch(c: &mut Criterion) {

@@ -108,6 +108,16 @@ pub fn of_class(class: ErrorClass) -> Disposition {
     }
 }
 
+/// Whether a source consumer goes on polling after its poll returned `error`: librdkafka
+/// recovers from a transient error itself (a broker down, the network, a timeout). Every other
+/// class ends the run, and [`disposition`] decides what follows: a fatal consumer error (a static
+/// member fenced by another with its `group.instance.id`, KIP-345; rust-rdkafka's
+/// `MessageConsumptionFatal`, which [`classify`] sorts as [`ErrorClass::Fatal`]) finishes that
+/// consumer and recovery builds a new one; a topic that vanished does not come back by polling.
+pub fn keeps_polling(error: &rdkafka::error::KafkaError) -> bool {
+    classify(error) == ErrorClass::Transient
+}
+
 /// What the runner does about an operator's failure under `on_error = "fail"` (or a failure no
 /// record caused, under `"dead-letter"`).
 fn operator(error: &OperatorError) -> Disposition {

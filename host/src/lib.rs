@@ -9,22 +9,26 @@
 //! - [`record`]: records as they flow: a partition's input batch, a call's outputs, their limits.
 //! - [`file`]: reading records from local files (CSV, JSON lines, zip), for `weir transform run`.
 //! - [`kafka`]: the Kafka connector: source consumer, sink producers, topic readers, admin.
-//! - [`table`]: topics read as keyed tables and joined with every source record.
+//! - `table` (private): topics read as keyed tables and joined with every source record.
 //! - [`state`]: the state backends that serve a transform's `state` import.
 //! - [`time`]: event time: watermarks and the timers of transforms.
 //! - [`wasm`]: the WebAssembly host: engine, limits, host imports and operator instances.
 //! - [`postgres`]: the PostgreSQL sink, a two-phase commit decided by the checkpoint.
-//! - [`error`]: the error of running a pipeline, and how the runner reacts to it.
+//! - `error` and `failure` (private): the error of running a pipeline, and how the runner
+//!   reacts to it.
 //! - [`metrics`]: metrics and live status of running pipelines, and the process's recent log.
 //! - [`http`]: the HTTP endpoints: Prometheus metrics, the dashboard, liveness and readiness.
 //! - [`checkpoint`]: the exactly-once protocol (barrier, pre-commit, commit) and recovery.
 //! - [`pipeline`]: running a pipeline: its tasks over their partitions, and the runner.
 //! - [`server`]: `weir serve`, multi-tenant hosting over an HTTP JSON API.
+//!
+//! Public are the modules the `weir` binary, the integration tests and the benches use; the
+//! others are private.
 
 pub mod checkpoint;
 pub mod config;
-pub mod error;
-pub mod failure;
+mod error;
+mod failure;
 pub mod file;
 pub mod http;
 pub mod kafka;
@@ -34,7 +38,7 @@ pub mod postgres;
 pub mod record;
 pub mod server;
 pub mod state;
-pub mod table;
+mod table;
 pub mod time;
 pub mod types;
 pub mod wasm;

@@ -29,6 +29,13 @@ pub struct TaskId {
     pub partition: i32,
 }
 
+impl TaskId {
+    /// The task of `partition` of source topic `topic`.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self { topic: topic.into(), partition }
+    }
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}[{}]", self.topic, self.partition)

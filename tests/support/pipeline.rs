@@ -5,6 +5,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -361,11 +362,19 @@ pub async fn produce(topic: &str, partitions: i32, records: &[(Option<String>, S
     producer.flush(Duration::from_secs(60)).expect("flush input");
 }
 
-/// A consumer of every partition of a topic from the beginning, accumulating what it reads.
-pub struct Reader {
+/// The one reader of the tests: a consumer of every partition of a topic from the beginning,
+/// accumulating what it reads as `R` ([`Consumed`] by default, or
+/// [`ReadRecord`](crate::records::ReadRecord) for bytes, headers and timestamps).
+pub struct Reader<R = Consumed> {
     consumer: BaseConsumer,
     /// Records read so far, in arrival order.
-    pub records: Vec<Consumed>,
+    pub records: Vec<R>,
+}
+
+/// A record as a [`Reader`] keeps it, copied from a consumed message.
+pub trait FromMessage {
+    /// Copies `message`.
+    fn from_message(message: &BorrowedMessage<'_>) -> Self;
 }
 
 impl Reader {
@@ -376,6 +385,14 @@ impl Reader {
 
     /// Reads `topic` (with `partitions` partitions) of the cluster at `brokers` with `isolation`.
     pub fn on(brokers: &str, topic: &str, partitions: i32, isolation: Isolation) -> Self {
+        Self::of(brokers, topic, partitions, isolation)
+    }
+}
+
+impl<R: FromMessage> Reader<R> {
+    /// Reads `topic` (with `partitions` partitions) of the cluster at `brokers` with
+    /// `isolation`, keeping each record as an `R`.
+    pub fn of(brokers: &str, topic: &str, partitions: i32, isolation: Isolation) -> Self {
         let level = if isolation == Isolation::ReadCommitted { "read_committed" } else { "read_uncommitted" };
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", brokers)
@@ -398,7 +415,7 @@ impl Reader {
         // One record at a time: under endless output, draining until idle would never return.
         while self.records.len() < count && started.elapsed() < timeout {
             if let Some(message) = self.consumer.poll(Duration::from_millis(100)).and_then(readable) {
-                self.records.push(Consumed::from_message(&message));
+                self.records.push(R::from_message(&message));
             }
         }
         self.records.len()
@@ -408,7 +425,7 @@ impl Reader {
     pub fn drain(&mut self, idle: Duration) -> usize {
         while let Some(message) = self.consumer.poll(idle) {
             if let Some(message) = readable(message) {
-                self.records.push(Consumed::from_message(&message));
+                self.records.push(R::from_message(&message));
             }
         }
         self.records.len()
@@ -420,9 +437,7 @@ impl Reader {
 ///
 /// # Panics
 /// On any other consumer error.
-fn readable(
-    message: rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'_>>,
-) -> Option<rdkafka::message::BorrowedMessage<'_>> {
+fn readable(message: rdkafka::error::KafkaResult<BorrowedMessage<'_>>) -> Option<BorrowedMessage<'_>> {
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
     match message {
         Ok(message) => Some(message),

@@ -3,15 +3,15 @@
 //! typed one can write them.
 
 use std::ffi::{CString, c_void};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use rdkafka::ClientConfig;
 use rdkafka::bindings as rdsys;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::producer::{DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::{bootstrap, create_topic, unique_name};
+use crate::pipeline::{FromMessage, Reader};
+use crate::{Isolation, bootstrap, create_topic};
 
 /// A header: name and value as bytes; `None` is a Kafka null value.
 pub type RawHeader = (Vec<u8>, Option<Vec<u8>>);
@@ -107,38 +107,19 @@ pub async fn produce_raw(topic: &str, records: &[RawRecord], timestamp: Option<i
 /// Reads partitions `0..partitions` of `topic` read_committed from the beginning until at least
 /// `count` records arrived (or `timeout` passed), then whatever follows within 2 s.
 pub fn read_raw(topic: &str, partitions: i32, count: usize, timeout: Duration) -> Vec<ReadRecord> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", unique_name("weir-test-raw-reader"))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .expect("consumer");
-    let mut list = TopicPartitionList::new();
-    for partition in 0..partitions {
-        list.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
-    }
-    consumer.assign(&list).expect("assign");
-    let started = Instant::now();
-    let mut records = Vec::new();
-    let mut idle_since = None::<Instant>;
-    loop {
-        if records.len() >= count {
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > Duration::from_secs(2) {
-                break;
-            }
-        } else if started.elapsed() > timeout {
-            break;
-        }
-        let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
-        let message = message.expect("consume");
-        idle_since = None;
-        let headers = weir::kafka::record_headers(&message)
+    let mut reader = Reader::<ReadRecord>::of(&bootstrap(), topic, partitions, Isolation::ReadCommitted);
+    reader.read_until(count, timeout);
+    reader.drain(Duration::from_secs(2));
+    reader.records
+}
+
+impl FromMessage for ReadRecord {
+    fn from_message(message: &BorrowedMessage<'_>) -> Self {
+        let headers = weir::kafka::record_headers(message)
             .into_iter()
             .map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec)))
             .collect();
-        records.push(ReadRecord {
+        ReadRecord {
             partition: message.partition(),
             offset: message.offset(),
             timestamp: message.timestamp(),
@@ -147,9 +128,8 @@ pub fn read_raw(topic: &str, partitions: i32, count: usize, timeout: Duration) -
                 value: message.payload().map(<[u8]>::to_vec),
                 headers,
             },
-        });
+        }
     }
-    records
 }
 
 /// Runs `weir consume` of `topic` from the beginning for `max` records; its JSON lines.

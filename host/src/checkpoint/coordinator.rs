@@ -500,7 +500,7 @@ impl Coordinator {
         let group = source.held_group_metadata()?;
         let mut offsets = self.epochs.recorded.clone();
         if let (true, Some(topic)) = (offsets.is_empty(), first_topic) {
-            offsets.insert(TaskId { topic: topic.clone(), partition: 0 }, 0);
+            offsets.insert(TaskId::new(topic.clone(), 0), 0);
         }
         let metadata = protocol::metadata(self.epochs.open.id, lineage, None);
         let offsets = Source::offset_list(&offsets, &metadata, &BTreeMap::new()).ok()?;
@@ -560,7 +560,7 @@ mod tests {
     use super::*;
 
     fn task(partition: i32) -> TaskId {
-        TaskId { topic: "in".into(), partition }
+        TaskId::new("in", partition)
     }
 
     #[test]

@@ -215,7 +215,7 @@ mod tests {
     use super::*;
 
     fn task(partition: i32) -> TaskId {
-        TaskId { topic: "in".into(), partition }
+        TaskId::new("in", partition)
     }
 
     fn lineage() -> Lineage {

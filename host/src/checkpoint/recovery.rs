@@ -541,7 +541,7 @@ mod tests {
     use crate::checkpoint::protocol::metadata;
 
     fn task(partition: i32) -> TaskId {
-        TaskId { topic: "in".into(), partition }
+        TaskId::new("in", partition)
     }
 
     fn lineage() -> Lineage {

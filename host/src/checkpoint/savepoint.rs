@@ -185,7 +185,7 @@ pub fn write(savepoint: &Savepoint, dir: &Path) -> Result<(), PipelineError> {
     }
     std::fs::create_dir_all(dir.join("tasks")).map_err(io("creating tasks/"))?;
     for task in &savepoint.manifest.tasks {
-        let records = &savepoint.tasks[&TaskId { topic: task.topic.clone(), partition: task.partition }];
+        let records = &savepoint.tasks[&TaskId::new(task.topic.clone(), task.partition)];
         let mut data = Vec::with_capacity(task.bytes as usize + 8 * records.len());
         for (key, value) in records {
             data.extend_from_slice(&(key.len() as u32).to_be_bytes());
@@ -227,7 +227,7 @@ pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
     }
     let mut tasks = BTreeMap::new();
     for task in &manifest.tasks {
-        let id = TaskId { topic: task.topic.clone(), partition: task.partition };
+        let id = TaskId::new(task.topic.clone(), task.partition);
         // Only the file `write` names: an edited manifest must not send the read elsewhere.
         if !is_topic_name(&task.topic) || task.file != task_file(&id) {
             return Err(unusable(format!(
@@ -243,7 +243,7 @@ pub fn read(dir: &Path) -> Result<Savepoint, PipelineError> {
         let records = decode_records(&data)
             .filter(|records| records.len() as u64 == task.entries)
             .ok_or_else(|| unusable(format!("savepoint file {} is damaged (truncated or edited)", path.display())))?;
-        tasks.insert(TaskId { topic: task.topic.clone(), partition: task.partition }, records);
+        tasks.insert(TaskId::new(task.topic.clone(), task.partition), records);
     }
     Ok(Savepoint { manifest, tasks })
 }
@@ -398,7 +398,7 @@ mod tests {
             partition: 0,
             checkpoint: 3,
             offset: 10,
-            file: task_file(&TaskId { topic: topic.into(), partition: 0 }),
+            file: task_file(&TaskId::new(topic, 0)),
             entries: 1,
             bytes: 2,
         };
@@ -412,8 +412,7 @@ mod tests {
             components: BTreeMap::new(),
             tasks: vec![task],
         };
-        let tasks =
-            BTreeMap::from([(TaskId { topic: topic.into(), partition: 0 }, vec![(b"k".to_vec(), b"v".to_vec())])]);
+        let tasks = BTreeMap::from([(TaskId::new(topic, 0), vec![(b"k".to_vec(), b"v".to_vec())])]);
         Savepoint { manifest, tasks }
     }
 
@@ -452,7 +451,7 @@ mod tests {
         let mut savepoint = savepoint_of("flights");
         savepoint.tasks.clear();
         for partition in 0..2 {
-            let task = TaskId { topic: "flights".into(), partition };
+            let task = TaskId::new("flights", partition);
             let mut key = crate::state::state_prefix("dedup", &task);
             key.extend_from_slice(b"seen");
             let entries = [
@@ -468,12 +467,11 @@ mod tests {
     #[test]
     fn state_the_pipeline_would_not_restore_is_refused_naming_it_unless_allowed() {
         let savepoint = savepoint_of_dedup();
-        let (one, two) =
-            (TaskId { topic: "flights".into(), partition: 0 }, TaskId { topic: "flights".into(), partition: 1 });
+        let (one, two) = (TaskId::new("flights", 0), TaskId::new("flights", 1));
         let cases: [(&[TaskId], &[&str], &str); 3] = [
             (&[one.clone(), two.clone()], &["dedup-v2"], "operator `dedup`"),
             (std::slice::from_ref(&one), &["dedup"], "task flights[1]"),
-            (&[TaskId { topic: "other".into(), partition: 0 }], &["dedup"], "task flights[0]"),
+            (&[TaskId::new("other", 0)], &["dedup"], "task flights[0]"),
         ];
         for (tasks, operators, named) in cases {
             let dir = tempfile::tempdir().unwrap();

@@ -35,7 +35,7 @@ pub fn execute(args: SavepointArgs) -> anyhow::Result<ExitCode> {
     })?;
     for (topic, check) in checks {
         if let TopicCheck::Exists(partitions) = check {
-            tasks.extend((0..partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
+            tasks.extend((0..partitions).map(|partition| TaskId::new(topic.clone(), partition)));
         }
     }
     let changelog = Changelog::new(&config.state.changelog_topic, &config.source.topics);

@@ -120,7 +120,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
     let mut tasks = Vec::new();
     for (topic, check) in admin.topics(&names)? {
         if let TopicCheck::Exists(partitions) = check {
-            tasks.extend((0..partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
+            tasks.extend((0..partitions).map(|partition| TaskId::new(topic.clone(), partition)));
         }
     }
     let source = Source::new(&config.source.cluster, &config.source.consumer, &config.group_id())?;
@@ -259,7 +259,7 @@ fn write_text(out: &mut dyn Write, status: &Status) -> std::io::Result<()> {
         writeln!(
             out,
             "{:<32} {:>12} {:>12} {:>12} {:>10} {:>10}  {:<16} {}",
-            TaskId { topic: p.topic.clone(), partition: p.partition }.to_string(),
+            TaskId::new(p.topic.clone(), p.partition).to_string(),
             show(p.checkpoint_offset),
             show(p.group_offset),
             p.end_offset,

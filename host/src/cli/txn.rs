@@ -163,7 +163,7 @@ fn group_offsets(args: &TxnArgs, group: &str) -> anyhow::Result<BTreeMap<TaskId,
     let mut tasks = Vec::new();
     for (topic, check) in admin.topics(&names)? {
         if let TopicCheck::Exists(partitions) = check {
-            tasks.extend((0..partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
+            tasks.extend((0..partitions).map(|partition| TaskId::new(topic.clone(), partition)));
         }
     }
     let source = Source::new(&cluster, &BTreeMap::new(), group)?;

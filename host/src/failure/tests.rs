@@ -362,3 +362,22 @@ fn a_coordinators_fatal_and_abortable_errors_carry_their_flags() {
     assert_eq!(classify(&error), ErrorClass::Fatal, "{error}");
     assert_eq!(disposition(&kafka(error)), HEALS);
 }
+
+/// A consumer polls on through what librdkafka retries itself, and through nothing else: not
+/// a fatal error of the same code, a fenced static member, a vanished topic or a refusal.
+#[test]
+fn a_consumer_keeps_polling_through_transient_errors_only() {
+    let table = [
+        (KafkaError::MessageConsumption(Code::AllBrokersDown), true),
+        (KafkaError::MessageConsumption(Code::BrokerTransportFailure), true),
+        (KafkaError::MessageConsumption(Code::OperationTimedOut), true),
+        (KafkaError::MessageConsumptionFatal(Code::AllBrokersDown), false),
+        (KafkaError::MessageConsumptionFatal(Code::FencedInstanceId), false),
+        (KafkaError::MessageConsumption(Code::UnknownTopicOrPartition), false),
+        (KafkaError::MessageConsumption(Code::AutoOffsetReset), false),
+        (KafkaError::MessageConsumption(Code::TopicAuthorizationFailed), false),
+        (KafkaError::MessageConsumption(Code::InvalidProducerEpoch), false),
+    ];
+    let wrong: Vec<_> = table.iter().filter(|(error, expected)| keeps_polling(error) != *expected).collect();
+    assert!(wrong.is_empty(), "keeps_polling answers wrongly for {wrong:?}");
+}

@@ -72,7 +72,7 @@ impl Changelog {
     /// [`partition`](Self::partition).
     pub fn task(&self, partition: i32) -> TaskId {
         let topics = self.source_topics.len() as i32;
-        TaskId { topic: self.source_topics[(partition % topics) as usize].clone(), partition: partition / topics }
+        TaskId::new(self.source_topics[(partition % topics) as usize].clone(), partition / topics)
     }
 
     /// Partitions the topic needs for `tasks`.
@@ -358,7 +358,7 @@ mod tests {
         for partition in 0..6 {
             assert_eq!(changelog.partition(&changelog.task(partition)), partition);
         }
-        assert_eq!(changelog.task(3), TaskId { topic: "b".into(), partition: 1 });
+        assert_eq!(changelog.task(3), TaskId::new("b", 1));
     }
 
     fn keys(settings: &[UnsafeSetting]) -> Vec<(&str, &str)> {
@@ -429,7 +429,7 @@ mod tests {
     #[test]
     fn tasks_of_several_topics_interleave_and_never_move() {
         let changelog = Changelog::new("c", &["a".into(), "b".into()]);
-        let task = |topic: &str, partition| TaskId { topic: topic.into(), partition };
+        let task = |topic: &str, partition| TaskId::new(topic, partition);
         assert_eq!(changelog.partition(&task("a", 0)), 0);
         assert_eq!(changelog.partition(&task("b", 0)), 1);
         assert_eq!(changelog.partition(&task("a", 1)), 2);

@@ -6,7 +6,7 @@
 //! producer fenced by another one with its `transactional.id`. [`classify`] sorts them, in this
 //! one place: by librdkafka's own flags where the error carries them (a transactional call's
 //! [`RDKafkaError`], a consumer's fatal error), else by the error code. What the runner does about
-//! each class is [`crate::failure::disposition`]'s: it stops on [`ErrorClass::Configuration`] and
+//! each class is `failure::disposition`'s: it stops on [`ErrorClass::Configuration`] and
 //! [`ErrorClass::Authorization`] with a message naming the setting at fault ([`hint`]), and on a
 //! producer slot's [`Fenced`].
 

@@ -30,7 +30,7 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<BTreeSet<TaskId>, String> {
         let topic = String::from_utf8_lossy(name).into_owned();
         for _ in 0..reader.count("partition count")? {
             let partition = i32::from_be_bytes(reader.array("partition")?);
-            tasks.insert(TaskId { topic: topic.clone(), partition });
+            tasks.insert(TaskId::new(topic.clone(), partition));
         }
     }
     Ok(tasks)
@@ -99,7 +99,7 @@ mod tests {
     }
 
     fn task(topic: &str, partition: i32) -> TaskId {
-        TaskId { topic: topic.into(), partition }
+        TaskId::new(topic, partition)
     }
 
     #[test]

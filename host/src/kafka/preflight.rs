@@ -121,7 +121,7 @@ impl Preflight {
         for (topic, check) in &found {
             match check {
                 TopicCheck::Exists(partitions) => {
-                    tasks.extend((0..*partitions).map(|partition| TaskId { topic: topic.clone(), partition }));
+                    tasks.extend((0..*partitions).map(|partition| TaskId::new(topic.clone(), partition)));
                     let id = self.source.topic_id(topic).map_err(kafka(format!("reading the topic id of {topic}")))?;
                     topic_ids.insert(topic.clone(), id);
                 }

@@ -68,8 +68,7 @@ impl ClientContext for GroupContext {
 
 impl ConsumerContext for GroupContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
-        let tasks: Vec<TaskId> =
-            tpl.elements().iter().map(|e| TaskId { topic: e.topic().to_owned(), partition: e.partition() }).collect();
+        let tasks: Vec<TaskId> = tpl.elements().iter().map(|e| TaskId::new(e.topic(), e.partition())).collect();
         let event = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(tasks),
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
@@ -318,7 +317,7 @@ impl Source {
             .iter()
             .filter_map(|element| match element.offset() {
                 Offset::Offset(offset) => Some((
-                    TaskId { topic: element.topic().to_owned(), partition: element.partition() },
+                    TaskId::new(element.topic(), element.partition()),
                     GroupOffset { offset, metadata: element.metadata().to_owned() },
                 )),
                 _ => None,
@@ -344,7 +343,7 @@ impl Source {
         let found = self.consumer.offsets_for_times(list, timeout)?;
         let mut offsets = BTreeMap::new();
         for element in found.elements() {
-            let task = TaskId { topic: element.topic().to_owned(), partition: element.partition() };
+            let task = TaskId::new(element.topic(), element.partition());
             let offset = match element.offset() {
                 Offset::Offset(offset) => offset,
                 _ => self.watermarks(&task, timeout)?.1,
@@ -370,9 +369,7 @@ impl Source {
             .elements()
             .iter()
             .filter_map(|element| match (element.error(), element.offset()) {
-                (Ok(()), Offset::Offset(offset)) => {
-                    Some((TaskId { topic: element.topic().to_owned(), partition: element.partition() }, offset))
-                }
+                (Ok(()), Offset::Offset(offset)) => Some((TaskId::new(element.topic(), element.partition()), offset)),
                 _ => None,
             })
             .collect())
@@ -409,9 +406,7 @@ impl Source {
             .elements()
             .iter()
             .filter_map(|element| match element.offset() {
-                Offset::Offset(offset) => {
-                    Some((TaskId { topic: element.topic().to_owned(), partition: element.partition() }, offset))
-                }
+                Offset::Offset(offset) => Some((TaskId::new(element.topic(), element.partition()), offset)),
                 _ => None,
             })
             .collect())

@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_value_becomes_a_row_only_when_every_field_fits_its_column() {
-        let task = TaskId { topic: "flights".into(), partition: 0 };
+        let task = TaskId::new("flights", 0);
         let row = |value: &str| shape(&["origin"]).row(&task, None, Some(value.as_bytes()));
         let ok = row(r#"{"origin":"EWR","flights":3,"late":null,"extra":[1]}"#).unwrap();
         assert_eq!(ok.key_of(&["origin".into()]), r#""EWR""#);
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn an_upsert_merges_each_keys_rows_in_order() {
-        let task = TaskId { topic: "flights".into(), partition: 0 };
+        let task = TaskId::new("flights", 0);
         let row = |value: &str| shape(&["origin"]).row(&task, None, Some(value.as_bytes())).unwrap();
         let merged = merge_per_key(
             vec![

@@ -117,10 +117,7 @@ mod tests {
                     transactional_id: Some((*txn).into()),
                     watermark: None,
                 };
-                (
-                    TaskId { topic: "flights".into(), partition: *partition },
-                    GroupOffset { offset: 10, metadata: metadata.encode() },
-                )
+                (TaskId::new("flights", *partition), GroupOffset { offset: 10, metadata: metadata.encode() })
             })
             .collect()
     }

@@ -85,7 +85,7 @@ fn push_name(key: &mut Vec<u8>, name: &str, what: &str) {
 pub(super) fn decode_task(bytes: &[u8]) -> Option<TaskId> {
     let (topic, rest) = split_name(bytes)?;
     let partition = i32::from_be_bytes(rest.try_into().ok()?);
-    Some(TaskId { topic, partition })
+    Some(TaskId::new(topic, partition))
 }
 
 /// Decodes `<operator>\0<topic>\0<partition BE u32>` (the whole of `bytes`).
@@ -99,7 +99,7 @@ pub(super) fn task_of_state_key(key: &[u8]) -> Option<TaskId> {
     let (_, rest) = split_name(key)?;
     let (topic, rest) = split_name(rest)?;
     let partition = i32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
-    (rest.get(4) == Some(&0)).then_some(TaskId { topic, partition })
+    (rest.get(4) == Some(&0)).then_some(TaskId::new(topic, partition))
 }
 
 fn split_name(bytes: &[u8]) -> Option<(String, &[u8])> {
@@ -123,7 +123,7 @@ mod tests {
     use super::*;
 
     fn task(topic: &str, partition: i32) -> TaskId {
-        TaskId { topic: topic.into(), partition }
+        TaskId::new(topic, partition)
     }
 
     #[test]

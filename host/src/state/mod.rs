@@ -58,7 +58,7 @@
 //!
 //! # fn main() -> Result<(), weir::state::StateError> {
 //! let db = Arc::new(StateDb::open("/var/lib/weir/orders".as_ref())?);
-//! let task = TaskId { topic: "orders".into(), partition: 0 };
+//! let task = TaskId::new("orders", 0);
 //! let overlays = TaskOverlays::new(db.clone());
 //! let mut state = OperatorState::new(overlays.clone(), "dedupe", &task)?;
 //! state.write(vec![(b"k".to_vec(), Some(b"v".to_vec()))])?;

@@ -4,7 +4,7 @@ use crate::types::TaskId;
 
 /// The task reading `topic`'s `partition`.
 pub(crate) fn task(topic: &str, partition: i32) -> TaskId {
-    TaskId { topic: topic.into(), partition }
+    TaskId::new(topic, partition)
 }
 
 /// A write storing `value` under `key`.

@@ -160,7 +160,7 @@ mod tests {
         use crate::state::{ChangelogEntry, state_prefix};
         use crate::types::TaskId;
 
-        let task = TaskId { topic: "flights".into(), partition: 3 };
+        let task = TaskId::new("flights", 3);
         let prefix = state_prefix("flight-delays", &task);
         let as_output = |(key, value): (Vec<u8>, Option<Vec<u8>>)| OutputRecord {
             key: Some(key),

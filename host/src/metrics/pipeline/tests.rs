@@ -12,7 +12,7 @@ fn config(name: &str) -> PipelineConfig {
 }
 
 fn partition(p: i32) -> TaskId {
-    TaskId { topic: "flights".into(), partition: p }
+    TaskId::new("flights", p)
 }
 
 #[test]

@@ -274,7 +274,7 @@ impl<'a> Runner<'a> {
             .map_err(PipelineError::kafka("reading the source topics' metadata"))?;
         Ok(counts
             .into_iter()
-            .flat_map(|(topic, n)| (0..n).map(move |partition| TaskId { topic: topic.clone(), partition }))
+            .flat_map(|(topic, n)| (0..n).map(move |partition| TaskId::new(topic.clone(), partition)))
             .collect())
     }
 

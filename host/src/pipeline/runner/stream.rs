@@ -5,12 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{BorrowedMessage, Message};
 
 use super::Runner;
 use crate::error::PipelineError;
-use crate::kafka::{ErrorClass, classify, record_headers};
+use crate::kafka::record_headers;
 use crate::pipeline::output::{Input, Out};
 use crate::pipeline::task::Task;
 use crate::record::{Fields, RecordBatch};
@@ -132,16 +132,9 @@ impl Runner<'_> {
                         }
                         Err(error) => flow.failed = Some(error),
                     },
-                    // librdkafka recovers from transient errors itself, but not from a fatal
-                    // one (a static member fenced by another with its `group.instance.id`,
-                    // KIP-345): that consumer is finished, and recovery builds a new one. A
-                    // topic that vanished does not come back by polling: recovery checks the
-                    // topics again and refuses to start without one. Configuration and
-                    // authorisation errors stop the pipeline ([`crate::failure::disposition`]).
-                    Some(Err(error))
-                        if classify(&error) == ErrorClass::Transient
-                            && !matches!(error, KafkaError::MessageConsumptionFatal(_)) =>
-                    {
+                    // librdkafka recovers from transient errors itself; any other ends the run
+                    // ([`crate::failure::keeps_polling`] says which, and why).
+                    Some(Err(error)) if crate::failure::keeps_polling(&error) => {
                         // librdkafka retries; the consumer's context logged the error (once per
                         // kind and interval: a broker outage raises one per poll).
                     }
