@@ -107,11 +107,11 @@ EOF
     done
     # Let A's guests get going (the first dead letters) before B starts.
     sleep 5
-    cpu_before=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
+    cpu_before=$(curl -s -H "Authorization: Bearer $WEIR_ADMIN_TOKEN" "$WEIR_SERVER/metrics" | python3 -c "
 import sys
 print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$ta\"')))")
     beside=$(delays "$b" "$tb" beside)
-    cpu_after=$(curl -s "$WEIR_SERVER/metrics" | python3 -c "
+    cpu_after=$(curl -s -H "Authorization: Bearer $WEIR_ADMIN_TOKEN" "$WEIR_SERVER/metrics" | python3 -c "
 import sys
 print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$ta\"')))")
     python3 -c "

@@ -2,7 +2,8 @@
 //! loopback, against the real broker. Two tenants' flight-delays stay exact through a SIGKILL of
 //! the server and an upgrade; every route refuses missing, bad and foreign tokens; hostile
 //! uploads get a 4xx and the server stays up; `/readyz` counts a failed pipeline without naming
-//! it to anonymous callers.
+//! it to anonymous callers; the dashboard and `/metrics` need a token and show a tenant its own
+//! pipelines only (issue 44).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -579,12 +580,8 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
     }
     assert_eq!(serve.ok("GET", "/v1/pipelines/delays", &quiet, None)["state"], "running");
     // The noisy tenant's looping guest was metered against its CPU share.
-    let metrics = ureq::get(&format!("{}/metrics", serve.base))
-        .call()
-        .expect("/metrics")
-        .into_body()
-        .read_to_string()
-        .expect("metrics text");
+    let metrics = serve.ok("GET", "/metrics", &noisy, None);
+    let metrics = metrics.as_str().expect("metrics text");
     let cpu = metrics
         .lines()
         .find_map(|line| line.strip_prefix("weir_tenant_cpu_seconds_total{tenant=\"noisy\"} "))
@@ -800,6 +797,108 @@ async fn readyz_counts_a_failed_pipeline_names_it_only_to_the_admin_and_forgets_
     let (_, ready) =
         poll_until(&readyz, "200 once the failed pipeline is stopped", RUN_TIMEOUT, |status, _| status == 200);
     assert_eq!((&ready["total"], &ready["not_ready"]), (&json!(1), &json!({})), "{ready}");
+}
+
+/// Issue 44: `/`, `/metrics` and `/api/pipelines` answer nobody without a token, show a tenant
+/// its own pipelines, series and log lines only (tenant a's guest fails on a record and the
+/// error quotes it: a secret-looking line in a's log), and every tenant's to the admin and to
+/// the metrics token (`metrics_token`), which reads nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_and_metrics_show_each_tenant_its_own_pipelines_and_need_a_token() {
+    const SECRET: &str = "SSN-078-05-1120";
+    let scrape = "metrics-token-for-the-hosting-tests";
+    let serve = Serve::on_cluster(
+        "node-1",
+        &unique_name("weir-registry"),
+        &format!("brokers = \"{}\"\n", bootstrap()),
+        "max_identical_failures = 2\nmetrics_token = \"${env:WEIR_TEST_METRICS_TOKEN}\"",
+        vec![("WEIR_TEST_METRICS_TOKEN".to_owned(), scrape.to_owned())],
+    );
+    let run = unique_name("weir-scoped");
+    let a = serve.tenant("a", &format!("{run}-a."), None);
+    let b = serve.tenant("b", &format!("{run}-b."), None);
+    // Both tenants name their pipeline `leaky`: a's guest fails on its record, quoting it.
+    for (token, prefix, transform, input) in
+        [(&a, "a", "misbehave", format!("store:{SECRET}")), (&b, "b", "passthrough", "fine".to_owned())]
+    {
+        let bytes = std::fs::read(plugin(transform)).expect("plugin");
+        assert_eq!(serve.upload(token, transform, bytes).0, 201);
+        let (source, sink) = (format!("{run}-{prefix}.in"), format!("{run}-{prefix}.out"));
+        produce(&source, 1, &[(None, input)]).await;
+        let spec = format!(
+            "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"t\"\ntransform = \"{transform}\"\n\
+             [sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
+        );
+        serve.ok("PUT", "/v1/pipelines/leaky", token, toml_body(&spec));
+    }
+    wait_for_state(&serve, &a, "leaky", "failed");
+    wait_for_state(&serve, &b, "leaky", "running");
+    let text = |route: &str, token: Option<&str>| {
+        let (status, answer) = serve.call("GET", route, token, None);
+        assert_eq!(status, 200, "GET {route} with {token:?}: {answer}");
+        answer.as_str().map_or_else(|| answer.to_string(), str::to_owned)
+    };
+    // Anonymous, a wrong token, a forged tenant token: 401, no data.
+    let forged = format!("weir_a_{}", "A".repeat(43));
+    for route in ["/", "/metrics", "/api/pipelines"] {
+        for token in [None, Some("nonsense"), Some(forged.as_str())] {
+            let (status, answer) = serve.call("GET", route, token, None);
+            assert_eq!(status, 401, "GET {route} with {token:?}: {answer}");
+            let shown = answer.to_string();
+            assert!(!shown.contains(SECRET) && !shown.contains(&run), "GET {route} with {token:?} shows data: {shown}");
+        }
+    }
+    let page = serve.call("GET", "/", None, None).1;
+    assert!(page.as_str().is_some_and(|p| p.contains("sessionStorage")), "the page asks for a token: {page}");
+
+    // The metrics' series of the caller's tenant(s): each series line's `tenant` label.
+    let tenants_in = |metrics: &str| -> std::collections::BTreeSet<String> {
+        let series = metrics.lines().filter(|l| !l.starts_with('#') && l.contains("pipeline=\""));
+        series
+            .map(|l| l.split("tenant=\"").nth(1).and_then(|t| t.split('"').next()).expect("a tenant label").to_owned())
+            .collect()
+    };
+    let names = |view: &Value| -> Vec<String> {
+        view["pipelines"]
+            .as_array()
+            .expect("pipelines")
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let dashboard =
+        |token: &str| -> Value { serde_json::from_str(&text("/api/pipelines", Some(token))).expect("JSON") };
+
+    for (who, token, other) in [("a", &a, "b"), ("b", &b, "a")] {
+        let metrics = text("/metrics", Some(token));
+        assert_eq!(tenants_in(&metrics), [who.to_owned()].into(), "{who}'s /metrics:\n{metrics}");
+        assert!(!metrics.contains(&format!("{run}-{other}.")), "{who} sees {other}'s topics:\n{metrics}");
+        assert!(!metrics.contains(&format!("tenant=\"{other}\"")), "{who} sees {other}'s series:\n{metrics}");
+        let view = dashboard(token);
+        assert_eq!(names(&view), [format!("{who}.leaky")], "{who}'s /api/pipelines: {view}");
+        let shown = view.to_string();
+        assert!(!shown.contains(&format!("{run}-{other}.")), "{who} sees {other}'s topics: {shown}");
+        assert_eq!(shown.contains(SECRET), who == "a", "only a sees a's failing record: {shown}");
+        let logs = serve.ok("GET", "/v1/pipelines/leaky/logs", token, None).to_string();
+        assert_eq!(logs.contains(SECRET), who == "a", "{who}'s own `leaky` logs: {logs}");
+        assert_eq!(text("/", Some(token)), page.as_str().unwrap(), "the page holds no data");
+    }
+    let a_view = dashboard(&a);
+    assert!(a_view["log"].to_string().contains(SECRET), "a's log lines are its pipelines': {a_view}");
+
+    // The admin and the metrics token see every tenant; the metrics token nothing else.
+    for token in [ADMIN, scrape] {
+        let metrics = text("/metrics", Some(token));
+        assert_eq!(tenants_in(&metrics), ["a".to_owned(), "b".to_owned()].into(), "{metrics}");
+        let mut seen = names(&dashboard(token));
+        seen.sort();
+        assert_eq!(seen, ["a.leaky", "b.leaky"]);
+        assert!(dashboard(token).to_string().contains(SECRET));
+    }
+    for (method, path) in [("GET", "/v1/tenants"), ("GET", "/v1/pipelines"), ("POST", "/v1/tenants/a/token")] {
+        let (status, answer) = serve.call(method, path, Some(scrape), None);
+        assert_eq!(status, 403, "{method} {path} with the metrics token: {answer}");
+    }
 }
 
 /// `weir serve` with its cluster in `[kafka]`, over SASL_SSL (SCRAM-SHA-512, the platform's

@@ -41,7 +41,7 @@ pub fn execute(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let scheme = if transport.tls.is_some() { "https" } else { "http" };
         tracing::info!("serving the API at {scheme}://{bound}/v1 (OpenAPI: /v1/openapi.json), metrics at /metrics");
         let closing = server.clone();
-        listen::serve(listener, api::router(server.clone(), metrics), transport, async move {
+        listen::serve(listener, api::router(server.clone()), transport, async move {
             shutdown_signal().await;
             closing.closing();
         })

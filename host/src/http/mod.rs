@@ -1,9 +1,9 @@
 //! Weir's HTTP endpoints: Prometheus metrics, the dashboard and its JSON, liveness and
-//! readiness, served by `weir run --metrics <address>` and mounted by `weir serve`.
+//! readiness, served by `weir run --metrics <address>` without a token (the operator's own
+//! process). `weir serve` serves the same page, JSON and text behind its tokens, each tenant
+//! seeing its own pipelines (`crate::server::api`).
 //!
 //! - [`router`]: the routes over a shared [`Metrics`], `/readyz` judging every pipeline in it.
-//! - [`shared_router`]: the same without `/readyz`, for a server with more routes (tenants,
-//!   authentication) that judges readiness over its own set of pipelines (`weir serve`).
 //! - [`serve`]: binds an address and serves [`router`] on a thread of its own.
 //!
 //! # Routes
@@ -13,7 +13,7 @@
 //! | `GET /api/pipelines` | [`crate::metrics::DashboardView`] as JSON |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `GET /healthz` | liveness: 200 `ok` while the process serves |
-//! | `GET /readyz` | readiness: [`crate::metrics::Readiness`] as JSON, 200 when ready, else 503 (not in [`shared_router`]) |
+//! | `GET /readyz` | readiness: [`crate::metrics::Readiness`] as JSON, 200 when ready, else 503 |
 //!
 //! # Threads
 //! The server runs on its own single-threaded tokio runtime; handlers only read atomics and
@@ -24,7 +24,7 @@ pub(crate) mod routes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use routes::{router, shared_router};
+pub use routes::router;
 
 use crate::metrics::Metrics;
 

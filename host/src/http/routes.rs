@@ -12,24 +12,20 @@ use axum::routing::get;
 
 use crate::metrics::{DashboardView, Metrics, Readiness};
 
-/// The dashboard page: static HTML, CSS and JavaScript, no build step.
-const DASHBOARD: &str = include_str!("dashboard.html");
+/// The dashboard page: static HTML, CSS and JavaScript, no build step. It holds no data: it
+/// asks `api/pipelines` for it (with the token it asks for when that answers 401).
+pub(crate) const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// Every route over `metrics` (see [`super`] for the list), `/readyz` judging each pipeline of
-/// `metrics`: `weir run --metrics`'s server. Paths are relative in the page, so the router can
-/// be nested under a prefix.
+/// `metrics`: `weir run --metrics`'s server, the operator's own process, so no token is asked
+/// for. Paths are relative in the page, so the router can be nested under a prefix.
 pub fn router(metrics: Arc<Metrics>) -> Router {
-    shared_router(metrics.clone()).merge(Router::new().route("/readyz", get(readyz)).with_state(metrics))
-}
-
-/// [`router`] without `/readyz`: for a server that judges readiness over its own set of
-/// pipelines and callers (`weir serve`).
-pub fn shared_router(metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/pipelines", get(pipelines))
         .route("/metrics", get(prometheus))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(metrics)
 }
 
@@ -46,12 +42,22 @@ async fn dashboard() -> Html<&'static str> {
     Html(DASHBOARD)
 }
 
-async fn pipelines(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    ([(CACHE_CONTROL, "no-store")], Json::<DashboardView>(metrics.view()))
+async fn pipelines(State(metrics): State<Arc<Metrics>>) -> Response {
+    dashboard_json(metrics.view())
 }
 
-async fn prometheus(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics.encode())
+async fn prometheus(State(metrics): State<Arc<Metrics>>) -> Response {
+    prometheus_text(metrics.encode())
+}
+
+/// `view` as the answer of `GET /api/pipelines`: JSON, never cached.
+pub(crate) fn dashboard_json(view: DashboardView) -> Response {
+    ([(CACHE_CONTROL, "no-store")], Json(view)).into_response()
+}
+
+/// `text` as the answer of `GET /metrics`: Prometheus' text format 0.0.4.
+pub(crate) fn prometheus_text(text: String) -> Response {
+    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 /// Liveness: the process runs and its HTTP server answers. Nothing else is checked, so a

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use prometheus::proto::LabelPair;
 use prometheus::{Encoder, Registry, TextEncoder};
 
 use super::families::Families;
@@ -54,9 +55,34 @@ impl Metrics {
 
     /// Every metric in Prometheus' text exposition format (version 0.0.4).
     pub fn encode(&self) -> String {
+        self.encode_relabelled(|_| true)
+    }
+
+    /// Every metric as [`Metrics::encode`] writes it, each series' labels passed through
+    /// `relabel` first (which may add, change or remove labels): a series it answers `false` for
+    /// is left out, and so is a family left without series (`weir serve` adds a `tenant` label
+    /// and shows a tenant its own series only).
+    pub fn encode_relabelled(&self, mut relabel: impl FnMut(&mut Vec<LabelPair>) -> bool) -> String {
+        let mut families = self.registry.gather();
+        for family in &mut families {
+            let kept = family
+                .take_metric()
+                .into_iter()
+                .filter_map(|mut series| {
+                    let mut labels = series.take_label();
+                    relabel(&mut labels).then(|| {
+                        labels.sort_by(|a, b| a.name().cmp(b.name()));
+                        series.set_label(labels);
+                        series
+                    })
+                })
+                .collect();
+            family.set_metric(kept);
+        }
+        families.retain(|family| !family.get_metric().is_empty());
         let mut text = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut text)
+            .encode(&families, &mut text)
             .expect("this is a bug in Weir: the text encoder failed on valid metrics");
         String::from_utf8(text).expect("this is a bug in Weir: the text encoder wrote invalid UTF-8")
     }
@@ -81,9 +107,15 @@ impl Metrics {
 
     /// The pipelines and recent log lines, as the dashboard's JSON.
     pub fn view(&self) -> DashboardView {
+        self.view_of(|_| true, RecentLog::global().lines())
+    }
+
+    /// The pipelines whose name `shows` answers `true` for, and `log` as the log lines, as the
+    /// dashboard's JSON (`weir serve` shows a tenant its own pipelines and their lines only).
+    pub fn view_of(&self, shows: impl Fn(&str) -> bool, log: Vec<String>) -> DashboardView {
         DashboardView {
-            pipelines: self.pipelines().iter().map(|p| p.view()).collect(),
-            log: RecentLog::global().lines(),
+            pipelines: self.pipelines().iter().filter(|p| shows(p.name())).map(|p| p.view()).collect(),
+            log,
         }
     }
 }

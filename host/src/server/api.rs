@@ -1,13 +1,16 @@
 //! The HTTP API under `/v1` (JSON; errors `{code, message, field?}`), its OpenAPI description at
-//! `GET /v1/openapi.json` (generated from these handlers by utoipa), the metrics, dashboard and
-//! liveness of [`crate::http`] at `/metrics`, `/` and `/healthz`, and the node's readiness at
-//! `/readyz`.
+//! `GET /v1/openapi.json` (generated from these handlers by utoipa), the dashboard at `/`, its
+//! data at `/api/pipelines`, the metrics at `/metrics`, liveness at `/healthz` and the node's
+//! readiness at `/readyz`.
 //!
-//! Every `/v1` route but the description checks the bearer token, before it reads any of the
-//! request's body: a missing or wrong one gets 401, a tenant on an admin route 403, another
-//! tenant's object 404 (tenants only ever see their own). `/healthz` and `/readyz` take no token
-//! (probes send none); `/readyz` names the pipelines only to the admin token, and answers anyone
-//! else with counts by reason.
+//! Every route but the description and the probes checks the bearer token, before it reads any
+//! of the request's body: a missing or wrong one gets 401, a tenant on an admin route 403,
+//! another tenant's object 404 (tenants only ever see their own). `/api/pipelines` and
+//! `/metrics` show a tenant its own pipelines, their series and log lines, the admin and metrics
+//! tokens every tenant's ([`super::scope`]); the metrics token reads nothing else. `/` answers
+//! the page (static, no data) with 401 without a token: the page asks for one and sends it to
+//! `api/pipelines`. `/healthz` and `/readyz` take no token (probes send none); `/readyz` names
+//! the pipelines only to the admin token, and answers anyone else with counts by reason.
 //!
 //! Bodies are bounded per route: a component upload by `max_upload_mb`, a pipeline spec or a
 //! new tenant by [`MAX_SPEC_BYTES`]; the other routes read none.
@@ -20,7 +23,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures_util::StreamExt;
@@ -30,14 +33,15 @@ use utoipa::{IntoParams, Modify, OpenApi};
 
 use super::error::ErrorBody;
 use super::registry::{Desired, Transform};
+use super::scope::Scope;
 use super::{ApiError, Caller, NewTenant, PipelineStatus, Server, TenantView, TokenView, Uploaded};
-use crate::metrics::{Metrics, NumberedLine, PipelineReadiness, Readiness, Reason};
+use crate::metrics::{NumberedLine, PipelineReadiness, Readiness, Reason};
 
 /// Largest pipeline spec (TOML or JSON) or new-tenant request, in bytes (413 above).
 pub const MAX_SPEC_BYTES: usize = 1 << 20;
 
 /// The routes over `server` (see the module's documentation).
-pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
+pub fn router(server: Arc<Server>) -> Router {
     let v1 = Router::new()
         .route("/tenants", get(list_tenants).post(create_tenant))
         .route("/tenants/{tenant}", axum::routing::delete(delete_tenant))
@@ -59,8 +63,15 @@ pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
         .fallback(|| async { ApiError::not_found("no such route: see GET /v1/openapi.json") })
         .layer(DefaultBodyLimit::max(MAX_SPEC_BYTES))
         .with_state(server.clone());
-    let probes = Router::new().route("/readyz", get(readyz)).with_state(server);
-    Router::new().nest("/v1", v1).merge(probes).merge(crate::http::shared_router(metrics))
+    let observed = Router::new()
+        .route("/api/pipelines", get(dashboard_data))
+        .route("/metrics", get(prometheus))
+        .route_layer(middleware::from_fn_with_state(server.clone(), authenticate))
+        .route("/", get(dashboard))
+        .route("/readyz", get(readyz))
+        .route("/healthz", get(crate::http::routes::healthz))
+        .with_state(server);
+    Router::new().nest("/v1", v1).merge(observed)
 }
 
 #[derive(OpenApi)]
@@ -70,7 +81,7 @@ pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
         create_tenant, list_tenants, delete_tenant, rotate_token, revoke_token,
         upload_transform, list_transforms, show_transform, delete_transform,
         deploy_pipeline, list_pipelines, show_pipeline, stop_pipeline, start_pipeline, delete_pipeline, pipeline_logs,
-        crate::http::routes::healthz, readyz,
+        dashboard, dashboard_data, prometheus, crate::http::routes::healthz, readyz,
     ),
     components(schemas(
         ErrorBody, NewTenant, TenantView, TokenView, Uploaded, Transform, PipelineStatus, NumberedLine, Desired,
@@ -81,7 +92,8 @@ pub fn router(server: Arc<Server>, metrics: Arc<Metrics>) -> Router {
 )]
 struct ApiDoc;
 
-/// Declares the bearer scheme every route but the description and the probes uses.
+/// Declares the bearer scheme every route but the description and the probes uses: a tenant's
+/// token, the admin token, or (for `/`, `/api/pipelines` and `/metrics` only) the metrics token.
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -142,17 +154,46 @@ async fn authenticate(State(server): State<Arc<Server>>, mut request: Request, n
 fn admin(caller: Caller) -> Result<()> {
     match caller {
         Caller::Admin => Ok(()),
-        Caller::Tenant(_) => Err(ApiError::forbidden("this route needs the admin token")),
+        Caller::Tenant(_) | Caller::Metrics => Err(ApiError::forbidden("this route needs the admin token")),
     }
 }
 
 fn tenant(caller: Caller) -> Result<String> {
     match caller {
         Caller::Tenant(tenant) => Ok(tenant),
-        Caller::Admin => {
+        Caller::Admin | Caller::Metrics => {
             Err(ApiError::forbidden("this route needs a tenant's token: transforms and pipelines belong to tenants"))
         }
     }
+}
+
+/// The dashboard: a static page that draws what `api/pipelines` answers. Without a valid token
+/// the answer is 401 with the same page, which asks for a token (kept in the tab's
+/// `sessionStorage`) and sends it as `Authorization: Bearer`.
+#[utoipa::path(get, path = "/", tag = "dashboard",
+    responses((status = 200, description = "the dashboard page", body = String, content_type = "text/html"),
+        (status = 401, description = "the dashboard page, which asks for a token; no data", body = String, content_type = "text/html")))]
+async fn dashboard(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    let status = if caller(&server, &headers).await.is_ok() { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
+    (status, Html(crate::http::routes::DASHBOARD)).into_response()
+}
+
+/// The dashboard's data (docs/observability.md): the caller's pipelines with their live
+/// figures, and their recent log lines (guest lines included). A tenant's token sees its own
+/// pipelines; the admin and metrics tokens every tenant's and the process's log.
+#[utoipa::path(get, path = "/api/pipelines", tag = "dashboard",
+    responses((status = 200, description = "`{pipelines, log}`", body = Object), (status = 401, body = ErrorBody)))]
+async fn dashboard_data(State(server): State<Arc<Server>>, Extension(caller): Extension<Caller>) -> Response {
+    crate::http::routes::dashboard_json(Scope::of(caller).dashboard(server.metrics()))
+}
+
+/// Prometheus metrics, text format 0.0.4, every pipeline's series with a `tenant` label. A
+/// tenant's token sees the series of its own tenant; the admin and metrics tokens every one.
+#[utoipa::path(get, path = "/metrics", tag = "dashboard",
+    responses((status = 200, description = "the series the caller sees", body = String, content_type = "text/plain"),
+        (status = 401, body = ErrorBody)))]
+async fn prometheus(State(server): State<Arc<Server>>, Extension(caller): Extension<Caller>) -> Response {
+    crate::http::routes::prometheus_text(Scope::of(caller).prometheus(server.metrics()))
 }
 
 /// Create a tenant; answers its token, once.
@@ -441,9 +482,17 @@ mod tests {
             "/v1/tenants/{tenant}/token",
             "/healthz",
             "/readyz",
+            "/",
+            "/api/pipelines",
+            "/metrics",
         ] {
             assert!(paths.contains_key(path), "{path} missing from {:?}", paths.keys());
         }
+        for guarded in ["/", "/api/pipelines", "/metrics", "/v1/pipelines"] {
+            let security = &description["paths"][guarded]["get"]["security"];
+            assert!(security.is_null(), "{guarded} takes the document's bearer requirement, not {security}");
+        }
+        assert_eq!(description["security"], serde_json::json!([{ "bearer": [] }]));
         assert!(description["components"]["securitySchemes"]["bearer"].is_object());
         for probe in ["/healthz", "/readyz"] {
             assert_eq!(

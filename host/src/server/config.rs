@@ -67,6 +67,12 @@ pub struct ServeConfig {
     /// The admin token: `$WEIR_ADMIN_TOKEN`, else the contents of `admin_token_file` (never
     /// in the file itself, nor on the command line).
     pub admin_token: String,
+    /// `metrics_token`: the hex SHA-256 of a token that reads `/`, `/metrics` and
+    /// `/api/pipelines` of every tenant (a Prometheus scraper's) and nothing else; `None`
+    /// without one (the admin token reads them too). Written in the file as a reference,
+    /// `${env:NAME}` or `${file:/path}`, at least [`MIN_ADMIN_TOKEN_LEN`] bytes; only its hash
+    /// is kept.
+    pub metrics_token_sha256: Option<String>,
 }
 
 /// A tenant's limits, enforced when it deploys a pipeline.
@@ -165,6 +171,7 @@ struct ServeFile {
     node_id: Option<String>,
     registry_topic: Option<String>,
     admin_token_file: Option<PathBuf>,
+    metrics_token: Option<String>,
     max_upload_mb: Option<u64>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
@@ -218,6 +225,7 @@ impl ServeConfig {
         if admin_token.len() < MIN_ADMIN_TOKEN_LEN {
             anyhow::bail!("the admin token is shorter than {MIN_ADMIN_TOKEN_LEN} bytes: use a long random one");
         }
+        let metrics_token_sha256 = file.metrics_token.as_deref().map(metrics_token).transpose()?;
         if let Some(node_id) = &file.node_id {
             crate::pipeline::check_instance(node_id).map_err(|why| anyhow::anyhow!("`node_id`: {why}"))?;
         }
@@ -285,8 +293,26 @@ impl ServeConfig {
             max_identical_failures: file.max_identical_failures.unwrap_or(DEFAULT_MAX_IDENTICAL_FAILURES).max(1),
             tenant_defaults: file.tenant_defaults,
             admin_token,
+            metrics_token_sha256,
         })
     }
+}
+
+/// The hex SHA-256 of the token `metrics_token` refers to.
+fn metrics_token(reference: &str) -> anyhow::Result<String> {
+    if !reference.starts_with("${") {
+        anyhow::bail!(
+            "`metrics_token`: a token must not be written in the file: write a reference, `${{env:NAME}}` or `${{file:/path}}`"
+        );
+    }
+    let token = crate::config::secret::resolve("metrics_token", reference)
+        .map_err(|e| anyhow::anyhow!("`metrics_token`: {e}"))?;
+    let token = token.trim();
+    if token.len() < MIN_ADMIN_TOKEN_LEN {
+        anyhow::bail!("`metrics_token`: the token is shorter than {MIN_ADMIN_TOKEN_LEN} bytes: use a long random one");
+    }
+    crate::config::secret::remember(token);
+    Ok(super::auth::hash(token))
 }
 
 #[cfg(test)]
@@ -359,6 +385,27 @@ mod tests {
         let text = format!("{MINIMAL}max_connections = 4\nbody_timeout_ms = 2500\n");
         let config = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap();
         assert_eq!((config.transport.max_connections, config.transport.body_timeout), (4, Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn the_metrics_token_is_a_reference_kept_as_its_hash() {
+        let token = || Some("0123456789abcdef".into());
+        let text = format!("{MINIMAL}metrics_token = \"scrape-token-0123456789\"\n");
+        let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("`metrics_token`") && error.contains("${env:NAME}"), "{error}");
+        let text = format!("{MINIMAL}metrics_token = \"${{env:WEIR_SERVE_TEST_METRICS_TOKEN}}\"\n");
+        let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("WEIR_SERVE_TEST_METRICS_TOKEN"), "{error}");
+        // SAFETY: this test's own variable; no other test reads or writes it.
+        unsafe { std::env::set_var("WEIR_SERVE_TEST_METRICS_TOKEN", "scrape-token-0123456789\n") };
+        let config = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap();
+        assert_eq!(config.metrics_token_sha256, Some(crate::server::auth::hash("scrape-token-0123456789")));
+        assert!(!format!("{config:?}").contains("scrape-token-0123456789"));
+        assert_eq!(ServeConfig::from_toml_str(MINIMAL, Path::new("/"), token()).unwrap().metrics_token_sha256, None);
+        // SAFETY: as above.
+        unsafe { std::env::set_var("WEIR_SERVE_TEST_METRICS_TOKEN", "short") };
+        let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err().to_string();
+        assert!(error.contains("shorter"), "{error}");
     }
 
     #[test]

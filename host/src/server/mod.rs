@@ -9,6 +9,8 @@
 //!   prefix, quotas).
 //! - [`supervisor`]: one thread per running pipeline.
 //! - [`api`]: the routes and their OpenAPI description; [`Server`] does the work behind them.
+//! - [`scope`]: what a caller sees of `/`, `/metrics` and `/api/pipelines`: a tenant its own
+//!   pipelines, the admin and metrics tokens every one.
 //! - [`listen`]: the accept loop: TLS, the connection limit, header and body timeouts.
 //!
 //! Data flows one way: request → [`api`] → [`Server`] → registry/store, supervisor → pipeline.
@@ -20,6 +22,7 @@ pub mod error;
 mod follow;
 pub mod listen;
 pub mod registry;
+mod scope;
 pub mod spec;
 pub mod store;
 pub mod supervisor;
@@ -56,6 +59,9 @@ pub enum Caller {
     Admin,
     /// The holder of tenant `0`'s token.
     Tenant(String),
+    /// The holder of the metrics token (`metrics_token`): reads `/`, `/metrics` and
+    /// `/api/pipelines` of every tenant, nothing else.
+    Metrics,
 }
 
 /// `POST /v1/tenants`.
@@ -195,6 +201,11 @@ impl Server {
         Ok(server)
     }
 
+    /// The metrics of the node's pipelines (`/metrics`, `/api/pipelines`).
+    pub fn metrics(&self) -> &Metrics {
+        self.supervisor.metrics()
+    }
+
     /// The server's configuration.
     pub fn config(&self) -> &ServeConfig {
         &self.config
@@ -219,6 +230,9 @@ impl Server {
         let token = authorization.and_then(auth::bearer).ok_or_else(ApiError::unauthorized)?;
         if auth::matches(token, &auth::hash(&self.config.admin_token)) {
             return Ok(Caller::Admin);
+        }
+        if self.config.metrics_token_sha256.as_deref().is_some_and(|stored| auth::matches(token, stored)) {
+            return Ok(Caller::Metrics);
         }
         let tenant = auth::claimed_tenant(token).ok_or_else(ApiError::unauthorized)?;
         let registry = self.registry.lock().await;
