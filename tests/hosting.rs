@@ -1106,3 +1106,55 @@ async fn half_sent_bodies_are_cut_at_the_body_timeout_and_connections_are_limite
     eventually("the server serves again", || serve.call("GET", "/healthz", None, None).0 == 200, &|| serve.log());
     assert!(serve.log().contains("too many connections"), "{}", serve.log());
 }
+
+/// Issue 44, item 4: a `registry_topic` inside a prefix a tenant could be given handed that
+/// tenant the registry (a `tenant/<victim>` record through its sink took over an account). Such
+/// a tenant is refused at creation, and a registry already holding one keeps the server from
+/// starting, both naming `registry_topic`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_prefix_reaching_the_registry_topic_is_refused_at_creation_and_at_start() {
+    let run = unique_name("weir-owned");
+    let registry = format!("{run}.registry");
+    let serve = Serve::node("node-1", &registry, "");
+    for prefix in [format!("{run}."), format!("{run}_"), format!("{run}.registry")] {
+        let request = json!({ "name": "evil", "topic_prefix": prefix }).to_string().into_bytes();
+        let (status, answer) = serve.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", request)));
+        assert_eq!((status, answer["field"].as_str()), (400, Some("topic_prefix")), "{prefix}: {answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("`registry_topic` {registry:?}")), "{message}");
+    }
+    assert_eq!(serve.ok("GET", "/v1/tenants", ADMIN, None), json!([]));
+    // A prefix beside the registry topic is fine.
+    serve.tenant("acme", &format!("{run}-acme."), None);
+    drop(serve);
+
+    // A tenant record written before this check (as an older server did) stops the start.
+    let producer = weir_tests::admin::producer(&[]);
+    let tenant = json!({ "name": "evil", "id": "0123456789ab", "topic_prefix": format!("{run}."), "quotas": {}, "token_sha256": null });
+    let value = tenant.to_string();
+    weir_tests::admin::send_waiting(
+        &producer,
+        BaseRecord::<str, str>::to(&registry).key("tenant/evil").payload(&value),
+    );
+    producer.flush(Duration::from_secs(30)).expect("flush the tenant record");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nbrokers = \"{}\"\ndata_dir = \"data\"\nregistry_topic = \"{registry}\"\n",
+        bootstrap()
+    );
+    std::fs::write(dir.path().join("serve.toml"), text).expect("serve.toml");
+    let mut child = Command::new(weir_binary())
+        .args(["serve", "--config", "serve.toml"])
+        .current_dir(dir.path())
+        .env("WEIR_ADMIN_TOKEN", ADMIN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir serve");
+    let exited = wait_exit(&mut child, RUN_TIMEOUT).expect("weir serve refuses to start");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert!(!exited.success(), "{stderr}");
+    let wanted = format!("tenant evil: topic prefix \"{run}.\" overlaps the server's `registry_topic` {registry:?}");
+    assert!(stderr.contains(&wanted), "{stderr}");
+}

@@ -19,6 +19,7 @@ pub mod config;
 pub mod error;
 mod follow;
 pub mod listen;
+pub mod names;
 pub mod registry;
 pub mod spec;
 pub mod store;
@@ -65,7 +66,8 @@ pub struct NewTenant {
     /// 1 to 63 of `a-z 0-9 -`.
     pub name: String,
     /// Every topic of the tenant's pipelines starts with it, e.g. `acme.`; 1 to 100 topic-name
-    /// characters, not starting with `_`, and no prefix of another tenant's (nor the reverse).
+    /// characters, not starting with `_`, and no prefix of another tenant's (nor the reverse),
+    /// nor of the server's own topics ([`names`]).
     pub topic_prefix: String,
     /// The tenant's limits; each one missing is the server's `[tenant_defaults]` one.
     #[schema(value_type = Option<Quotas>)]
@@ -151,8 +153,8 @@ impl Server {
     /// `data_dir`), and starts every pipeline whose desired state is running.
     ///
     /// # Errors
-    /// When the engine cannot be built, the broker cannot be reached, or the registry topic does
-    /// not parse.
+    /// When the engine cannot be built, the broker cannot be reached, the registry topic does
+    /// not parse, or a tenant's topic prefix overlaps the server's own topics.
     pub async fn open(config: ServeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Self>> {
         let engine = Arc::new(WasmEngine::new(&EngineConfig {
             cache_dir: Some(config.data_dir.join("compiled")),
@@ -161,6 +163,10 @@ impl Server {
         let store::Opened { store, values, end } = Store::open(&config.cluster, &config.registry_topic).await?;
         let components = config.data_dir.join("components");
         let registry = Registry::load(&values, &components)?;
+        names::check_tenants(
+            &config,
+            registry.tenants.values().map(|e| (e.tenant.name.as_str(), e.tenant.topic_prefix.as_str())),
+        )?;
         let supervisor =
             Arc::new(Supervisor::new(engine.clone(), metrics, config.node_id.clone(), config.max_identical_failures));
         supervisor
@@ -234,7 +240,8 @@ impl Server {
     /// Creates a tenant and returns its first token.
     ///
     /// # Errors
-    /// 400 naming `name` or `topic_prefix`; 409 when the tenant exists; 503 when the registry
+    /// 400 naming `name` or `topic_prefix` (also when the prefix overlaps another tenant's or
+    /// the server's `registry_topic`); 409 when the tenant exists; 503 when the registry
     /// topic cannot be written.
     pub async fn create_tenant(&self, request: NewTenant) -> Result<TokenView, ApiError> {
         check_tenant_name(&request.name)?;
@@ -243,14 +250,12 @@ impl Server {
         if registry.tenants.contains_key(&request.name) {
             return Err(ApiError::conflict(format!("tenant {:?} exists", request.name)));
         }
-        // Kafka refuses a topic whose name differs from an existing one only in `.` versus `_`
-        // (they collide in metric names), so prefixes are compared with the two made equal.
-        let collide = |prefix: &str| prefix.replace('.', "_");
-        let wanted = collide(&request.topic_prefix);
-        if let Some(other) = registry.tenants.values().find(|e| {
-            let theirs = collide(&e.tenant.topic_prefix);
-            theirs.starts_with(&wanted) || wanted.starts_with(&theirs)
-        }) {
+        if let Some(why) = names::server_topic_overlap(&self.config, &request.topic_prefix) {
+            return Err(ApiError::invalid("topic_prefix", format!("`topic_prefix`: {why}")));
+        }
+        if let Some(other) =
+            registry.tenants.values().find(|e| names::overlaps(&e.tenant.topic_prefix, &request.topic_prefix))
+        {
             return Err(ApiError::invalid(
                 "topic_prefix",
                 format!(
