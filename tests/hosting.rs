@@ -1205,3 +1205,129 @@ async fn half_sent_bodies_are_cut_at_the_body_timeout_and_connections_are_limite
     eventually("the server serves again", || serve.call("GET", "/healthz", None, None).0 == 200, &|| serve.log());
     assert!(serve.log().contains("too many connections"), "{}", serve.log());
 }
+
+/// Issue 44, item 4: a `registry_topic` inside a prefix a tenant could be given handed that
+/// tenant the registry (a `tenant/<victim>` record through its sink took over an account). Such
+/// a tenant is refused at creation, and a registry already holding one keeps the server from
+/// starting, both naming `registry_topic`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_prefix_reaching_the_registry_topic_is_refused_at_creation_and_at_start() {
+    let run = unique_name("weir-owned");
+    let registry = format!("{run}.registry");
+    let serve = Serve::node("node-1", &registry, "");
+    for prefix in [format!("{run}."), format!("{run}_"), format!("{run}.registry")] {
+        let request = json!({ "name": "evil", "topic_prefix": prefix }).to_string().into_bytes();
+        let (status, answer) = serve.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", request)));
+        assert_eq!((status, answer["field"].as_str()), (400, Some("topic_prefix")), "{prefix}: {answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("`registry_topic` {registry:?}")), "{message}");
+    }
+    assert_eq!(serve.ok("GET", "/v1/tenants", ADMIN, None), json!([]));
+    // A prefix beside the registry topic is fine.
+    serve.tenant("acme", &format!("{run}-acme."), None);
+    drop(serve);
+
+    // A tenant record written before this check (as an older server did) stops the start.
+    let producer = weir_tests::admin::producer(&[]);
+    let tenant = json!({ "name": "evil", "id": "0123456789ab", "topic_prefix": format!("{run}."), "quotas": {}, "token_sha256": null });
+    let value = tenant.to_string();
+    weir_tests::admin::send_waiting(
+        &producer,
+        BaseRecord::<str, str>::to(&registry).key("tenant/evil").payload(&value),
+    );
+    producer.flush(Duration::from_secs(30)).expect("flush the tenant record");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nbrokers = \"{}\"\ndata_dir = \"data\"\nregistry_topic = \"{registry}\"\n",
+        bootstrap()
+    );
+    std::fs::write(dir.path().join("serve.toml"), text).expect("serve.toml");
+    let mut child = Command::new(weir_binary())
+        .args(["serve", "--config", "serve.toml"])
+        .current_dir(dir.path())
+        .env("WEIR_ADMIN_TOKEN", ADMIN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir serve");
+    let exited = wait_exit(&mut child, RUN_TIMEOUT).expect("weir serve refuses to start");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert!(!exited.success(), "{stderr}");
+    let wanted = format!("tenant evil: topic prefix \"{run}.\" overlaps the server's `registry_topic` {registry:?}");
+    assert!(stderr.contains(&wanted), "{stderr}");
+}
+
+/// `POST /v1/tenants` through node `a` and node `b` at the same moment, with `first` and
+/// `second` as bodies; returns both answers.
+fn create_at_once(a: &Serve, b: &Serve, first: Value, second: Value) -> [(u16, Value); 2] {
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        let calls = [(a, first), (b, second)].map(|(node, body)| {
+            let barrier = &barrier;
+            scope.spawn(move || {
+                barrier.wait();
+                node.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", body.to_string().into_bytes())))
+            })
+        });
+        calls.map(|call| call.join().expect("a create"))
+    })
+}
+
+/// Issue 44, item 1: two nodes asked at the same moment for two tenants on one prefix, or for
+/// one tenant name, each answered 201 (each checked its own copy of the registry). The registry
+/// topic now decides: exactly one 201 per race, both nodes then list the same winner, and the
+/// winner's token works on both.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_nodes_racing_for_one_prefix_or_one_name_create_one_tenant() {
+    const ROUNDS: usize = 10;
+    let first = Serve::start("");
+    let second = first.another_node("node-2");
+    let logs = || format!("node-1:\n{}\nnode-2:\n{}", first.log(), second.log());
+    let run = unique_name("weir-race");
+    let listed = |node: &Serve| node.ok("GET", "/v1/tenants", ADMIN, None);
+    let mut tokens = Vec::new();
+    for round in 0..ROUNDS {
+        // One prefix, two names.
+        let prefix = format!("{run}-{round}.");
+        let answers = create_at_once(
+            &first,
+            &second,
+            json!({ "name": format!("p{round}-a"), "topic_prefix": prefix }),
+            json!({ "name": format!("p{round}-b"), "topic_prefix": prefix }),
+        );
+        let created: Vec<usize> = (0..2).filter(|&i| answers[i].0 == 201).collect();
+        assert_eq!(created.len(), 1, "round {round}, one prefix: {answers:?}\n{}", logs());
+        let loser = &answers[1 - created[0]];
+        assert_eq!((loser.0, loser.1["field"].as_str()), (400, Some("topic_prefix")), "{answers:?}");
+        // One name, two prefixes.
+        let name = format!("n{round}");
+        let answers = create_at_once(
+            &first,
+            &second,
+            json!({ "name": name, "topic_prefix": format!("{run}-{round}-a.") }),
+            json!({ "name": name, "topic_prefix": format!("{run}-{round}-b.") }),
+        );
+        let created: Vec<usize> = (0..2).filter(|&i| answers[i].0 == 201).collect();
+        assert_eq!(created.len(), 1, "round {round}, one name: {answers:?}\n{}", logs());
+        assert_eq!(answers[1 - created[0]].0, 409, "{answers:?}");
+        let token = answers[created[0]].1["token"].as_str().expect("a token").to_owned();
+        for node in [&first, &second] {
+            eventually(
+                "the winner's token working",
+                || node.call("GET", "/v1/pipelines", Some(&token), None).0 == 200,
+                &logs,
+            );
+        }
+        tokens.push(token);
+    }
+    eventually("both nodes listing the same tenants", || listed(&first) == listed(&second), &logs);
+    let tenants = listed(&first);
+    assert_eq!(tenants.as_array().map(Vec::len), Some(2 * ROUNDS), "{tenants}");
+    // The winners' tokens still work a moment later (the losers' records did not replace them).
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(listed(&first), listed(&second));
+    for (token, node) in tokens.iter().flat_map(|token| [(token, &first), (token, &second)]) {
+        assert_eq!(node.call("GET", "/v1/pipelines", Some(token), None).0, 200, "{}", logs());
+    }
+}

@@ -10,7 +10,10 @@
 //! node's registry with it at once (tokens, tenants, transforms) and has each pipeline that
 //! differs start, restart or stop on a task of its own. Writes of other nodes thus reach this
 //! one within about a second, and two nodes that change one object at once both end at the
-//! write the broker took last.
+//! write the broker took last, except for tenant records, which the read decides in the topic's
+//! order ([`super::registry::Registry::admit`]: the first writer of a name or prefix wins). The
+//! follower publishes the offset it applied up to (`Server::applied`): a tenant creation answers
+//! once its record is applied and it can see whether it won.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,8 +49,14 @@ pub(super) fn spawn(
                     continue;
                 }
             }
-            if let Err(error) = runtime.block_on(server.reconcile(&values, end)) {
-                tracing::error!(%error, "cannot apply the registry topic's changes; trying again at its next change");
+            match runtime.block_on(server.reconcile(&values, end)) {
+                Ok(true) => {
+                    server.applied.send_replace(end);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::error!(%error, "cannot apply the registry topic's changes; trying again at its next change");
+                }
             }
             forget_materialized(&mut values, &server.components);
         }
@@ -58,13 +67,13 @@ impl Server {
     /// Makes the registry the one `values` describe (the topic up to offset `end`) and has each
     /// pipeline that differs converge on its own task ([`Server::converge`]), so that a slow
     /// stop holds up neither the registry nor other pipelines. Does nothing while a write of
-    /// this node is beyond `end`: the next read includes it.
-    async fn reconcile(self: &Arc<Self>, values: &BTreeMap<String, Vec<u8>>, end: i64) -> anyhow::Result<()> {
+    /// this node is beyond `end`: the next read includes it. Returns whether it applied.
+    async fn reconcile(self: &Arc<Self>, values: &BTreeMap<String, Vec<u8>>, end: i64) -> anyhow::Result<bool> {
         let mut registry = self.registry.lock().await;
         // Every request writes and updates the registry under its lock: holding it, no write of
         // this node is on its way in between.
         if self.store.last_written() >= end {
-            return Ok(());
+            return Ok(false);
         }
         let truth = Registry::load(values, &self.components)?;
         let mut changed = Vec::new();
@@ -90,7 +99,7 @@ impl Server {
             let server = self.clone();
             tokio::spawn(async move { server.converge(&tenant, &name).await });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Brings pipeline `name` of `tenant` on this node to what the registry says now: running

@@ -21,6 +21,7 @@ pub mod config;
 pub mod error;
 mod follow;
 pub mod listen;
+pub mod names;
 pub mod registry;
 mod scope;
 pub mod spec;
@@ -49,6 +50,8 @@ use supervisor::Supervisor;
 pub const MAX_TENANT_LEN: usize = 63;
 /// Longest transform or pipeline name; they are `A-Z a-z 0-9 _ -`.
 pub const MAX_OBJECT_LEN: usize = 100;
+/// Longest a change waits to be read back from the registry topic before the API answers 503.
+pub const REGISTRY_WAIT: Duration = Duration::from_secs(10);
 /// Longest a logs request waits for a new line.
 pub const MAX_LOG_WAIT: Duration = Duration::from_secs(30);
 
@@ -71,7 +74,8 @@ pub struct NewTenant {
     /// 1 to 63 of `a-z 0-9 -`.
     pub name: String,
     /// Every topic of the tenant's pipelines starts with it, e.g. `acme.`; 1 to 100 topic-name
-    /// characters, not starting with `_`, and no prefix of another tenant's (nor the reverse).
+    /// characters, not starting with `_`, and no prefix of another tenant's (nor the reverse),
+    /// nor of the server's own topics ([`names`]).
     pub topic_prefix: String,
     /// The tenant's limits; each one missing is the server's `[tenant_defaults]` one.
     #[schema(value_type = Option<Quotas>)]
@@ -150,6 +154,9 @@ pub struct Server {
     components: PathBuf,
     /// Set when the server shuts down: waiting log requests answer at once.
     closing: std::sync::atomic::AtomicBool,
+    /// The registry topic's offset up to which the registry holds what the follower read (the
+    /// offset after the last record applied).
+    applied: tokio::sync::watch::Sender<i64>,
 }
 
 impl Server {
@@ -157,8 +164,8 @@ impl Server {
     /// `data_dir`), and starts every pipeline whose desired state is running.
     ///
     /// # Errors
-    /// When the engine cannot be built, the broker cannot be reached, or the registry topic does
-    /// not parse.
+    /// When the engine cannot be built, the broker cannot be reached, the registry topic does
+    /// not parse, or a tenant's topic prefix overlaps the server's own topics.
     pub async fn open(config: ServeConfig, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Self>> {
         let engine = Arc::new(WasmEngine::new(&EngineConfig {
             cache_dir: Some(config.data_dir.join("compiled")),
@@ -167,6 +174,10 @@ impl Server {
         let store::Opened { store, values, end } = Store::open(&config.cluster, &config.registry_topic).await?;
         let components = config.data_dir.join("components");
         let registry = Registry::load(&values, &components)?;
+        names::check_tenants(
+            &config,
+            registry.tenants.values().map(|e| (e.tenant.name.as_str(), e.tenant.topic_prefix.as_str())),
+        )?;
         let supervisor =
             Arc::new(Supervisor::new(engine.clone(), metrics, config.node_id.clone(), config.max_identical_failures));
         supervisor
@@ -183,6 +194,7 @@ impl Server {
             pipeline_locks: Default::default(),
             components,
             closing: Default::default(),
+            applied: tokio::sync::watch::Sender::new(end),
         });
         let registry = server.registry.lock().await;
         for entry in registry.tenants.values() {
@@ -248,23 +260,27 @@ impl Server {
     /// Creates a tenant and returns its first token.
     ///
     /// # Errors
-    /// 400 naming `name` or `topic_prefix`; 409 when the tenant exists; 503 when the registry
-    /// topic cannot be written.
+    /// 400 naming `name` or `topic_prefix` (also when the prefix overlaps another tenant's or
+    /// the server's `registry_topic`); 409 when the tenant exists; 503 when the registry
+    /// topic cannot be written, or not read back within [`REGISTRY_WAIT`].
+    ///
+    /// Checked here against this node's registry, then decided by the registry topic: the
+    /// tenant is written, and the answer waits until the follower has read it back and shows
+    /// whether it came first ([`Registry::admit`]): two nodes asked at the same moment for one
+    /// name or overlapping prefixes answer one `201` between them.
     pub async fn create_tenant(&self, request: NewTenant) -> Result<TokenView, ApiError> {
         check_tenant_name(&request.name)?;
         check_prefix(&request.topic_prefix)?;
-        let mut registry = self.registry.lock().await;
+        let registry = self.registry.lock().await;
         if registry.tenants.contains_key(&request.name) {
             return Err(ApiError::conflict(format!("tenant {:?} exists", request.name)));
         }
-        // Kafka refuses a topic whose name differs from an existing one only in `.` versus `_`
-        // (they collide in metric names), so prefixes are compared with the two made equal.
-        let collide = |prefix: &str| prefix.replace('.', "_");
-        let wanted = collide(&request.topic_prefix);
-        if let Some(other) = registry.tenants.values().find(|e| {
-            let theirs = collide(&e.tenant.topic_prefix);
-            theirs.starts_with(&wanted) || wanted.starts_with(&theirs)
-        }) {
+        if let Some(why) = names::server_topic_overlap(&self.config, &request.topic_prefix) {
+            return Err(ApiError::invalid("topic_prefix", format!("`topic_prefix`: {why}")));
+        }
+        if let Some(other) =
+            registry.tenants.values().find(|e| names::overlaps(&e.tenant.topic_prefix, &request.topic_prefix))
+        {
             return Err(ApiError::invalid(
                 "topic_prefix",
                 format!(
@@ -290,13 +306,56 @@ impl Server {
             quotas,
             token_sha256: Some(hash),
         };
-        self.put_tenant(&tenant).await?;
-        registry.tenants.insert(
-            tenant.name.clone(),
-            TenantEntry { tenant, transforms: Default::default(), pipelines: Default::default() },
-        );
-        tracing::info!(tenant = %request.name, "tenant created");
-        Ok(TokenView { tenant: request.name, token })
+        let offset = self.put_tenant(&tenant).await?;
+        drop(registry);
+        self.read_back(offset).await?;
+        let registry = self.registry.lock().await;
+        let winner = registry.tenants.get(&tenant.name).map(|e| &e.tenant);
+        if winner.is_some_and(|winner| winner.id == tenant.id) {
+            tracing::info!(tenant = %request.name, "tenant created");
+            return Ok(TokenView { tenant: request.name, token });
+        }
+        // Lost to a tenant written first through another node. Its record stays the key's last
+        // value, so that compaction keeps the winner and not this record.
+        if let Some(winner) = winner {
+            self.put_tenant(winner).await?;
+            return Err(ApiError::conflict(format!(
+                "tenant {:?} exists: created at the same moment through another node",
+                request.name
+            )));
+        }
+        self.store.put(&Registry::tenant_key(&tenant.name), None).await.map_err(ApiError::unavailable)?;
+        match registry.tenants.values().find(|e| names::overlaps(&e.tenant.topic_prefix, &tenant.topic_prefix)) {
+            Some(other) => Err(ApiError::invalid(
+                "topic_prefix",
+                format!(
+                    "`topic_prefix`: {:?} overlaps tenant {}'s prefix {:?}, created at the same moment through another node: each tenant's topics must be its own",
+                    tenant.topic_prefix, other.tenant.name, other.tenant.topic_prefix
+                ),
+            )),
+            None => Err(ApiError::conflict(format!(
+                "tenant {:?} was deleted through another node as it was created: create it again",
+                request.name
+            ))),
+        }
+    }
+
+    /// Waits until the follower has applied the registry topic past `offset` (a write of this
+    /// node), at most [`REGISTRY_WAIT`].
+    ///
+    /// # Errors
+    /// 503 when it has not by then.
+    async fn read_back(&self, offset: i64) -> Result<(), ApiError> {
+        let mut applied = self.applied.subscribe();
+        match tokio::time::timeout(REGISTRY_WAIT, applied.wait_for(|end| *end > offset)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(ApiError::unavailable(anyhow::anyhow!(
+                "the registry topic {} was written but not read back within {} s, so whether the change won \
+                 over another node's is unknown: look (GET) before trying again",
+                self.config.registry_topic,
+                REGISTRY_WAIT.as_secs()
+            ))),
+        }
     }
 
     /// Every tenant.
@@ -361,7 +420,7 @@ impl Server {
         Ok(())
     }
 
-    async fn put_tenant(&self, tenant: &Tenant) -> Result<(), ApiError> {
+    async fn put_tenant(&self, tenant: &Tenant) -> Result<i64, ApiError> {
         let value = serde_json::to_vec(tenant).map_err(ApiError::internal)?;
         self.store.put(&Registry::tenant_key(&tenant.name), Some(&value)).await.map_err(ApiError::unavailable)
     }
@@ -714,6 +773,7 @@ impl Server {
         self.store
             .put(&Registry::pipeline_key(tenant, &pipeline.name), Some(&value))
             .await
+            .map(drop)
             .map_err(ApiError::unavailable)
     }
 

@@ -1,8 +1,9 @@
 //! The registry's durable copy: one compacted Kafka topic (`registry_topic`), one partition, keyed
 //! by object (`tenant/<name>`, `transform/<tenant>/<name>`, `pipeline/<tenant>/<name>`,
-//! `blob/<sha256>/<chunk>`), values JSON (blobs: raw bytes), deletions as tombstones. A node
-//! reads it to its end at start-up; every change is written (acks=all, idempotent) before the
-//! API answers. Component bytes go in chunks of [`CHUNK_BYTES`], below the broker's default
+//! `blob/<sha256>/<chunk>`), values JSON (blobs: raw bytes), deletions as tombstones; a record
+//! [`super::registry::Registry::admit`] refuses (a tenant that lost to an earlier one) is
+//! skipped as it is read, on every node alike. A node reads it to its end at start-up; every
+//! change is written (acks=all, idempotent) before the API answers. Component bytes go in chunks of [`CHUNK_BYTES`], below the broker's default
 //! `max.message.bytes` (1 MiB).
 
 use std::collections::BTreeMap;
@@ -86,11 +87,12 @@ impl Store {
         self.last_written.load(Ordering::SeqCst)
     }
 
-    /// Writes `key` = `value` (`None`: a tombstone) and waits for the broker's acknowledgement.
+    /// Writes `key` = `value` (`None`: a tombstone) and waits for the broker's acknowledgement;
+    /// returns the record's offset.
     ///
     /// # Errors
     /// When the write is not acknowledged within 30 s.
-    pub async fn put(&self, key: &str, value: Option<&[u8]>) -> anyhow::Result<()> {
+    pub async fn put(&self, key: &str, value: Option<&[u8]>) -> anyhow::Result<i64> {
         let mut record = FutureRecord::<str, [u8]>::to(&self.topic).key(key).partition(0);
         if let Some(value) = value {
             record = record.payload(value);
@@ -101,7 +103,7 @@ impl Store {
             .await
             .map_err(|(e, _)| anyhow::anyhow!("cannot write {key} to the registry topic {}: {e}", self.topic))?;
         self.last_written.fetch_max(delivered.offset, Ordering::SeqCst);
-        Ok(())
+        Ok(delivered.offset)
     }
 
     /// Writes `bytes` as chunks `blob/<sha256>/<i>`; returns how many.
@@ -134,6 +136,10 @@ fn read_after(
         reader.read(&BTreeMap::from([(0, from)]), &until, 1024, TIMEOUT, down, |_, batch, _| {
             for (key, value, _) in batch {
                 let key = String::from_utf8_lossy(&key).into_owned();
+                if let Err(why) = super::registry::Registry::admit(values, &key, value.as_deref()) {
+                    tracing::info!(key, why, "a registry record lost to an earlier one: the first writer wins");
+                    continue;
+                }
                 match value {
                     Some(value) => values.insert(key, value),
                     None => values.remove(&key),
