@@ -172,7 +172,8 @@ fn failures_and_checkpoints_keep_a_bounded_history_newest_first() {
     assert_eq!(ids, (6..=newest).rev().collect::<Vec<_>>());
     assert_eq!(view.last_checkpoint.map(|c| c.id), Some(newest));
     assert_eq!(view.checkpoints[0].state_bytes, newest);
-    assert!((view.activity.checkpoint_seconds - 0.01 * newest as f64).abs() < 1e-9, "{:?}", view.activity);
+    // The activity counts how long processing paused (the stall), not the whole checkpoint.
+    assert!((view.activity.checkpoint_seconds - 0.002 * newest as f64).abs() < 1e-9, "{:?}", view.activity);
 }
 
 #[test]
