@@ -152,8 +152,9 @@ async fn the_next_epoch_processes_while_a_checkpoint_commits() {
     // Epochs overlap (DESIGN.md, "Exactly-once protocol", step 3): checkpoint 2 (the first with
     // input) stalls after its pre-commit, on its commit thread. Records produced during the
     // stall are processed into epoch 3's transaction before T_2 commits: read_uncommitted sees
-    // them while the log has no commit of checkpoint 2. A synchronous checkpoint would process
-    // nothing until the stall ends.
+    // some while the log has no commit of checkpoint 2. (Some, not all: on a busy machine epoch
+    // 3 may reach its barrier with part of them, and that barrier waits for T_2.) A
+    // synchronous checkpoint would process nothing until the stall ends.
     let pipeline = TestPipeline::new("weir-overlap", &Spec::new("passthrough"));
     let rows = keyed(&flight_rows(2_000));
     let (first, second) = rows.split_at(1_000);
@@ -162,11 +163,11 @@ async fn the_next_epoch_processes_while_a_checkpoint_commits() {
     pipeline.wait_for_log("WEIR_FAULT: stalling", RUN_TIMEOUT);
     produce(&pipeline.source, 1, second).await;
     let mut uncommitted = Reader::new(&pipeline.sink, 1, Isolation::ReadUncommitted);
-    let seen = uncommitted.read_until(rows.len(), Duration::from_secs(15));
+    let seen = uncommitted.read_until(first.len() + 1, Duration::from_secs(15));
     let log = pipeline.log_text();
     let committed_2 = log.lines().any(|line| line.contains("checkpoint committed") && line.contains("checkpoint=2 "));
     assert!(!committed_2, "read while checkpoint 2 still commits; log:\n{log}");
-    assert_eq!(seen, rows.len(), "epoch 3 processed the second half during T_2's commit; log:\n{log}");
+    assert!(seen > first.len(), "epoch 3 processed records during T_2's commit; log:\n{log}");
     let mut committed = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
     assert_eq!(committed.read_until(rows.len(), RUN_TIMEOUT), rows.len(), "all committed after the stall");
     committed.drain(Duration::from_secs(2));

@@ -166,9 +166,12 @@ impl InFlight {
     /// [`PipelineError::Refused`] when the system cannot start a thread.
     pub fn start(mut commit: Commit, slot: usize) -> Result<Self, PipelineError> {
         let id = commit.sealed.checkpoint.id;
+        // The runner's span (`weir serve` names the pipeline in it) covers the commit's log lines.
+        let span = tracing::Span::current();
         let thread = std::thread::Builder::new()
             .name("weir-commit".into())
             .spawn(move || {
+                let _span = span.enter();
                 let result = commit.run();
                 Committed { postgres: commit.prepared.map(|(sink, _)| sink), result }
             })
