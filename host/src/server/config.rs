@@ -225,6 +225,9 @@ impl ServeConfig {
         if admin_token.len() < MIN_ADMIN_TOKEN_LEN {
             anyhow::bail!("the admin token is shorter than {MIN_ADMIN_TOKEN_LEN} bytes: use a long random one");
         }
+        // Like every resolved secret: the log writes it as [REDACTED], a debug print of this
+        // configuration included.
+        crate::config::secret::remember(&admin_token);
         let metrics_token_sha256 = file.metrics_token.as_deref().map(metrics_token).transpose()?;
         if let Some(node_id) = &file.node_id {
             crate::pipeline::check_instance(node_id).map_err(|why| anyhow::anyhow!("`node_id`: {why}"))?;
@@ -336,6 +339,16 @@ mod tests {
         // `weir serve --config serve.toml` in its own directory: the base is empty.
         let config = ServeConfig::from_toml_str(MINIMAL, Path::new(""), Some("0123456789abcdef".into())).unwrap();
         assert_eq!(config.data_dir, std::env::current_dir().unwrap().join("data"));
+    }
+
+    #[test]
+    fn the_admin_token_is_redacted_from_the_log() {
+        let token = "admin-token-never-logged-0123456789";
+        let config = ServeConfig::from_toml_str(MINIMAL, Path::new("/srv"), Some(token.into())).unwrap();
+        let line = format!("{config:?}");
+        assert!(line.contains(token), "the configuration holds the token itself");
+        let logged = crate::config::secret::redact(&line);
+        assert!(!logged.contains(token), "{logged}");
     }
 
     #[test]
