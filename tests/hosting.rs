@@ -1258,20 +1258,33 @@ async fn a_tenant_prefix_reaching_the_registry_topic_is_refused_at_creation_and_
     assert!(stderr.contains(&wanted), "{stderr}");
 }
 
+/// Makes the two calls at the same moment, each on a thread of its own; returns both answers.
+fn at_once(
+    first: impl FnOnce() -> (u16, Value) + Send,
+    second: impl FnOnce() -> (u16, Value) + Send,
+) -> [(u16, Value); 2] {
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        let barrier = &barrier;
+        let first = scope.spawn(move || {
+            barrier.wait();
+            first()
+        });
+        let second = scope.spawn(move || {
+            barrier.wait();
+            second()
+        });
+        [first.join().expect("the first call"), second.join().expect("the second call")]
+    })
+}
+
 /// `POST /v1/tenants` through node `a` and node `b` at the same moment, with `first` and
 /// `second` as bodies; returns both answers.
 fn create_at_once(a: &Serve, b: &Serve, first: Value, second: Value) -> [(u16, Value); 2] {
-    let barrier = std::sync::Barrier::new(2);
-    std::thread::scope(|scope| {
-        let calls = [(a, first), (b, second)].map(|(node, body)| {
-            let barrier = &barrier;
-            scope.spawn(move || {
-                barrier.wait();
-                node.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", body.to_string().into_bytes())))
-            })
-        });
-        calls.map(|call| call.join().expect("a create"))
-    })
+    let create = |node: &Serve, body: Value| {
+        node.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", body.to_string().into_bytes())))
+    };
+    at_once(|| create(a, first), || create(b, second))
 }
 
 /// Issue 44, item 1: two nodes asked at the same moment for two tenants on one prefix, or for
@@ -1330,4 +1343,135 @@ async fn two_nodes_racing_for_one_prefix_or_one_name_create_one_tenant() {
     for (token, node) in tokens.iter().flat_map(|token| [(token, &first), (token, &second)]) {
         assert_eq!(node.call("GET", "/v1/pipelines", Some(token), None).0, 200, "{}", logs());
     }
+}
+
+/// A passthrough spec naming transform `transform`, reading `source` and writing `sink`.
+fn passthrough_spec(transform: &str, source: &str, sink: &str) -> String {
+    format!(
+        "[source]\ntopics = [\"{source}\"]\n\n[[transforms]]\nname = \"p\"\ntransform = \"{transform}\"\n\n\
+         [sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
+    )
+}
+
+/// Asserts that exactly one of two racing calls succeeded; returns whether it was the first.
+fn one_winner(race: &str, answers: &[(u16, Value); 2], logs: &dyn Fn() -> String) -> bool {
+    let won: Vec<bool> = answers.iter().map(|(status, _)| (200..300).contains(status)).collect();
+    assert!(won[0] != won[1], "{race}: {answers:?}\n{}", logs());
+    let loser = &answers[usize::from(won[0])];
+    assert!([400, 404, 409].contains(&loser.0), "{race}, the loser: {answers:?}");
+    won[0]
+}
+
+/// Issue 44, item 1: two nodes asked at the same moment to delete a transform (or its tenant)
+/// and to deploy a pipeline using it both said yes, each checking its own copy of the
+/// registry, and left a pipeline whose transform was gone; two uploads of one transform both
+/// became version 1, with different bytes. The registry topic's order now decides
+/// (`server/admit.rs`): in every round exactly one of the racing calls succeeds, the loser is
+/// told so, and both nodes end with the winner's registry.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_nodes_racing_a_deletion_against_a_deploy_or_two_uploads_agree_on_one_winner() {
+    const ROUNDS: usize = 5;
+    let first = Serve::start("");
+    let second = first.another_node("node-2");
+    let logs = || format!("node-1:\n{}\nnode-2:\n{}", first.log(), second.log());
+    let run = unique_name("weir-racing");
+    let (source, sink) = (format!("{run}.in"), format!("{run}.out"));
+    weir_tests::create_topic(&source, 1).await;
+    let token = first.tenant("acme", &format!("{run}."), None);
+    let passthrough = std::fs::read(plugin("passthrough")).expect("passthrough.wasm");
+    let dedup = std::fs::read(plugin("dedup")).expect("dedup.wasm");
+    let seen_by = |node: &Serve, token: &str, path: &str| {
+        eventually(
+            &format!("{path} reaching the other node"),
+            || node.call("GET", path, Some(token), None).0 == 200,
+            &logs,
+        )
+    };
+    let listed = |node: &Serve, token: &str, path: &str| node.call("GET", path, Some(token), None);
+
+    for round in 0..ROUNDS {
+        // Node 1 deletes a transform as node 2 deploys a pipeline using it.
+        let transform = format!("t{round}");
+        assert_eq!(first.upload(&token, &transform, passthrough.clone()).0, 201, "{}", logs());
+        seen_by(&second, &token, &format!("/v1/transforms/{transform}"));
+        let spec = passthrough_spec(&transform, &source, &sink);
+        let answers = at_once(
+            || first.call("DELETE", &format!("/v1/transforms/{transform}"), Some(&token), None),
+            || second.call("PUT", &format!("/v1/pipelines/p{round}"), Some(&token), toml_body(&spec)),
+        );
+        let deleted = one_winner("transform deletion against a deploy", &answers, &logs);
+        eventually(
+            "both nodes agreeing on the transforms and pipelines",
+            || {
+                ["/v1/transforms", "/v1/pipelines"]
+                    .iter()
+                    .all(|path| names(&listed(&first, &token, path).1) == names(&listed(&second, &token, path).1))
+            },
+            &logs,
+        );
+        let transforms = names(&listed(&first, &token, "/v1/transforms").1);
+        let pipelines = names(&listed(&second, &token, "/v1/pipelines").1);
+        assert_eq!(transforms.contains(&transform), !deleted, "round {round}: {transforms:?} {answers:?}");
+        assert_eq!(pipelines.contains(&format!("p{round}")), !deleted, "round {round}: {pipelines:?} {answers:?}");
+        if !deleted {
+            first.ok("DELETE", &format!("/v1/pipelines/p{round}"), &token, None);
+        }
+
+        // The admin deletes a tenant through node 1 as its pipeline is deployed through node 2.
+        let tenant = format!("r{round}");
+        let other = first.tenant(&tenant, &format!("{run}-{round}."), None);
+        seen_by(&second, &other, "/v1/transforms");
+        assert_eq!(first.upload(&other, "t", passthrough.clone()).0, 201, "{}", logs());
+        seen_by(&second, &other, "/v1/transforms/t");
+        let spec = passthrough_spec("t", &format!("{run}-{round}.in"), &format!("{run}-{round}.out"));
+        let answers = at_once(
+            || first.call("DELETE", &format!("/v1/tenants/{tenant}"), Some(ADMIN), None),
+            || second.call("PUT", "/v1/pipelines/p", Some(&other), toml_body(&spec)),
+        );
+        let deleted = one_winner("tenant deletion against a deploy", &answers, &logs);
+        eventually(
+            "both nodes agreeing on the tenants",
+            || listed(&first, ADMIN, "/v1/tenants") == listed(&second, ADMIN, "/v1/tenants"),
+            &logs,
+        );
+        let tenants = names(&listed(&second, ADMIN, "/v1/tenants").1);
+        assert_eq!(tenants.contains(&tenant), !deleted, "round {round}: {tenants:?} {answers:?}");
+        if !deleted {
+            let pipelines = names(&listed(&first, &other, "/v1/pipelines").1);
+            assert_eq!(pipelines, ["p"], "round {round}: {answers:?}\n{}", logs());
+            first.ok("DELETE", "/v1/pipelines/p", &other, None);
+        }
+
+        // Two uploads of one transform, with different bytes, one through each node.
+        let transform = format!("u{round}");
+        let path = format!("/v1/transforms/{transform}");
+        let answers = at_once(
+            || first.upload(&token, &transform, passthrough.clone()),
+            || second.upload(&token, &transform, dedup.clone()),
+        );
+        let uploaded: Vec<&Value> = answers.iter().filter(|(status, _)| *status == 201).map(|(_, a)| a).collect();
+        assert!(!uploaded.is_empty(), "round {round}: {answers:?}\n{}", logs());
+        for (status, answer) in &answers {
+            assert!(*status == 201 || *status == 409, "round {round}: {status} {answer}");
+        }
+        eventually(
+            "both nodes agreeing on the versions",
+            || listed(&first, &token, &path) == listed(&second, &token, &path),
+            &logs,
+        );
+        let versions = listed(&first, &token, &path).1["versions"].clone();
+        for answer in uploaded {
+            let kept = versions
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v["version"] == answer["version"] && v["sha256"] == answer["sha256"]);
+            assert!(kept, "round {round}: the upload {answer} answered 201 but is not in {versions}\n{}", logs());
+        }
+    }
+}
+
+/// The `name` of each object of a JSON list.
+fn names(list: &Value) -> Vec<String> {
+    list.as_array().into_iter().flatten().filter_map(|o| o["name"].as_str().map(str::to_owned)).collect()
 }

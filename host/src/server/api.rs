@@ -275,7 +275,7 @@ async fn revoke_token(
 /// compiled before the answer.
 #[utoipa::path(put, path = "/v1/transforms/{name}", params(("name" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/wasm"),
-    responses((status = 201, body = Uploaded), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 201, body = Uploaded), (status = 409, body = ErrorBody, description = "another version was uploaded through another node at the same moment"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn upload_transform(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,
@@ -351,7 +351,7 @@ async fn delete_transform(
 /// redeploy upgrades it at a checkpoint boundary, keeping its state.
 #[utoipa::path(put, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
     request_body(content = String, content_type = "application/toml"),
-    responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody, description = "its transform or tenant was deleted through another node at the same moment")))]
 async fn deploy_pipeline(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,
@@ -390,7 +390,7 @@ async fn show_pipeline(
 
 /// Stop a pipeline after committing its open epoch; it stays stopped across restarts.
 #[utoipa::path(post, path = "/v1/pipelines/{name}/stop", params(("name" = String, Path)),
-    responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn stop_pipeline(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,
@@ -402,7 +402,7 @@ async fn stop_pipeline(
 
 /// Start a stopped (or failed) pipeline.
 #[utoipa::path(post, path = "/v1/pipelines/{name}/start", params(("name" = String, Path)),
-    responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = PipelineStatus), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn start_pipeline(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,

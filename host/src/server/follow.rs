@@ -9,11 +9,12 @@
 //! took the writes, so the registry it describes is the truth: the follower replaces the
 //! node's registry with it at once (tokens, tenants, transforms) and has each pipeline that
 //! differs start, restart or stop on a task of its own. Writes of other nodes thus reach this
-//! one within about a second, and two nodes that change one object at once both end at the
-//! write the broker took last, except for tenant records, which the read decides in the topic's
-//! order ([`super::registry::Registry::admit`]: the first writer of a name or prefix wins). The
-//! follower publishes the offset it applied up to (`Server::applied`): a tenant creation answers
-//! once its record is applied and it can see whether it won.
+//! one within about a second. The read decides each record in the topic's order
+//! ([`super::admit`]: the first writer of a name, prefix or version wins; a deletion loses to a
+//! use written before it); otherwise two nodes that change one object at once both end at the
+//! write the broker took last. The follower publishes the offset it applied up to
+//! (`Server::applied`): a request answers once its record is applied and it can see whether it
+//! won.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,7 +41,8 @@ pub(super) fn spawn(
     forget_materialized(&mut values, &server.components);
     std::thread::Builder::new().name("weir-registry".into()).spawn(move || {
         while !server.closing.load(Ordering::Relaxed) {
-            std::thread::sleep(FOLLOW_INTERVAL);
+            // A request waiting for its write to be read back wakes it early.
+            std::thread::park_timeout(FOLLOW_INTERVAL);
             match server.store.read_after(end, &mut values) {
                 Ok(next) if next > end => end = next,
                 Ok(_) => continue,

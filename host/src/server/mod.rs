@@ -15,6 +15,7 @@
 //!
 //! Data flows one way: request → [`api`] → [`Server`] → registry/store, supervisor → pipeline.
 
+mod admit;
 pub mod api;
 pub mod auth;
 pub mod config;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Mutex, MutexGuard, Semaphore};
+use tokio::sync::{Mutex, Semaphore};
 use utoipa::ToSchema;
 
 pub use config::{Quotas, ServeConfig};
@@ -157,6 +158,8 @@ pub struct Server {
     /// The registry topic's offset up to which the registry holds what the follower read (the
     /// offset after the last record applied).
     applied: tokio::sync::watch::Sender<i64>,
+    /// The follower's thread, woken when a request waits for its write to be read back.
+    follower: std::sync::OnceLock<std::thread::Thread>,
 }
 
 impl Server {
@@ -195,6 +198,7 @@ impl Server {
             components,
             closing: Default::default(),
             applied: tokio::sync::watch::Sender::new(end),
+            follower: std::sync::OnceLock::new(),
         });
         let registry = server.registry.lock().await;
         for entry in registry.tenants.values() {
@@ -209,7 +213,8 @@ impl Server {
             }
         }
         drop(registry);
-        follow::spawn(server.clone(), values, end)?;
+        let follower = follow::spawn(server.clone(), values, end)?;
+        let _ = server.follower.set(follower.thread().clone());
         Ok(server)
     }
 
@@ -266,7 +271,7 @@ impl Server {
     ///
     /// Checked here against this node's registry, then decided by the registry topic: the
     /// tenant is written, and the answer waits until the follower has read it back and shows
-    /// whether it came first ([`Registry::admit`]): two nodes asked at the same moment for one
+    /// whether it came first ([`admit::admit`]): two nodes asked at the same moment for one
     /// name or overlapping prefixes answer one `201` between them.
     pub async fn create_tenant(&self, request: NewTenant) -> Result<TokenView, ApiError> {
         check_tenant_name(&request.name)?;
@@ -308,35 +313,33 @@ impl Server {
         };
         let offset = self.put_tenant(&tenant).await?;
         drop(registry);
-        self.read_back(offset).await?;
-        let registry = self.registry.lock().await;
-        let winner = registry.tenants.get(&tenant.name).map(|e| &e.tenant);
-        if winner.is_some_and(|winner| winner.id == tenant.id) {
-            tracing::info!(tenant = %request.name, "tenant created");
-            return Ok(TokenView { tenant: request.name, token });
-        }
-        // Lost to a tenant written first through another node. Its record stays the key's last
-        // value, so that compaction keeps the winner and not this record.
-        if let Some(winner) = winner {
-            self.put_tenant(winner).await?;
-            return Err(ApiError::conflict(format!(
-                "tenant {:?} exists: created at the same moment through another node",
-                request.name
-            )));
-        }
-        self.store.put(&Registry::tenant_key(&tenant.name), None).await.map_err(ApiError::unavailable)?;
-        match registry.tenants.values().find(|e| names::overlaps(&e.tenant.topic_prefix, &tenant.topic_prefix)) {
-            Some(other) => Err(ApiError::invalid(
-                "topic_prefix",
-                format!(
-                    "`topic_prefix`: {:?} overlaps tenant {}'s prefix {:?}, created at the same moment through another node: each tenant's topics must be its own",
-                    tenant.topic_prefix, other.tenant.name, other.tenant.topic_prefix
-                ),
-            )),
-            None => Err(ApiError::conflict(format!(
-                "tenant {:?} was deleted through another node as it was created: create it again",
-                request.name
-            ))),
+        match self.decided(&Registry::tenant_key(&tenant.name), offset).await {
+            Ok(()) => {
+                tracing::info!(tenant = %request.name, "tenant created");
+                Ok(TokenView { tenant: request.name, token })
+            }
+            // Lost to a tenant written first through another node: tell a lost prefix from a
+            // lost name, as one node alone does.
+            Err(lost) if lost.status() == axum::http::StatusCode::CONFLICT => {
+                let registry = self.registry.lock().await;
+                let other = registry.tenants.values().find(|e| {
+                    e.tenant.name != tenant.name && names::overlaps(&e.tenant.topic_prefix, &tenant.topic_prefix)
+                });
+                match other {
+                    Some(other) => Err(ApiError::invalid(
+                        "topic_prefix",
+                        format!(
+                            "`topic_prefix`: {:?} overlaps tenant {}'s prefix {:?}, created at the same moment through another node: each tenant's topics must be its own",
+                            tenant.topic_prefix, other.tenant.name, other.tenant.topic_prefix
+                        ),
+                    )),
+                    None => Err(ApiError::conflict(format!(
+                        "tenant {:?} exists: created at the same moment through another node",
+                        request.name
+                    ))),
+                }
+            }
+            Err(error) => Err(error),
         }
     }
 
@@ -347,6 +350,9 @@ impl Server {
     /// 503 when it has not by then.
     async fn read_back(&self, offset: i64) -> Result<(), ApiError> {
         let mut applied = self.applied.subscribe();
+        if let Some(follower) = self.follower.get() {
+            follower.unpark();
+        }
         match tokio::time::timeout(REGISTRY_WAIT, applied.wait_for(|end| *end > offset)).await {
             Ok(Ok(_)) => Ok(()),
             _ => Err(ApiError::unavailable(anyhow::anyhow!(
@@ -356,6 +362,26 @@ impl Server {
                 REGISTRY_WAIT.as_secs()
             ))),
         }
+    }
+
+    /// Waits until the follower has read back this node's write of `key` at `offset` (without
+    /// the registry's lock, which the follower needs to apply it; the registry then holds the
+    /// topic's truth). The topic's order decides whether the write took effect
+    /// ([`admit::admit`]); when it lost, writes the key's admitted value again, so that
+    /// compaction keeps that and not the losing record.
+    ///
+    /// # Errors
+    /// 409 with why when a change written first through another node made the write lose; 503
+    /// as [`Server::read_back`], or when the registry topic cannot be written.
+    async fn decided(&self, key: &str, offset: i64) -> Result<(), ApiError> {
+        self.read_back(offset).await?;
+        let Some(why) = self.store.refusal(offset) else { return Ok(()) };
+        let registry = self.registry.lock().await;
+        let admitted = registry.value_of(key).map_err(ApiError::internal)?;
+        self.store.put(key, admitted.as_deref()).await.map_err(ApiError::unavailable)?;
+        Err(ApiError::conflict(format!(
+            "{why}: a change made through another node at the same moment came first; look (GET) before trying again"
+        )))
     }
 
     /// Every tenant.
@@ -402,7 +428,7 @@ impl Server {
     /// 404 for an unknown tenant; 409 while it has pipelines; 503 when the registry topic
     /// cannot be written.
     pub async fn delete_tenant(&self, tenant: &str) -> Result<(), ApiError> {
-        let mut registry = self.registry.lock().await;
+        let registry = self.registry.lock().await;
         let entry = registry.tenants.get(tenant).ok_or_else(|| no_tenant(tenant))?;
         if !entry.pipelines.is_empty() {
             let names: Vec<&str> = entry.pipelines.keys().map(String::as_str).collect();
@@ -411,11 +437,16 @@ impl Server {
             )));
         }
         let transforms: Vec<String> = entry.transforms.keys().cloned().collect();
+        drop(registry);
         for name in transforms {
-            self.remove_transform(&mut registry, tenant, &name).await?;
+            self.remove_transform(tenant, &name).await?;
         }
-        self.store.put(&Registry::tenant_key(tenant), None).await.map_err(ApiError::unavailable)?;
+        let key = Registry::tenant_key(tenant);
+        let mut registry = self.registry.lock().await;
+        let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
         registry.tenants.remove(tenant);
+        drop(registry);
+        self.decided(&key, offset).await?;
         tracing::info!(tenant, "tenant deleted");
         Ok(())
     }
@@ -468,8 +499,14 @@ impl Server {
             self.store.put_blob(&sha256, &bytes).await.map_err(ApiError::unavailable)?;
         }
         let value = serde_json::to_vec(&transform).map_err(ApiError::internal)?;
-        self.store.put(&Registry::transform_key(tenant, name), Some(&value)).await.map_err(ApiError::unavailable)?;
+        let key = Registry::transform_key(tenant, name);
+        let offset = self.store.put(&key, Some(&value)).await.map_err(ApiError::unavailable)?;
         entry.transforms.insert(name.to_owned(), transform);
+        drop(registry);
+        if let Err(lost) = self.decided(&key, offset).await {
+            self.forget_unused(vec![version]).await?;
+            return Err(lost);
+        }
         tracing::info!(tenant, transform = name, version = version.version, %sha256, "transform uploaded");
         Ok(Uploaded { name: name.to_owned(), version })
     }
@@ -540,7 +577,7 @@ impl Server {
     /// 404 for an unknown transform; 409 while a pipeline uses it; 503 when the registry topic
     /// cannot be written.
     pub async fn delete_transform(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
-        let mut registry = self.registry.lock().await;
+        let registry = self.registry.lock().await;
         let entry = entry(&registry, tenant)?;
         entry.transforms.get(name).ok_or_else(|| no_transform(name))?;
         let users: Vec<&str> = entry
@@ -554,19 +591,29 @@ impl Server {
                 "transform {name:?} is used by pipelines {users:?}: delete them or deploy them with another transform first"
             )));
         }
-        self.remove_transform(&mut registry, tenant, name).await
+        drop(registry);
+        self.remove_transform(tenant, name).await
     }
 
-    /// Removes a transform from the registry and the topic, with the blobs no one else uses.
-    async fn remove_transform(
-        &self,
-        registry: &mut MutexGuard<'_, Registry>,
-        tenant: &str,
-        name: &str,
-    ) -> Result<(), ApiError> {
-        self.store.put(&Registry::transform_key(tenant, name), None).await.map_err(ApiError::unavailable)?;
+    /// Removes a transform from the registry and the topic once the topic's order says that no
+    /// pipeline deployed through another node took it first, then the blobs no one else uses.
+    async fn remove_transform(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
+        let key = Registry::transform_key(tenant, name);
+        let mut registry = self.registry.lock().await;
+        let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
         let removed = registry.tenants.get_mut(tenant).and_then(|e| e.transforms.remove(name));
-        for version in removed.into_iter().flat_map(|t| t.versions) {
+        drop(registry);
+        self.decided(&key, offset).await?;
+        self.forget_unused(removed.map(|t| t.versions).unwrap_or_default()).await?;
+        tracing::info!(tenant, transform = name, "transform deleted");
+        Ok(())
+    }
+
+    /// Deletes the components of `versions` that no transform uses (any more) from the topic
+    /// and the content-addressed store.
+    async fn forget_unused(&self, versions: Vec<TransformVersion>) -> Result<(), ApiError> {
+        let registry = self.registry.lock().await;
+        for version in versions {
             if !registry.uses_blob(&version.sha256) {
                 let chunks = (version.size as usize).div_ceil(store::CHUNK_BYTES);
                 for index in 0..chunks {
@@ -578,7 +625,6 @@ impl Server {
                 let _ = std::fs::remove_file(component_path(&self.components, &version.sha256));
             }
         }
-        tracing::info!(tenant, transform = name, "transform deleted");
         Ok(())
     }
 
@@ -612,10 +658,11 @@ impl Server {
         }
         let (stored, run) = spec::resolve(spec, entry, name, &self.config)?;
         let pipeline = Pipeline { name: name.to_owned(), spec: stored, desired: Desired::Running };
-        self.put_pipeline(tenant, &pipeline).await?;
+        let offset = self.put_pipeline(tenant, &pipeline).await?;
         entry.pipelines.insert(name.to_owned(), pipeline);
         let pool = self.supervisor.pool(&entry.tenant);
         drop(registry);
+        self.decided(&Registry::pipeline_key(tenant, name), offset).await?;
         self.start_blocking(run, pool).await?;
         tracing::info!(tenant, pipeline = name, new, "pipeline deployed");
         Ok((self.pipeline(tenant, name).await?, new))
@@ -637,10 +684,11 @@ impl Server {
             Desired::Stopped => None,
         };
         pipeline.desired = desired;
-        self.put_pipeline(tenant, &pipeline).await?;
+        let offset = self.put_pipeline(tenant, &pipeline).await?;
         entry.pipelines.insert(name.to_owned(), pipeline);
         let pool = self.supervisor.pool(&entry.tenant);
         drop(registry);
+        self.decided(&Registry::pipeline_key(tenant, name), offset).await?;
         match run {
             Some(run) => self.start_blocking(run, pool).await?,
             None => self.stop_blocking(spec::qualified_name(tenant, name), false).await?,
@@ -768,12 +816,12 @@ impl Server {
         self.pipeline_locks.turn(spec::qualified_name(tenant, name)).await
     }
 
-    async fn put_pipeline(&self, tenant: &str, pipeline: &Pipeline) -> Result<(), ApiError> {
+    /// Writes a pipeline's record; returns its offset, for [`Server::decided`].
+    async fn put_pipeline(&self, tenant: &str, pipeline: &Pipeline) -> Result<i64, ApiError> {
         let value = serde_json::to_vec(pipeline).map_err(ApiError::internal)?;
         self.store
             .put(&Registry::pipeline_key(tenant, &pipeline.name), Some(&value))
             .await
-            .map(drop)
             .map_err(ApiError::unavailable)
     }
 

@@ -161,35 +161,24 @@ impl Registry {
         Ok(registry)
     }
 
-    /// Whether the record `key` = `value`, read next from the registry topic, takes effect on
-    /// `values` (each key's last admitted value). The topic is the one order every node reads,
-    /// so deciding each record against what came before makes the first writer win, on every
-    /// node alike: a tenant record is refused when its name holds another tenant (another
-    /// `id`, created at the same moment through another node) or its prefix overlaps another
-    /// tenant's. Other records, tombstones and records of the same tenant (a new token) pass;
-    /// records written before this check pass the same way, and so did they when written,
-    /// unless they raced.
+    /// The value the registry topic holds for `key` (`tenant/…`, `transform/…/…` or
+    /// `pipeline/…/…`) as this registry has it; `None` for none.
     ///
     /// # Errors
-    /// Why the record is refused.
-    pub fn admit(values: &BTreeMap<String, Vec<u8>>, key: &str, value: Option<&[u8]>) -> Result<(), String> {
-        let (Some(name), Some(value)) = (key.strip_prefix("tenant/"), value) else { return Ok(()) };
-        let Ok(new) = serde_json::from_slice::<Tenant>(value) else { return Ok(()) };
-        let tenants = values
-            .range("tenant/".to_owned().."tenant0".to_owned())
-            .filter_map(|(_, v)| serde_json::from_slice::<Tenant>(v).ok());
-        for old in tenants {
-            if old.name == name && old.id != new.id {
-                return Err(format!("tenant {name} exists (created first, id {})", old.id));
+    /// Only when JSON cannot be written, which does not happen for these types.
+    pub fn value_of(&self, key: &str) -> serde_json::Result<Option<Vec<u8>>> {
+        let mut parts = key.splitn(3, '/');
+        let (kind, tenant, name) = (parts.next(), parts.next().and_then(|t| self.tenants.get(t)), parts.next());
+        match (kind, tenant, name) {
+            (Some("tenant"), Some(entry), None) => serde_json::to_vec(&entry.tenant).map(Some),
+            (Some("transform"), Some(entry), Some(name)) => {
+                entry.transforms.get(name).map(serde_json::to_vec).transpose()
             }
-            if old.name != name && super::names::overlaps(&old.topic_prefix, &new.topic_prefix) {
-                return Err(format!(
-                    "topic prefix {:?} overlaps tenant {}'s prefix {:?}",
-                    new.topic_prefix, old.name, old.topic_prefix
-                ));
+            (Some("pipeline"), Some(entry), Some(name)) => {
+                entry.pipelines.get(name).map(serde_json::to_vec).transpose()
             }
+            _ => Ok(None),
         }
-        Ok(())
     }
 
     /// Whether any tenant's transform has a version with this content.
@@ -232,55 +221,4 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::write(&temporary, bytes)
         .and_then(|()| std::fs::rename(&temporary, path))
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tenant(name: &str, id: &str, prefix: &str) -> Vec<u8> {
-        let tenant = Tenant {
-            name: name.into(),
-            id: id.into(),
-            topic_prefix: prefix.into(),
-            quotas: Quotas::default(),
-            token_sha256: Some(format!("hash-of-{id}")),
-        };
-        serde_json::to_vec(&tenant).expect("JSON")
-    }
-
-    #[test]
-    fn a_tenant_record_is_admitted_only_when_it_came_first_for_its_name_and_prefix() {
-        let values = BTreeMap::from([
-            ("tenant/acme".to_owned(), tenant("acme", "111111111111", "acme.")),
-            ("transform/acme/t".to_owned(), b"{}".to_vec()),
-        ]);
-        let table = [
-            // A new tenant beside acme.
-            ("tenant/web", Some(tenant("web", "222222222222", "web.")), Ok(())),
-            // acme again, created at the same moment through another node: another id.
-            ("tenant/acme", Some(tenant("acme", "333333333333", "other.")), Err("tenant acme exists")),
-            // acme's own record again: a rotated or revoked token.
-            ("tenant/acme", Some(tenant("acme", "111111111111", "acme.")), Ok(())),
-            // Another name on an overlapping prefix, either way round, `.` and `_` alike.
-            ("tenant/b", Some(tenant("b", "444444444444", "acme.")), Err("overlaps tenant acme's prefix")),
-            ("tenant/b", Some(tenant("b", "444444444444", "acme.x.")), Err("overlaps tenant acme's prefix")),
-            ("tenant/b", Some(tenant("b", "444444444444", "acm")), Err("overlaps tenant acme's prefix")),
-            ("tenant/b", Some(tenant("b", "444444444444", "acme_")), Err("overlaps tenant acme's prefix")),
-            // Tombstones and other kinds pass.
-            ("tenant/acme", None, Ok(())),
-            ("pipeline/acme/p", Some(b"{}".to_vec()), Ok(())),
-        ];
-        for (key, value, expected) in table {
-            let admitted = Registry::admit(&values, key, value.as_deref());
-            match (admitted, expected) {
-                (Ok(()), Ok(())) => {}
-                (Err(why), Err(words)) => assert!(why.contains(words), "{key}: {why}"),
-                (admitted, expected) => panic!("{key}: {admitted:?}, expected {expected:?}"),
-            }
-        }
-        // Once acme is deleted (its key gone), its name and prefix are free again.
-        let empty = BTreeMap::new();
-        assert_eq!(Registry::admit(&empty, "tenant/acme", Some(&tenant("acme", "333333333333", "acme."))), Ok(()));
-    }
 }

@@ -1,12 +1,13 @@
 //! The registry's durable copy: one compacted Kafka topic (`registry_topic`), one partition, keyed
 //! by object (`tenant/<name>`, `transform/<tenant>/<name>`, `pipeline/<tenant>/<name>`,
 //! `blob/<sha256>/<chunk>`), values JSON (blobs: raw bytes), deletions as tombstones; a record
-//! [`super::registry::Registry::admit`] refuses (a tenant that lost to an earlier one) is
-//! skipped as it is read, on every node alike. A node reads it to its end at start-up; every
+//! [`super::admit::admit`] refuses (one that lost to an earlier one) is skipped as it is read,
+//! on every node alike, and remembered for its writer ([`Store::refusal`]). A node reads it to its end at start-up; every
 //! change is written (acks=all, idempotent) before the API answers. Component bytes go in chunks of [`CHUNK_BYTES`], below the broker's default
 //! `max.message.bytes` (1 MiB).
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -27,7 +28,13 @@ pub struct Store {
     topic: String,
     /// Offset of this node's last acknowledged write; -1 before the first.
     last_written: AtomicI64,
+    /// The records [`super::admit::admit`] refused as they were read, by offset, with why; the
+    /// latest [`MAX_REFUSALS`], for the writers of those records to learn that they lost.
+    refusals: Mutex<BTreeMap<i64, String>>,
 }
+
+/// How many refusals [`Store`] remembers: a writer asks within seconds of writing.
+const MAX_REFUSALS: usize = 1024;
 
 /// The registry topic read to its end at start-up.
 pub struct Opened {
@@ -53,7 +60,7 @@ impl Store {
         // A topic just created may take a moment to reach the metadata of every broker.
         let started = std::time::Instant::now();
         let end = loop {
-            match read_after(cluster, topic, 0, &mut values) {
+            match read_after(cluster, topic, 0, &mut values, &mut |_, _| {}) {
                 Ok(end) => break end,
                 Err(_) if started.elapsed() < TIMEOUT => std::thread::sleep(Duration::from_millis(200)),
                 Err(error) => return Err(error),
@@ -68,8 +75,13 @@ impl Store {
             ("message.timeout.ms", timeout_ms.as_str()),
         ];
         let producer = crate::kafka::client_config(cluster, &[], &none, &own).create().map_err(down)?;
-        let store =
-            Self { producer, cluster: cluster.clone(), topic: topic.to_owned(), last_written: AtomicI64::new(-1) };
+        let store = Self {
+            producer,
+            cluster: cluster.clone(),
+            topic: topic.to_owned(),
+            last_written: AtomicI64::new(-1),
+            refusals: Mutex::default(),
+        };
         Ok(Opened { store, values, end })
     }
 
@@ -79,7 +91,19 @@ impl Store {
     /// # Errors
     /// When the broker cannot be reached within 30 s.
     pub fn read_after(&self, from: i64, values: &mut BTreeMap<String, Vec<u8>>) -> anyhow::Result<i64> {
-        read_after(&self.cluster, &self.topic, from, values)
+        read_after(&self.cluster, &self.topic, from, values, &mut |offset, why| {
+            let mut refusals = self.refusals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            refusals.insert(offset, why);
+            while refusals.len() > MAX_REFUSALS {
+                refusals.pop_first();
+            }
+        })
+    }
+
+    /// Why the record at `offset` was refused as it was read ([`super::admit::admit`]); `None`
+    /// when it took effect, or was not read yet, or was refused too long ago to remember.
+    pub fn refusal(&self, offset: i64) -> Option<String> {
+        self.refusals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&offset).cloned()
     }
 
     /// Offset of this node's last acknowledged write; -1 before the first.
@@ -120,12 +144,14 @@ impl Store {
     }
 }
 
-/// Reads `topic` from `from` to its current end into `values`; returns the end.
+/// Reads `topic` from `from` to its current end into `values`, passing each refused record's
+/// offset and why to `refused`; returns the end.
 fn read_after(
     cluster: &ClusterConfig,
     topic: &str,
     from: i64,
     values: &mut BTreeMap<String, Vec<u8>>,
+    refused: &mut dyn FnMut(i64, String),
 ) -> anyhow::Result<i64> {
     let down = |e| unreachable_topic(cluster, topic, e);
     let reader = TopicReader::new(cluster, &BTreeMap::new(), topic, "weir-serve-registry").map_err(down)?;
@@ -134,10 +160,11 @@ fn read_after(
     if high > from {
         let until = BTreeMap::from([(0, high)]);
         reader.read(&BTreeMap::from([(0, from)]), &until, 1024, TIMEOUT, down, |_, batch, _| {
-            for (key, value, _) in batch {
+            for (key, value, offset) in batch {
                 let key = String::from_utf8_lossy(&key).into_owned();
-                if let Err(why) = super::registry::Registry::admit(values, &key, value.as_deref()) {
-                    tracing::info!(key, why, "a registry record lost to an earlier one: the first writer wins");
+                if let Err(why) = super::admit::admit(values, &key, value.as_deref()) {
+                    tracing::info!(key, offset, why, "a registry record lost to an earlier one: the first writer wins");
+                    refused(offset, why);
                     continue;
                 }
                 match value {
