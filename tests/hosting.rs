@@ -502,6 +502,26 @@ async fn hostile_uploads_get_a_4xx_and_the_server_stays_up() {
         assert_eq!(serve.ok("GET", "/v1/transforms", &token, None), json!([]), "nothing was stored");
     }
     assert!(no_components(&serve), "refused uploads leave no file behind");
+    // Storage per tenant is bounded (issue 44 item 6: 30 × 8 MiB were all accepted): by count
+    // of versions, and by bytes, before anything is compiled or stored.
+    let passthrough = std::fs::read(plugin("passthrough")).expect("passthrough.wasm");
+    let few = serve.tenant("few", &format!("{run}-few."), Some(json!({ "max_transform_versions": 2 })));
+    let small = serve.tenant("small", &format!("{run}-small."), Some(json!({ "max_transform_mb": 1 })));
+    let dedup = std::fs::read(plugin("dedup")).expect("dedup.wasm");
+    let storage =
+        [(&few, vec![&passthrough; 3], "max_transform_versions"), (&small, vec![&dedup; 5], "max_transform_mb")];
+    for (token, uploads, quota) in storage {
+        let answers: Vec<(u16, Value)> = uploads
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| serve.upload(token, &format!("x{i}"), (*bytes).clone()))
+            .collect();
+        let (last, accepted) = answers.split_last().expect("uploads");
+        assert!(accepted.iter().all(|(status, _)| *status == 201), "{quota}: {answers:?}");
+        assert_eq!((last.0, last.1["field"].as_str()), (403, Some(quota)), "{quota}: {answers:?}");
+        let stored = serve.ok("GET", "/v1/transforms", token, None);
+        assert_eq!(stored.as_array().map(Vec::len), Some(accepted.len()), "{quota}: {stored}");
+    }
     // A component that takes longer than compile_timeout_ms to compile (a fresh data directory:
     // nothing is cached) is refused; the server stays up.
     let serve = Serve::start("compile_timeout_ms = 1");
@@ -540,9 +560,13 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
     let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
     assert_eq!(serve.upload(&noisy, "misbehave", misbehave).0, 201);
     // `fill` stores 64 KiB of state per record: 20 of them pass the 1 MiB quota.
-    for (name, word, count) in
-        [("loops", "loop", 1), ("eats-memory", "alloc", 1), ("fails", "error", 1), ("hoards", "fill", 20)]
-    {
+    for (name, word, count) in [
+        ("loops", "loop", 1),
+        ("eats-memory", "alloc", 1),
+        ("fails", "error", 1),
+        ("fails-loudly", "error-huge", 1),
+        ("hoards", "fill", 20),
+    ] {
         let (source, sink) = (format!("{run}-n.{name}-in"), format!("{run}-n.{name}-out"));
         produce(&source, 1, &vec![(None, word.to_owned()); count]).await;
         let spec = format!(
@@ -569,6 +593,7 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
         ("loops", "deadline", true),
         ("eats-memory", "memory", true),
         ("fails", "misbehave: error at offset 0", true),
+        ("fails-loudly", "misbehave: huge huge", true),
         ("hoards", "state quota exceeded", false),
     ];
     for (name, words, retried) in failures {
@@ -579,6 +604,22 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
         assert_eq!(logs.to_string().contains("times in a row; giving up"), retried, "{name}: {logs}");
     }
     assert_eq!(serve.ok("GET", "/v1/pipelines/delays", &quiet, None)["state"], "running");
+    // A guest's 1 MB error message is cut, as a log line is, wherever it lands (issue 44 item 6):
+    // its status, the server's log.
+    let status = serve.ok("GET", "/v1/pipelines/fails-loudly", &noisy, None);
+    let error = status["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.len() < 8192 && error.contains("[truncated: "),
+        "{} bytes: {}",
+        error.len(),
+        &error[..200.min(error.len())]
+    );
+    let log = serve.log();
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(
+        log.contains("misbehave: huge huge") && longest < 16 * 1024,
+        "the server log has a line of {longest} bytes"
+    );
     // The noisy tenant's looping guest was metered against its CPU share.
     let metrics = serve.ok("GET", "/metrics", &noisy, None);
     let metrics = metrics.as_str().expect("metrics text");

@@ -87,6 +87,14 @@ pub struct QuotaArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_percent: Option<u32>,
+    /// Transform versions it may store, all its transforms together.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_transform_versions: Option<u32>,
+    /// Bytes of all its stored transform versions, in MiB.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_transform_mb: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -275,7 +275,7 @@ async fn revoke_token(
 /// compiled before the answer.
 #[utoipa::path(put, path = "/v1/transforms/{name}", params(("name" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/wasm"),
-    responses((status = 201, body = Uploaded), (status = 409, body = ErrorBody, description = "another version was uploaded through another node at the same moment"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 201, body = Uploaded), (status = 403, body = ErrorBody, description = "beyond `max_transform_versions` or `max_transform_mb`"), (status = 409, body = ErrorBody, description = "another version was uploaded through another node at the same moment"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn upload_transform(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,

@@ -103,6 +103,14 @@ pub struct Quotas {
     /// their work waits while the tenant is over it. Default 100.
     #[serde(default = "default_cpu_percent")]
     pub cpu_percent: u32,
+    /// Transform versions the tenant may store, all its transforms together (every node keeps
+    /// each one on disk). Default 50.
+    #[serde(default = "default_max_transform_versions")]
+    pub max_transform_versions: u32,
+    /// Bytes of all the tenant's stored transform versions together, in MiB (each version
+    /// counted at its size, even when another holds the same bytes). Default 256.
+    #[serde(default = "default_max_transform_mb")]
+    pub max_transform_mb: u64,
 }
 
 fn default_max_pipelines() -> u32 {
@@ -123,23 +131,31 @@ fn default_max_total_memory_mb() -> u64 {
 fn default_cpu_percent() -> u32 {
     100
 }
+fn default_max_transform_versions() -> u32 {
+    50
+}
+fn default_max_transform_mb() -> u64 {
+    256
+}
 
 impl Quotas {
     /// Checks each quota against its range: `max_pipelines` 1–1000, `max_memory_mb` 1–4096 (a
     /// transform's own `memory_limit_mb` range), `max_deadline_ms` 1–600000 (`deadline_ms`'s),
     /// `max_state_mb` 1–1048576 (1 TiB), `max_total_memory_mb` from `max_memory_mb` to 1048576,
-    /// `cpu_percent` 1–100000.
+    /// `cpu_percent` 1–100000, `max_transform_versions` 1–10000, `max_transform_mb` 1–1048576.
     ///
     /// # Errors
     /// The first quota out of range: its key and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
-        let ranges: [(&'static str, u64, u64, u64); 6] = [
+        let ranges: [(&'static str, u64, u64, u64); 8] = [
             ("max_pipelines", self.max_pipelines.into(), 1, 1000),
             ("max_memory_mb", self.max_memory_mb, 1, 4096),
             ("max_deadline_ms", self.max_deadline_ms, 1, 600_000),
             ("max_state_mb", self.max_state_mb, 1, 1 << 20),
             ("max_total_memory_mb", self.max_total_memory_mb, self.max_memory_mb, 1 << 20),
             ("cpu_percent", self.cpu_percent.into(), 1, 100_000),
+            ("max_transform_versions", self.max_transform_versions.into(), 1, 10_000),
+            ("max_transform_mb", self.max_transform_mb, 1, 1 << 20),
         ];
         match ranges.into_iter().find(|(_, value, low, high)| !(low..=high).contains(&value)) {
             Some((key, value, low, high)) => Err((key, format!("must be {low} to {high}, got {value}"))),
@@ -157,6 +173,8 @@ impl Default for Quotas {
             max_state_mb: default_max_state_mb(),
             max_total_memory_mb: default_max_total_memory_mb(),
             cpu_percent: default_cpu_percent(),
+            max_transform_versions: default_max_transform_versions(),
+            max_transform_mb: default_max_transform_mb(),
         }
     }
 }

@@ -463,8 +463,10 @@ impl Server {
     /// version.
     ///
     /// # Errors
-    /// 400 for a bad name; 413 above `max_upload_mb`; 422 for bytes that are not a Weir
-    /// component or do not compile in time; 503 when the registry topic cannot be written.
+    /// 400 for a bad name; 403 `quota` beyond `max_transform_versions` or `max_transform_mb`;
+    /// 409 when another version was uploaded through another node at the same moment; 413
+    /// above `max_upload_mb`; 422 for bytes that are not a Weir component or do not compile in
+    /// time; 503 when the registry topic cannot be written.
     pub async fn upload(&self, tenant: &str, name: &str, bytes: Vec<u8>) -> Result<Uploaded, ApiError> {
         check_object_name("transform", name)?;
         if bytes.len() > self.config.max_upload_bytes {
@@ -475,10 +477,13 @@ impl Server {
             )));
         }
         crate::wasm::check_header(&bytes).map_err(|e| ApiError::unusable(format!("not a Weir transform: {e}")))?;
+        // Checked before the compilation too, which a tenant over its quota must not get.
+        within_storage(entry(&*self.registry.lock().await, tenant)?, bytes.len())?;
         let sha256 = auth::hash_bytes(&bytes);
         let description = self.compile(&sha256, &bytes).await?;
         let mut registry = self.registry.lock().await;
         let stored_before = registry.uses_blob(&sha256);
+        within_storage(entry(&registry, tenant)?, bytes.len())?;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
         let mut transform = entry
             .transforms
@@ -900,6 +905,36 @@ impl Drop for Turn<'_> {
 
 fn entry<'a>(registry: &'a Registry, tenant: &str) -> Result<&'a TenantEntry, ApiError> {
     registry.tenants.get(tenant).ok_or_else(|| no_tenant(tenant))
+}
+
+/// Whether the tenant may store one more transform version of `size` bytes: its
+/// `max_transform_versions` and `max_transform_mb` quotas.
+///
+/// # Errors
+/// 403 `quota` naming the quota, with what the tenant holds.
+fn within_storage(entry: &TenantEntry, size: usize) -> Result<(), ApiError> {
+    let versions = entry.transforms.values().flat_map(|t| &t.versions);
+    let (count, bytes) = versions.fold((0u64, 0u64), |(count, bytes), v| (count + 1, bytes + v.size));
+    let quotas = &entry.tenant.quotas;
+    let tenant = &entry.tenant.name;
+    if count >= u64::from(quotas.max_transform_versions) {
+        return Err(ApiError::quota(
+            "max_transform_versions",
+            format!(
+                "tenant {tenant} stores {count} transform versions, its quota (max_transform_versions): delete a transform it no longer uses"
+            ),
+        ));
+    }
+    if bytes + size as u64 > quotas.max_transform_mb << 20 {
+        return Err(ApiError::quota(
+            "max_transform_mb",
+            format!(
+                "tenant {tenant} stores {bytes} bytes of transforms; {size} more would pass its quota of {} MiB (max_transform_mb): delete a transform it no longer uses",
+                quotas.max_transform_mb
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The `transform` of each `[[transforms]]` table of a stored spec.

@@ -14,6 +14,7 @@
 //! | `recurse` | unbounded recursion on the native wasm stack (stack overflow trap) |
 //! | `invalid-output` | emits the record to the undefined sink output `no-such-output` |
 //! | `error` | returns a transform-error `misbehave: error at offset <offset>` (offset filled in) |
+//! | `error-huge` | returns a transform-error of about 1 MB (`misbehave: huge huge …`) |
 //! | `open-file` | tries `std::fs::read("/etc/passwd")`, emits value `open-file: ok` or `open-file: err: <error>` |
 //! | `connect` | tries a TCP connection to `127.0.0.1:9092` through `wasi:sockets`, emits `connect: ok` or `connect: err: <error>` |
 //! | `env` | emits `env: <number of environment variables>` |
@@ -131,6 +132,7 @@ impl Transform for Misbehave {
                 out.emit(Output::new(record.key(), record.value()).to_output("no-such-output"))
             }
             "error" => return Err(TransformError::new(format!("misbehave: error at offset {offset}"))),
+            "error-huge" => return Err(TransformError::new(format!("misbehave: {}", "huge ".repeat(200_000)))),
             "open-file" => out.emit(reply(
                 record,
                 match std::fs::read("/etc/passwd") {
