@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use weir::kafka::Admin;
-use weir::state::{ChangelogEntry, Committed, Entries, StateDb};
+use weir::{Admin, ChangelogEntry, Committed, Entries, StateDb};
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{
     RUN_TIMEOUT, Reader, Spec, TestPipeline, crash_while_feeding, keyed, produce, run_to_completion, wait_exit,
@@ -23,7 +22,7 @@ const PARTITIONS: i32 = 4;
 /// The state database of the process in state directory `dir` (`<state.dir>/<instance>`, the
 /// instance being the host's default).
 fn contents(dir: &Path) -> (Entries, Committed) {
-    let db = StateDb::open_read_only(&dir.join(weir::pipeline::default_instance())).expect("open the state directory");
+    let db = StateDb::open_read_only(&dir.join(weir::default_instance())).expect("open the state directory");
     let entries = db.scan_prefix(b"", usize::MAX).expect("scan");
     let committed = Committed { changelog_offsets: BTreeMap::new(), ..db.committed().expect("committed") };
     (entries, committed)
@@ -111,7 +110,7 @@ async fn a_changelog_topic_that_is_not_compacted_or_too_wide_is_refused() {
     let pipeline = TestPipeline::new("weir-cl-wide", &Spec::new("passthrough"));
     produce(&pipeline.source, PARTITIONS, &keyed(&flight_rows(10))).await;
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     admin.create_topic_with(&changelog, PARTITIONS * 2, &[("cleanup.policy", "compact")]).await.unwrap();
     expect_refusal(&pipeline, &[&changelog, "has 8 partitions", "use 4"]);
 }
@@ -124,10 +123,10 @@ async fn a_new_pipeline_creates_a_compacted_changelog_with_a_partition_per_task(
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
     run_to_completion(&pipeline, &mut reader, rows.len(), &[]);
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     assert_eq!(admin.topic_config(&changelog, "cleanup.policy").await.unwrap(), "compact");
     let partitions = admin.topics(&[changelog.as_str()]).unwrap();
-    assert_eq!(partitions[&changelog], weir::kafka::TopicCheck::Exists(PARTITIONS));
+    assert_eq!(partitions[&changelog], weir::TopicCheck::Exists(PARTITIONS));
     for partition in 0..PARTITIONS {
         let (_, end) = weir_tests::admin::watermarks(&changelog, partition, "read_committed");
         assert!(end > 0, "task {partition} wrote its state to changelog partition {partition}");
@@ -311,7 +310,7 @@ async fn a_stale_state_directory_never_resurrects_state_whose_deletes_compaction
     let pipeline = TestPipeline::new("weir-purged", &spec);
     // A changelog the broker compacts at once and whose tombstones it purges 100 ms later.
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     let configs = [
         ("cleanup.policy", "compact"),
         ("delete.retention.ms", "100"),
@@ -399,7 +398,7 @@ async fn a_stale_state_directory_never_resurrects_state_whose_deletes_compaction
 /// Pre-creates `pipeline`'s changelog topic (one partition per task) with topic `configs`.
 async fn create_changelog(pipeline: &TestPipeline, configs: &[(&str, &str)]) -> String {
     let changelog = format!("{}-changelog", pipeline.name);
-    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     admin.create_topic_with(&changelog, PARTITIONS, configs).await.unwrap();
     changelog
 }
@@ -455,7 +454,7 @@ async fn a_changelog_that_can_delete_state_is_refused_naming_the_setting_and_the
         log[log.find("kafka-configs.sh ").expect("the refusal gives the command")..].lines().next().unwrap().to_owned();
     let args: Vec<&str> = command.split_whitespace().skip(1).collect();
     weir_tests::broker::kafka_sh(&[&["run", "kafka.admin.ConfigCommand"][..], &args].concat());
-    let admin = Admin::new(&weir::config::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
+    let admin = Admin::new(&weir::ClusterConfig::new(&bootstrap()), &BTreeMap::new()).unwrap();
     assert_eq!(admin.topic_config(&changelog, "cleanup.policy").await.unwrap(), "compact");
     assert_eq!(admin.topic_config(&changelog, "retention.ms").await.unwrap(), "60000", "retention is left as it was");
     let mut reader = Reader::new(&pipeline.sink, PARTITIONS, Isolation::ReadCommitted);
@@ -480,7 +479,7 @@ async fn a_running_pipeline_stops_when_its_changelog_is_altered_to_delete_state(
         &[("cleanup.policy", "compact,delete"), ("retention.ms", "60000")],
     )
     .await;
-    let bound = weir::kafka::CONFIG_CHECK_INTERVAL + RUN_TIMEOUT;
+    let bound = weir::CONFIG_CHECK_INTERVAL + RUN_TIMEOUT;
     let status = wait_exit(&mut child, bound)
         .unwrap_or_else(|| panic!("still running {bound:?} after the alter; log:\n{}", pipeline.log_text()));
     let log = pipeline.log_text();

@@ -190,9 +190,9 @@ async fn create_topic_keeping_all(topic: &str, partitions: i32) {
 /// The flights keyed by origin, in the order they departed: by day, and within a day in the
 /// file's order (by actual departure time). flights.csv itself lists the months as text sorts
 /// them — 1, 10, 11, 12, 2, … — so read in file order, February comes ten months after December.
-fn flights_by_day() -> Vec<weir::file::Row> {
+fn flights_by_day() -> Vec<weir::Row> {
     let mut rows = Vec::new();
-    weir::file::read_rows(&flights_zip(), None, &["origin".into()], |row| {
+    weir::read_rows(&flights_zip(), None, &["origin".into()], |row| {
         let v: Value = serde_json::from_slice(&row.value_bytes()).unwrap();
         let day = (v["year"].as_i64().unwrap(), v["month"].as_i64().unwrap(), v["day"].as_i64().unwrap());
         rows.push((day, row));
@@ -231,7 +231,7 @@ async fn a_partition_read_to_its_end_before_a_restart_still_goes_idle() {
 
 /// The hours of all flights, computed directly from the file: (origin, time_hour) → (flights,
 /// departed, total departure delay).
-fn batch_hours(rows: &[weir::file::Row]) -> BTreeMap<(String, String), (u64, u64, i64)> {
+fn batch_hours(rows: &[weir::Row]) -> BTreeMap<(String, String), (u64, u64, i64)> {
     let mut hours: BTreeMap<(String, String), (u64, u64, i64)> = BTreeMap::new();
     for row in rows {
         let v: Value = serde_json::from_slice(&row.value_bytes()).unwrap();
@@ -307,8 +307,8 @@ async fn flights_hourly_equals_a_batch_computation_and_closes_each_hour_once_und
 }
 
 /// A record of key `key` with value `word` for `misbehave`.
-fn word(offset: i64, key: &str, word: &str) -> weir::wasm::InputRecord {
-    weir::wasm::InputRecord {
+fn word(offset: i64, key: &str, word: &str) -> weir::InputRecord {
+    weir::InputRecord {
         key: Some(key.as_bytes().to_vec()),
         value: Some(word.as_bytes().to_vec()),
         headers: Vec::new(),
@@ -322,8 +322,8 @@ fn word(offset: i64, key: &str, word: &str) -> weir::wasm::InputRecord {
 }
 
 /// (clock, time, key) of timers.
-fn timers(due: &[weir::wasm::Timer]) -> Vec<(bool, i64, String)> {
-    let event = |t: &weir::wasm::Timer| matches!(t.domain, weir::wasm::TimeDomain::EventTime);
+fn timers(due: &[weir::Timer]) -> Vec<(bool, i64, String)> {
+    let event = |t: &weir::Timer| matches!(t.domain, weir::TimeDomain::EventTime);
     due.iter().map(|t| (event(t), t.time, String::from_utf8_lossy(&t.key).into_owned())).collect()
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use weir::file::Row;
+use weir::Row;
 use weir_tests::admin::open_transaction_in;
 use weir_tests::delivery::assert_exactly_once_in_key_order;
 use weir_tests::flights::verify;

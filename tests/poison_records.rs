@@ -351,7 +351,7 @@ async fn records_the_sink_topics_refuse_for_timestamp_or_key_are_dead_lettered_a
     spec.transform = "on_error = \"dead-letter\"".into();
     let pipeline = TestPipeline::new("weir-refused-record", &spec);
     refusing_topics(&pipeline).await;
-    let now = weir::time::now_ms();
+    let now = weir::now_ms();
     let (ahead, behind) = (now + 2 * DAY_MS, now - 30 * DAY_MS);
     let input = [
         (Some("k0"), "good-0", now),
@@ -403,7 +403,7 @@ async fn a_record_the_sink_topic_refuses_under_fail_stops_the_pipeline_naming_po
     spec.transform = "on_error = \"fail\"".into();
     let pipeline = TestPipeline::new("weir-refused-fail", &spec);
     refusing_topics(&pipeline).await;
-    let now = weir::time::now_ms();
+    let now = weir::now_ms();
     let input: Vec<_> =
         (0..4).map(|_| (Some("k"), "good", now)).chain([(Some("k"), "ahead", now + 2 * DAY_MS)]).collect();
     produce_at(&pipeline.source, &input);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::time::Duration;
 
-use weir::wasm::{ErrorKind, InputRecord, OperatorLimits, OutputRecord};
+use weir::{ErrorKind, InputRecord, OperatorLimits, OutputRecord};
 use weir_tests::pipeline::{RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, run_to_completion};
 use weir_tests::{
     Isolation, flight_rows, flights_zip, input_records, operator_with, operator_with_outputs, plugin, run_weir,
@@ -122,7 +122,7 @@ fn every_flights_hourly_port_closes_the_rust_plugins_windows() {
     for record in &mut records {
         let value: serde_json::Value = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
         let time_hour = value["time_hour"].as_str().unwrap();
-        record.event_time = weir::time::parse_rfc3339(time_hour).unwrap_or_else(|| panic!("time_hour {time_hour}"));
+        record.event_time = weir::parse_rfc3339(time_hour).unwrap_or_else(|| panic!("time_hour {time_hour}"));
         record.watermark = latest.map(|l: i64| l - BOUND_MS - 1);
         latest = latest.max(Some(record.event_time));
     }
@@ -131,7 +131,7 @@ fn every_flights_hourly_port_closes_the_rust_plugins_windows() {
     let run = |name: &str| {
         let mut operator = operator_with_outputs(name, &[("late_output", "late")], limits.clone(), &["late"]);
         let mut lines = Vec::new();
-        let fire = |operator: &mut weir::wasm::Operator, watermark: i64, lines: &mut Vec<String>| {
+        let fire = |operator: &mut weir::Operator, watermark: i64, lines: &mut Vec<String>| {
             operator.set_watermark(Some(watermark));
             loop {
                 let due = operator.due_timers(i64::MIN).unwrap();
@@ -199,7 +199,7 @@ fn every_runtime_is_refused_files_sockets_and_environment() {
     ];
     for (name, file, socket) in expected {
         let mut operator = operator_with(name, &[], limits.clone());
-        let answer = |operator: &mut weir::wasm::Operator, offset, word| {
+        let answer = |operator: &mut weir::Operator, offset, word| {
             text(&operator.process(&[probe(offset, word)]).unwrap_or_else(|e| panic!("{name} {word}: {e}")))
         };
         assert!(answer(&mut operator, 0, "open-file").starts_with(file), "{name}");

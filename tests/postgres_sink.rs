@@ -9,7 +9,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir::file::Row;
+use weir::Row;
 use weir_tests::flights::{expected_finals, same_json};
 use weir_tests::pipeline::{RUN_TIMEOUT, Spec, TestPipeline, keyed, produce, wait_exit};
 use weir_tests::postgres::{

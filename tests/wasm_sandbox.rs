@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::wasm::{ErrorKind, InputRecord, OperatorLimits, OutputRecord, ResourcePool};
+use weir::{ErrorKind, InputRecord, OperatorLimits, OutputRecord, ResourcePool};
 use weir_tests::operator_with;
 
 fn record(offset: i64, value: &str) -> InputRecord {
@@ -143,7 +143,7 @@ fn a_guest_error_names_the_offset() {
 fn state_writes_of_a_failed_batch_are_discarded() {
     let mut operator = operator_with("misbehave", &[], limits());
     operator.process(&[record(0, "a"), record(1, "b")]).unwrap();
-    let count = |operator: &mut weir::wasm::Operator| operator.state_mut().get(b"count").unwrap();
+    let count = |operator: &mut weir::Operator| operator.state_mut().get(b"count").unwrap();
     let before = count(&mut operator);
     assert!(before.is_some(), "misbehave counts records in state");
     operator.process(&[record(2, "c"), record(3, "panic")]).unwrap_err();

@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use weir::config::PipelineConfig;
-use weir::metrics::{BatchFigures, Metrics, TaskMetrics};
-use weir::types::TaskId;
+use weir::{BatchFigures, Metrics, PipelineConfig, TaskId, TaskMetrics};
 
 fn task(metrics: &Metrics) -> TaskMetrics {
     let text = "name = \"bench\"\n[source]\nbrokers = \"localhost:9092\"\ntopics = [\"flights\"]\n\

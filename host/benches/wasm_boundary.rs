@@ -23,10 +23,10 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde::{Deserialize, Serialize};
-use weir::file::read_rows;
-use weir::record::RecordBatch;
-use weir::state::MemoryState;
-use weir::wasm::{EngineConfig, InputRecord, Operator, OperatorLimits, OutputRecord, TransformComponent, WasmEngine};
+use weir::{
+    EngineConfig, InputRecord, MemoryState, Operator, OperatorLimits, OutputRecord, RecordBatch, TransformComponent,
+    WasmEngine, read_rows,
+};
 
 const BATCHES: [usize; 3] = [1, 64, 1024];
 const RECORDS: usize = 4096;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use weir::config::secret::{RedactingWriter, redact};
+use weir::{RedactingWriter, redact};
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
@@ -25,9 +25,9 @@ fn main() -> ExitCode {
                 .with_ansi(std::io::stderr().is_terminal()),
         )
         // The dashboard's recent log lines (`weir run --metrics`).
-        .with(weir::metrics::RecentLog::global())
+        .with(weir::RecentLog::global())
         // Each pipeline's own lines (`weir serve`'s logs route).
-        .with(weir::metrics::PipelineLog::global())
+        .with(weir::PipelineLog::global())
         .init();
     match cli::run(args) {
         Ok(code) => code,
@@ -36,8 +36,8 @@ fn main() -> ExitCode {
         Err(error) => {
             let mut text = message(&error);
             // A tool's request that found no broker, while the cluster refused its handshake or a right.
-            let unreachable = error.chain().any(|c| c.downcast_ref().is_some_and(weir::kafka::is_unreachable));
-            if let Some(reason) = weir::kafka::recent_refusal().filter(|_| unreachable) {
+            let unreachable = error.chain().any(|c| c.downcast_ref().is_some_and(weir::is_unreachable));
+            if let Some(reason) = weir::recent_refusal().filter(|_| unreachable) {
                 text.push_str(&format!(
                     ": the cluster refuses: {reason}; check the security properties (security.protocol, \
                      sasl.*, ssl.*) of --kafka-config or the pipeline's [kafka], or the principal's ACLs"

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
-use weir::file::Row;
+use weir::Row;
 
 use crate::Consumed;
 

@@ -136,9 +136,9 @@ pub fn consume_all(topic: &str, isolation: Isolation, min: usize, idle: Duration
 }
 
 /// The first `n` flights of nycflights13 as JSON rows keyed `origin|carrier`.
-pub fn flight_rows(n: u64) -> Vec<weir::file::Row> {
+pub fn flight_rows(n: u64) -> Vec<weir::Row> {
     let mut rows = Vec::new();
-    weir::file::read_rows(&flights_zip(), None, &["origin".into(), "carrier".into()], |row| {
+    weir::read_rows(&flights_zip(), None, &["origin".into(), "carrier".into()], |row| {
         if row.line <= n {
             rows.push(row);
         }
@@ -149,9 +149,9 @@ pub fn flight_rows(n: u64) -> Vec<weir::file::Row> {
 }
 
 /// Rows as input records of topic `topic`, partition 0, offset = line - 1.
-pub fn input_records(topic: &str, rows: &[weir::file::Row]) -> Vec<weir::wasm::InputRecord> {
+pub fn input_records(topic: &str, rows: &[weir::Row]) -> Vec<weir::InputRecord> {
     rows.iter()
-        .map(|row| weir::wasm::InputRecord {
+        .map(|row| weir::InputRecord {
             key: row.key.clone().map(String::into_bytes),
             value: Some(row.value_bytes()),
             headers: Vec::new(),
@@ -166,21 +166,20 @@ pub fn input_records(topic: &str, rows: &[weir::file::Row]) -> Vec<weir::wasm::I
 }
 
 /// A process-wide engine for tests.
-pub fn engine() -> &'static weir::wasm::WasmEngine {
-    static ENGINE: std::sync::OnceLock<weir::wasm::WasmEngine> = std::sync::OnceLock::new();
+pub fn engine() -> &'static weir::WasmEngine {
+    static ENGINE: std::sync::OnceLock<weir::WasmEngine> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| {
-        weir::wasm::WasmEngine::new(&weir::wasm::EngineConfig::with_default_cache().expect("engine config"))
-            .expect("engine")
+        weir::WasmEngine::new(&weir::EngineConfig::with_default_cache().expect("engine config")).expect("engine")
     })
 }
 
 /// An operator running plugin `name` with `config`, default limits and in-memory state.
-pub fn operator(name: &str, config: &[(&str, &str)]) -> weir::wasm::Operator {
-    operator_with(name, config, weir::wasm::OperatorLimits::default())
+pub fn operator(name: &str, config: &[(&str, &str)]) -> weir::Operator {
+    operator_with(name, config, weir::OperatorLimits::default())
 }
 
 /// An operator running plugin `name` with `config`, `limits` and in-memory state.
-pub fn operator_with(name: &str, config: &[(&str, &str)], limits: weir::wasm::OperatorLimits) -> weir::wasm::Operator {
+pub fn operator_with(name: &str, config: &[(&str, &str)], limits: weir::OperatorLimits) -> weir::Operator {
     operator_with_outputs(name, config, limits, &[])
 }
 
@@ -189,22 +188,22 @@ pub fn operator_with(name: &str, config: &[(&str, &str)], limits: weir::wasm::Op
 pub fn operator_with_outputs(
     name: &str,
     config: &[(&str, &str)],
-    limits: weir::wasm::OperatorLimits,
+    limits: weir::OperatorLimits,
     outputs: &[&str],
-) -> weir::wasm::Operator {
+) -> weir::Operator {
     let component = std::sync::Arc::new(engine().load(&plugin(name)).expect("load plugin"));
     let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let outputs = outputs.iter().map(|o| o.to_string()).collect();
-    let state = || Box::new(weir::state::MemoryState::new());
-    weir::wasm::Operator::new(component, name, config, limits, outputs, state(), state()).expect("operator starts")
+    let state = || Box::new(weir::MemoryState::new());
+    weir::Operator::new(component, name, config, limits, outputs, state(), state()).expect("operator starts")
 }
 
 /// Runs `records` through `operator` in batches of `batch_size`, concatenating the outputs.
 pub fn process_all(
-    operator: &mut weir::wasm::Operator,
-    records: &[weir::wasm::InputRecord],
+    operator: &mut weir::Operator,
+    records: &[weir::InputRecord],
     batch_size: usize,
-) -> Vec<weir::wasm::OutputRecord> {
+) -> Vec<weir::OutputRecord> {
     records.chunks(batch_size).flat_map(|batch| operator.process(batch).expect("process")).collect()
 }
 

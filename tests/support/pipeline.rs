@@ -15,7 +15,7 @@ use crate::{Consumed, Isolation, bootstrap, create_topic, plugin, unique_name, w
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Rows as `(key, value)` pairs for [`produce`].
-pub fn keyed(rows: &[weir::file::Row]) -> Vec<(Option<String>, String)> {
+pub fn keyed(rows: &[weir::Row]) -> Vec<(Option<String>, String)> {
     rows.iter().map(|r| (r.key.clone(), String::from_utf8(r.value_bytes()).unwrap())).collect()
 }
 

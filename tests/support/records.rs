@@ -115,10 +115,8 @@ pub fn read_raw(topic: &str, partitions: i32, count: usize, timeout: Duration) -
 
 impl FromMessage for ReadRecord {
     fn from_message(message: &BorrowedMessage<'_>) -> Self {
-        let headers = weir::kafka::record_headers(message)
-            .into_iter()
-            .map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec)))
-            .collect();
+        let headers =
+            weir::record_headers(message).into_iter().map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec))).collect();
         ReadRecord {
             partition: message.partition(),
             offset: message.offset(),

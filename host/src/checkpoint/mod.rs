@@ -17,4 +17,4 @@ pub mod recovery;
 pub mod restore;
 pub mod savepoint;
 
-pub use coordinator::{Coordinator, Delivery, Epoch, Parts};
+pub use coordinator::{Coordinator, Parts};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use weir::config::ClusterConfig;
+use weir::ClusterConfig;
 
 /// The cluster a tool talks to.
 #[derive(Debug, Args)]

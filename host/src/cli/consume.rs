@@ -19,8 +19,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{Map, Value};
-use weir::kafka::LogContext;
-use weir::kafka::{Admin, TopicCheck, record_headers};
+use weir::{Admin, LogContext, TopicCheck, record_headers};
 
 use super::bytes::insert_bytes;
 
@@ -77,8 +76,8 @@ pub fn execute(args: ConsumeArgs) -> anyhow::Result<ExitCode> {
         // Tells when a partition has been read to its end, so the idle clock starts only then.
         ("enable.partition.eof", "true"),
     ];
-    let consumer: BaseConsumer<LogContext> = weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &own)
-        .create_with_context(LogContext::new("consumer"))?;
+    let consumer: BaseConsumer<LogContext> =
+        weir::client_config(&cluster, &[], &BTreeMap::new(), &own).create_with_context(LogContext::new("consumer"))?;
     let start = if args.from_beginning { Offset::Beginning } else { Offset::End };
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions {

@@ -330,7 +330,7 @@ fn items(value: &Value) -> Vec<&Value> {
 /// that version.
 fn push(client: &Client, name: &str, wasm: &Path) -> anyhow::Result<Value> {
     let bytes = std::fs::read(wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
-    let sha256 = weir::server::auth::hash_bytes(&bytes);
+    let sha256 = weir::hash_bytes(&bytes);
     if let Ok(existing) = client.call("GET", &format!("/transforms/{name}"), None)
         && let Some(version) =
             existing["versions"].as_array().into_iter().flatten().find(|v| v["sha256"] == sha256.as_str())

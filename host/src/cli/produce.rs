@@ -11,9 +11,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use weir::file::{Format, read_rows};
-use weir::kafka::LogContext;
-use weir::kafka::{Admin, TopicCheck};
+use weir::{Admin, Format, LogContext, TopicCheck, read_rows};
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
@@ -59,8 +57,8 @@ pub fn execute(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     };
     // Idempotent, acks=all: a retried batch is never written twice.
     let own = [("enable.idempotence", "true"), ("linger.ms", "20"), ("compression.type", "lz4")];
-    let producer: ThreadedProducer<LogContext> = weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &own)
-        .create_with_context(LogContext::new("producer"))?;
+    let producer: ThreadedProducer<LogContext> =
+        weir::client_config(&cluster, &[], &BTreeMap::new(), &own).create_with_context(LogContext::new("producer"))?;
 
     let progress = if console_is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
     progress.set_style(ProgressStyle::with_template("{spinner} {human_pos} records  {per_sec}  {elapsed}")?);

@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use weir::checkpoint::savepoint;
-use weir::config::{MAX_WORKERS, PipelineConfig};
-use weir::metrics::{Metrics, start_sampler};
-use weir::pipeline::{RunOptions, run};
-use weir::wasm::{EngineConfig, WasmEngine};
+use weir::{
+    EngineConfig, MAX_WORKERS, Metrics, PipelineConfig, RunOptions, WasmEngine, read_savepoint, run_pipeline,
+    start_sampler,
+};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -70,7 +69,7 @@ pub struct RunArgs {
 }
 
 fn parse_instance(text: &str) -> Result<String, String> {
-    weir::pipeline::check_instance(text).map(|()| text.to_owned())
+    weir::check_instance(text).map(|()| text.to_owned())
 }
 
 /// Parses `--metrics <host>:<port>`, resolving a host name to its first address.
@@ -91,11 +90,11 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = Arc::new(AtomicBool::new(false));
     watch_signals(shutdown.clone(), config.runtime.shutdown_grace)?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
-    let from_savepoint = args.from_savepoint.as_deref().map(savepoint::read).transpose()?;
+    let from_savepoint = args.from_savepoint.as_deref().map(read_savepoint).transpose()?;
     let metrics = Arc::new(Metrics::default());
     if let Some(address) = args.metrics {
         start_sampler(&metrics)?;
-        let bound = weir::http::serve(address, metrics.clone())
+        let bound = weir::serve_metrics(address, metrics.clone())
             .map_err(|error| anyhow::anyhow!("cannot serve metrics at {address} (--metrics): {error}"))?;
         tracing::info!(pipeline = %config.name, "serving metrics at http://{bound}/metrics and the dashboard at http://{bound}/");
     }
@@ -109,7 +108,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_identical_failures: args.max_identical_failures,
         pool: None,
     };
-    let result = run(&config, &engine, &options, &shutdown);
+    let result = run_pipeline(&config, &engine, &options, &shutdown);
     if let Err(error) = &result
         && args.keep_serving
     {

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use weir::checkpoint::savepoint;
-use weir::config::PipelineConfig;
-use weir::kafka::{Admin, Changelog, ChangelogReader, TopicCheck};
-use weir::state::StateDb;
-use weir::types::TaskId;
+use weir::{
+    Admin, Changelog, ChangelogReader, PipelineConfig, StateDb, TaskId, TopicCheck, savepoint_checkpoint,
+    take_savepoint, write_savepoint,
+};
 
 #[derive(Debug, Args)]
 pub struct SavepointArgs {
@@ -42,8 +41,8 @@ pub fn execute(args: SavepointArgs) -> anyhow::Result<ExitCode> {
     let reader = ChangelogReader::new(&config.sink.cluster, &config.sink.producer, changelog, &config.group_id())?;
     // The components are named when the state directory is at hand (it may be on another host).
     let components = StateDb::open_read_only(&config.state.dir).and_then(|db| db.components()).unwrap_or_default();
-    let taken = savepoint::take(&reader, &tasks, &config.name, components, timeout)?;
-    savepoint::write(&taken, &args.dir)?;
+    let taken = take_savepoint(&reader, &tasks, &config.name, components, timeout)?;
+    write_savepoint(&taken, &args.dir)?;
     let entries: u64 = taken.manifest.tasks.iter().map(|t| t.entries).sum();
     let bytes: u64 = taken.manifest.tasks.iter().map(|t| t.bytes).sum();
     writeln!(
@@ -53,7 +52,7 @@ pub fn execute(args: SavepointArgs) -> anyhow::Result<ExitCode> {
         config.name,
         args.dir.display(),
         taken.manifest.tasks.len(),
-        savepoint::checkpoint(&taken)
+        savepoint_checkpoint(&taken)
     )?;
     Ok(ExitCode::SUCCESS)
 }

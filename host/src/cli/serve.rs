@@ -1,12 +1,11 @@
-//! `weir serve --config serve.toml`: the multi-tenant hosting server (see `weir::server`).
+//! `weir serve --config serve.toml`: the multi-tenant hosting server (the library's `server` module).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use weir::metrics::{Metrics, start_sampler};
-use weir::server::{ServeConfig, Server, api, listen};
+use weir::{Metrics, ServeConfig, Server, api_router, openapi_json, serve_api, start_sampler};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -22,7 +21,7 @@ pub struct ServeArgs {
 
 pub fn execute(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.openapi {
-        println!("{}", api::openapi_json());
+        println!("{}", openapi_json());
         return Ok(ExitCode::SUCCESS);
     }
     let file = args.config.unwrap_or_default();
@@ -41,7 +40,7 @@ pub fn execute(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let scheme = if transport.tls.is_some() { "https" } else { "http" };
         tracing::info!("serving the API at {scheme}://{bound}/v1 (OpenAPI: /v1/openapi.json), metrics at /metrics");
         let closing = server.clone();
-        listen::serve(listener, api::router(server.clone()), transport, async move {
+        serve_api(listener, api_router(server.clone()), transport, async move {
             shutdown_signal().await;
             closing.closing();
         })

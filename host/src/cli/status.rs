@@ -18,14 +18,12 @@ use std::time::Duration;
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
-use weir::kafka::LogContext;
+use weir::{
+    Admin, Changelog, ChangelogReader, CheckpointMetadata, LogContext, PipelineConfig, Position, Source, TaskId,
+    TopicCheck, last_position,
+};
 
 use super::output::{self, Format, OutputArgs};
-use weir::checkpoint::restore::last_position;
-use weir::config::PipelineConfig;
-use weir::kafka::{Admin, Changelog, ChangelogReader, CheckpointMetadata, Source, TopicCheck};
-use weir::state::Position;
-use weir::types::TaskId;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -128,7 +126,7 @@ fn read_status(config: &PipelineConfig) -> anyhow::Result<Status> {
     // offset. This one sees the end of the log, open transactions' records included.
     let own = [("isolation.level", "read_uncommitted")];
     let uncommitted: BaseConsumer<LogContext> =
-        weir::kafka::client_config(&config.source.cluster, &[], &config.source.consumer, &own)
+        weir::client_config(&config.source.cluster, &[], &config.source.consumer, &own)
             .create_with_context(LogContext::new("status consumer"))?;
     let group = source.group_offsets(&tasks, TIMEOUT)?;
     let changelog = ChangelogPositions::new(config, &admin)?;

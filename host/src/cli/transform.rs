@@ -14,11 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
-use weir::config::{MAX_DEADLINE, MAX_MEMORY_LIMIT_BYTES};
-use weir::file::{Format, read_rows};
-use weir::state::MemoryState;
-use weir::wasm::{
-    EngineConfig, ErrorKind, Header, InputRecord, Operator, OperatorError, OperatorLimits, OutputRecord, WasmEngine,
+use weir::{
+    EngineConfig, ErrorKind, Format, Header, InputRecord, MAX_DEADLINE, MAX_MEMORY_LIMIT_BYTES, MemoryState, Operator,
+    OperatorError, OperatorLimits, OutputRecord, WasmEngine, read_rows,
 };
 
 use super::bytes::{insert_bytes, insert_value};

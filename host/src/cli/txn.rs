@@ -29,12 +29,10 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
-use weir::checkpoint::recovery::transactional_id;
-use weir::kafka::LogContext;
-use weir::kafka::{Admin, CheckpointMetadata, GroupOffset, ProducerSlot, Source, TopicCheck, instance_of};
-use weir::pipeline::default_instance;
-use weir::postgres::{Database, Resolution, decide};
-use weir::types::TaskId;
+use weir::{
+    Admin, CheckpointMetadata, Database, GroupOffset, LogContext, ProducerSlot, Resolution, Source, TaskId, TopicCheck,
+    decide_prepared, default_instance, instance_of, transactional_id,
+};
 
 use super::output::{self, OutputArgs};
 
@@ -138,7 +136,7 @@ fn live_instances(args: &TxnArgs, instances: &[String]) -> anyhow::Result<Vec<St
     let group = group(args);
     let cluster = args.cluster.cluster()?;
     let client: BaseConsumer<LogContext> =
-        weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &[]).create_with_context(LogContext::new("txn"))?;
+        weir::client_config(&cluster, &[], &BTreeMap::new(), &[]).create_with_context(LogContext::new("txn"))?;
     let groups = client
         .fetch_group_list(Some(&group), TIMEOUT)
         .with_context(|| format!("describing consumer group {group} at {cluster}"))?;
@@ -235,8 +233,10 @@ fn postgres_prepared(args: &TxnArgs, resolve: bool) -> anyhow::Result<Vec<Prepar
     Ok(prepared
         .into_iter()
         .map(|p| {
-            let resolution =
-                resolved.get(&p.xid.gid()).copied().unwrap_or_else(|| decide(&p.xid, &offsets, &args.prefix, settled));
+            let resolution = resolved
+                .get(&p.xid.gid())
+                .copied()
+                .unwrap_or_else(|| decide_prepared(&p.xid, &offsets, &args.prefix, settled));
             let decision = match resolution {
                 _ if !decided => "unknown",
                 Resolution::Commit => "commit",
@@ -276,8 +276,7 @@ fn list(args: &TxnArgs, output: &OutputArgs) -> anyhow::Result<ExitCode> {
     let cluster = args.cluster.cluster()?;
     let consumer = |isolation: &str| -> anyhow::Result<BaseConsumer<LogContext>> {
         let own = [("isolation.level", isolation)];
-        Ok(weir::kafka::client_config(&cluster, &[], &BTreeMap::new(), &own)
-            .create_with_context(LogContext::new("txn"))?)
+        Ok(weir::client_config(&cluster, &[], &BTreeMap::new(), &own).create_with_context(LogContext::new("txn"))?)
     };
     let (committed, uncommitted) = (consumer("read_committed")?, consumer("read_uncommitted")?);
     let admin = Admin::new(&cluster, &BTreeMap::new())?;

@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use weir::config::{ConfigError, PipelineConfig};
-use weir::wasm::{EngineConfig, LoadError, WasmEngine};
+use weir::{ConfigError, EngineConfig, LoadError, PipelineConfig, WasmEngine};
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {

@@ -31,7 +31,7 @@
 //! # Example
 //! ```
 //! use std::path::Path;
-//! use weir::config::{Guarantee, PipelineConfig};
+//! use weir::PipelineConfig;
 //!
 //! let config = PipelineConfig::from_toml_str(
 //!     r#"
@@ -49,10 +49,10 @@
 //!     Path::new("/etc/weir"),
 //! )?;
 //! assert_eq!(config.group_id(), "weir-flight-delays");
-//! assert_eq!(config.sink.guarantee, Guarantee::ExactlyOnce);
+//! assert_eq!(config.sink.guarantee.as_str(), "exactly-once");
 //! assert_eq!(config.transforms[0].wasm, Path::new("/etc/weir/plugins/flight-delays.wasm"));
 //! assert_eq!(config.state.dir, Path::new("/etc/weir/weir-state/flight-delays"));
-//! # Ok::<(), weir::config::ConfigError>(())
+//! # Ok::<(), weir::ConfigError>(())
 //! ```
 
 mod cluster;
@@ -65,18 +65,12 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-pub use cluster::{CONNECTION_KEYS, ClusterConfig, is_connection_key};
+pub use cluster::ClusterConfig;
 pub use error::ConfigError;
 pub(crate) use pipeline::producer_message_max_bytes;
 pub use pipeline::{
-    BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT, CheckpointConfig, DEFAULT_BATCH_SIZE, DEFAULT_CHECKPOINT_INTERVAL,
-    DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_MAX_EPOCH_BYTES, DEFAULT_MAX_RECORD_BYTES,
-    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_PARTITION_DISCOVERY_INTERVAL, DEFAULT_PRODUCER_SLOTS, DEFAULT_STATE_PARENT,
-    DEFAULT_TABLE_MAX_BYTES, DEFAULT_TRANSACTION_TIMEOUT, Guarantee, MAX_BATCH_SIZE, MAX_DEADLINE,
-    MAX_MEMORY_LIMIT_BYTES, MAX_NAME_LEN, MAX_PRODUCER_SLOTS, MAX_TOPIC_LEN, MAX_TRANSACTION_TIMEOUT, MAX_WORKERS,
-    MIN_CHECKPOINT_INTERVAL, MIN_CHECKPOINT_TIMEOUT, MIN_MAX_EPOCH_BYTES, MIN_PARTITION_DISCOVERY_INTERVAL,
-    MIN_TRANSACTION_TIMEOUT, OffsetReset, OnError, PipelineConfig, PostgresSinkConfig, RESERVED_RDKAFKA_KEYS,
-    RuntimeConfig, SinkConfig, SourceConfig, StartPosition, StateConfig, TableConfig, TimeFormat, TransformConfig,
-    WatermarkConfig, WriteMode,
+    DEFAULT_DEADLINE, DEFAULT_MAX_RECORD_BYTES, DEFAULT_MEMORY_LIMIT_BYTES, Guarantee, MAX_DEADLINE,
+    MAX_MEMORY_LIMIT_BYTES, MAX_NAME_LEN, MAX_WORKERS, OffsetReset, OnError, PipelineConfig, PostgresSinkConfig,
+    SinkConfig, SourceConfig, StartPosition, TableConfig, TimeFormat, TransformConfig, WatermarkConfig, WriteMode,
 };
 pub use validate::is_topic_name;

@@ -2,6 +2,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::pipeline::{
+    CheckpointConfig, DEFAULT_BATCH_SIZE, DEFAULT_PARTITION_DISCOVERY_INTERVAL, DEFAULT_TABLE_MAX_BYTES,
+    RESERVED_RDKAFKA_KEYS, RuntimeConfig, StateConfig,
+};
 use super::*;
 
 const MINIMAL: &str = r#"

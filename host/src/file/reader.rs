@@ -43,7 +43,7 @@ pub struct Row {
 impl Row {
     /// The record value: a JSON string line as its text, any other JSON line as written (not
     /// re-serialised: numbers and the order of fields stay as they are), a CSV row as
-    /// [`csv_row_text`] writes it.
+    /// [`text_of`] writes it.
     pub fn value_bytes(&self) -> Vec<u8> {
         self.bytes.clone()
     }
@@ -212,12 +212,8 @@ fn cells(record: &csv::StringRecord) -> Vec<Cell<'_>> {
     record.iter().map(Cell::of).collect()
 }
 
-/// Converts one CSV row: `NA` and empty cells become `null`, cells written as JSON numbers
-/// become numbers, anything else (`02134` too) a string.
-pub fn csv_row_to_json(headers: &csv::StringRecord, record: &csv::StringRecord) -> Value {
-    json_of(headers, &cells(record))
-}
-
+/// Converts one CSV row's cells: `NA` and empty cells become `null`, cells written as JSON
+/// numbers become numbers, anything else (`02134` too) a string.
 fn json_of(headers: &csv::StringRecord, cells: &[Cell<'_>]) -> Value {
     let object: Map<String, Value> = headers
         .iter()
@@ -234,13 +230,9 @@ fn json_of(headers: &csv::StringRecord, cells: &[Cell<'_>]) -> Value {
     Value::Object(object)
 }
 
-/// One CSV row as the text of the JSON object [`csv_row_to_json`] returns, with the fields in
+/// One CSV row's cells as the text of the JSON object [`json_of`] returns, with the fields in
 /// the header's order and each number as the file writes it (a value parsed and printed again
 /// can come out otherwise: `12345678901234567890` as `1.2345678901234567e19`).
-pub fn csv_row_text(headers: &csv::StringRecord, record: &csv::StringRecord) -> String {
-    text_of(headers, &cells(record))
-}
-
 fn text_of(headers: &csv::StringRecord, cells: &[Cell<'_>]) -> String {
     let mut text = String::from("{");
     for (index, (name, cell)) in headers.iter().zip(cells).enumerate() {
@@ -310,7 +302,7 @@ mod tests {
         let headers = csv::StringRecord::from(vec!["dep_delay", "carrier", "arr_delay", "distance", "empty"]);
         let record = csv::StringRecord::from(vec!["-3", "UA", "NA", "1400.5", ""]);
         assert_eq!(
-            csv_row_to_json(&headers, &record),
+            json_of(&headers, &cells(&record)),
             serde_json::json!({"dep_delay": -3, "carrier": "UA", "arr_delay": null, "distance": 1400.5, "empty": null})
         );
     }
@@ -320,13 +312,13 @@ mod tests {
         let headers = csv::StringRecord::from(vec!["zip", "big", "delay", "point", "name", "nan", "pad"]);
         let record =
             csv::StringRecord::from(vec!["02134", "12345678901234567890", "1.50", ".5", "a \"b\"", "NaN", " 7"]);
-        let text = csv_row_text(&headers, &record);
+        let text = text_of(&headers, &cells(&record));
         assert_eq!(
             text,
             r#"{"zip":"02134","big":12345678901234567890,"delay":1.50,"point":".5","name":"a \"b\"","nan":"NaN","pad":" 7"}"#
         );
         // The text is the JSON of the value.
-        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), csv_row_to_json(&headers, &record));
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json_of(&headers, &cells(&record)));
     }
 
     #[test]

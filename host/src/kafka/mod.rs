@@ -21,22 +21,22 @@ mod source;
 
 pub use admin::{Admin, TopicCheck};
 pub use changelog::{
-    CONFIG_CHECK_INTERVAL, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, UnsafeSetting, describe_unsafe,
+    CONFIG_CHECK_INTERVAL, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, describe_unsafe,
 };
-pub use failure::{
-    ErrorClass, Fenced, TransactionFlags, classify, classify_code, classify_transaction, hint, is_unreachable,
-    recent_refusal,
-};
+pub use failure::{ErrorClass, Fenced, classify, classify_code, hint, is_unreachable, recent_refusal};
+// For the table test of the failure disposition (`crate::failure`).
+#[cfg(test)]
+pub use failure::{TransactionFlags, classify_transaction};
 pub use group::instance_of;
-pub use headers::{RawHeader, record_headers};
+pub use headers::record_headers;
 pub use metadata::{CheckpointMetadata, Lineage};
 pub use preflight::{Cleared, Preflight, PreflightError};
 pub use produce_failure::ProduceFailure;
 pub use reader::{ReadBatch, TopicReader};
 pub use repeats::LogContext;
-pub use sink::{DeliveryErrors, ProducerError, ProducerSlot};
+pub use sink::{ProducerError, ProducerSlot};
 pub use sink_topics::{SinkTopics, changelog_record_limit, sink_topics};
-pub use source::{GroupContext, GroupOffset, Membership, Rebalance, Source};
+pub use source::{GroupOffset, Membership, Rebalance, Source};
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -117,7 +117,7 @@ pub(crate) fn producer_config(
 /// A librdkafka configuration for a client of `cluster`: the cluster's properties
 /// (`bootstrap.servers`, `security.protocol`, `sasl.*`, `ssl.*`: `[kafka]`), then `defaults`,
 /// then `overrides` (a per-client table, which cannot hold connection keys:
-/// [`crate::config::CONNECTION_KEYS`]), then Weir's own keys.
+/// `CONNECTION_KEYS` in `config/cluster.rs`), then Weir's own keys.
 ///
 /// The one constructor of every librdkafka client Weir opens, so that none connects to a cluster
 /// otherwise than its `[kafka]` says (clippy's `disallowed-methods` refuses

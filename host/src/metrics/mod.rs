@@ -35,14 +35,10 @@ mod sampler;
 mod task;
 mod view;
 
-pub use history::{HISTORY_SAMPLES, Sample};
-pub use log::{NumberedLine, PIPELINE_LINES, PipelineLog, RECENT_LINES, RecentLog};
-pub use pipeline::{CHECKPOINTS_KEPT, CheckpointFigures, FAILURES_KEPT, PipelineMetrics, PipelineState};
-pub use readiness::{MIN_OVERDUE, OVERDUE_INTERVALS, PipelineReadiness, Readiness, Reason, overdue_after};
+pub use log::{NumberedLine, PipelineLog, RECENT_LINES, RecentLog};
+pub use pipeline::{CheckpointFigures, PipelineMetrics, PipelineState};
+pub use readiness::{PipelineReadiness, Readiness, Reason};
 pub use registry::Metrics;
-pub use sampler::{SAMPLE_INTERVAL, start_sampler};
+pub use sampler::start_sampler;
 pub use task::{BatchFigures, OperatorMetrics, TaskMetrics};
-pub use view::{
-    ActivityView, CheckpointView, DashboardView, DeadLetterView, DeadLettersView, ErrorView, GraphView, OpenTimersView,
-    OperatorView, PartitionView, PipelineView,
-};
+pub use view::{DashboardView, PipelineView};

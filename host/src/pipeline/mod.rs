@@ -29,6 +29,4 @@ mod runner;
 mod task;
 mod workers;
 
-pub use dead_letter::DeadLetter;
 pub use run::{RunOptions, check_instance, default_instance, run};
-pub use task::Task;

@@ -16,8 +16,7 @@ mod sink_rules;
 
 pub(crate) use batch::Columns;
 pub use batch::{Fields, RecordBatch};
-pub use frames::Headers;
 pub(crate) use frames::MalformedBatch;
 pub use limits::{RecordLimit, changelog_record_size, wire_size};
 pub use outputs::{OutputView, Outputs};
-pub use sink_rules::{BROKER_CLOCK_MARGIN_MS, SinkRules, TopicRules};
+pub use sink_rules::{SinkRules, TopicRules};

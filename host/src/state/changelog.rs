@@ -62,7 +62,7 @@ impl ChangelogEntry {
     /// Key and value (`None`: a tombstone) of the record.
     ///
     /// # Panics
-    /// If an operator or topic name contains a NUL byte (see [`super::state_prefix`]).
+    /// If an operator or topic name contains a NUL byte (see [`super::keys::state_prefix`]).
     pub fn encode(&self) -> (Vec<u8>, Option<Vec<u8>>) {
         match self {
             Self::State { key, value } => {

@@ -50,7 +50,9 @@
 //! the state behind the changelog, which the next start replays.
 //!
 //! # Example
-//! ```no_run
+//! One epoch of one operator (not compiled as a doctest: these types are private to the crate;
+//! `overlay.rs`'s `seal_and_committed_lifecycle` test runs the same sequence):
+//! ```ignore
 //! use std::collections::BTreeMap;
 //! use std::sync::Arc;
 //! use weir::state::{Checkpoint, OperatorState, StateDb, StateStore, TaskOverlays};
@@ -85,6 +87,8 @@ mod rocks;
 mod test_util;
 
 pub use changelog::{ChangelogEntry, Position};
+// For unit tests elsewhere that look at the keys an operator's state is stored under.
+#[cfg(test)]
 pub use keys::state_prefix;
 pub use memory::MemoryState;
 pub use overlay::{OperatorState, TaskOverlays};

@@ -29,7 +29,8 @@ type Overlay = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// 3. After [`StateDb::apply`] of N: `committed(N)` drops the sealed overlays up to N,
 ///    whose writes RocksDB now holds. Calling it before the apply would briefly expose older
 ///    state.
-/// 4. Recovery: [`discard_all`](Self::discard_all) drops everything that was not committed.
+/// 4. Recovery: the task's overlays are dropped with everything that was not committed (and
+///    give their quota back); the task starts again over new ones.
 pub struct TaskOverlays {
     db: Arc<StateDb>,
     current: Overlay,
@@ -71,11 +72,6 @@ impl TaskOverlays {
         Arc::new(Mutex::new(Self { db, current: Overlay::new(), current_bytes: 0, sealed: BTreeMap::new(), quota }))
     }
 
-    /// The database under the overlays.
-    pub fn db(&self) -> &Arc<StateDb> {
-        &self.db
-    }
-
     /// Bytes of keys and values written in the current epoch (a deleted key counts its key
     /// only; a key written twice counts once), to compare with `checkpoint.max_epoch_bytes`.
     /// Excludes the maps' own overhead.
@@ -115,19 +111,6 @@ impl TaskOverlays {
         }
         if let Some((_, share)) = &mut self.quota {
             share.sealed.retain(|sealed, _| *sealed > id);
-        }
-    }
-
-    /// Drops the current and every sealed overlay (recovery: what was not committed is replayed).
-    pub fn discard_all(&mut self) {
-        self.current.clear();
-        self.current_bytes = 0;
-        self.sealed.clear();
-        if let Some((quota, share)) = &mut self.quota {
-            let uncommitted =
-                std::mem::take(&mut share.current) + std::mem::take(&mut share.sealed).values().sum::<i64>();
-            share.held = share.held.saturating_add_signed(-uncommitted);
-            quota.change(-uncommitted).expect("shrinking is never refused");
         }
     }
 
@@ -531,10 +514,12 @@ mod tests {
         assert_eq!(get(&mut state, "c").as_deref(), Some("3"), "still read from the sealed overlay");
         assert_eq!(db.get(&full("c")).unwrap(), None);
 
-        // Recovery: checkpoint 3 was never committed.
+        // Recovery: checkpoint 3 was never committed; the task starts again over new overlays.
         assert!(!writes3.is_empty());
         state.write(vec![put("d", "4")]).unwrap();
-        overlays.lock().unwrap().discard_all();
+        drop((state, overlays));
+        let overlays = TaskOverlays::new(db.clone());
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 3)).unwrap();
         assert_eq!(overlays.lock().unwrap().current_bytes(), 0);
         assert_eq!(get(&mut state, "c"), None);
         assert_eq!(get(&mut state, "d"), None);
@@ -578,7 +563,7 @@ mod tests {
         other.write(vec![put("y", &"v".repeat(75))]).unwrap();
         assert_eq!(quota.used(), 100, "up to the limit itself");
         // Uncommitted writes of a recovering task are given back.
-        second.lock().unwrap().discard_all();
+        drop((other, second));
         assert_eq!(quota.used(), 14);
         // A task that ends gives its bytes back; its successor adopts the committed state.
         checkpoint(&db, &first, 2);

@@ -256,7 +256,7 @@ impl StateDb {
     /// When RocksDB cannot write; nothing was written.
     ///
     /// # Panics
-    /// If an operator or topic name contains a NUL byte (see [`super::state_prefix`]).
+    /// If an operator or topic name contains a NUL byte (see [`super::keys::state_prefix`]).
     pub fn apply(&self, checkpoint: &Checkpoint) -> Result<(), StateError> {
         let _transition = self.lock();
         let (state, meta) = (self.cf(CF_STATE), self.cf(CF_META));

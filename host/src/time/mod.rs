@@ -22,8 +22,8 @@ mod event_time;
 mod task_time;
 mod timers;
 
-pub use clock::{TIME_SCOPE, TaskClock};
-pub use event_time::{EventTimeReader, parse_rfc3339};
+pub use clock::TIME_SCOPE;
+pub use event_time::parse_rfc3339;
 pub use task_time::{Stamped, TaskTime};
 pub use timers::{Clock, parse_timer_key, timer_key, timer_prefix};
 

@@ -33,13 +33,11 @@ mod pool;
 mod record_batch;
 
 pub use bindings::current::weir::transform::log::Level;
-pub use bindings::current::weir::transform::types::{
-    Header, InputRecord, OutputRecord, TimeDomain, Timer, TransformError,
-};
+pub use bindings::current::weir::transform::types::{Header, InputRecord, OutputRecord, TimeDomain, Timer};
 pub use cache::{DEFAULT_CACHE_MAX_BYTES, parse_cache_max_mb};
-pub use check::{ComponentDescription, ContractError, check_header, describe_component};
+pub use check::{ComponentDescription, check_header};
 pub use component::TransformComponent;
-pub use engine::{CACHE_MAX_MB_ENV, EngineConfig, WasmEngine, cache_root};
+pub use engine::{EngineConfig, WasmEngine, cache_root};
 pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
 pub use guest_log::truncate_line;
 pub use limits::{OperatorLimits, record_size};

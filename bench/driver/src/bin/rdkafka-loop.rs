@@ -80,7 +80,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     // Weir's consumer defaults (bounded prefetch, short fetch back-off), so that the baseline
     // fetches the way Weir does.
     let mut consumer = ClientConfig::new();
-    for (key, value) in weir::kafka::CONSUMER_DEFAULTS {
+    for (key, value) in weir::CONSUMER_DEFAULTS {
         consumer.set(key, value);
     }
     for (key, value) in &args.properties {

@@ -53,7 +53,7 @@ pub fn sdk_dir() -> anyhow::Result<PathBuf> {
         }
         return Ok(dir.canonicalize()?);
     }
-    let root = weir::wasm::cache_root()
+    let root = weir::cache_root()
         .context("no cache directory for the guest SDK: set HOME, XDG_CACHE_HOME or WEIR_CACHE_DIR")?
         .join("sdk")
         .join(format!("{}-{}", env!("CARGO_PKG_VERSION"), &embedded_hash()[..12]));

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use similar::TextDiff;
-use weir::wasm::{Header, InputRecord, OperatorLimits, OutputRecord};
+use weir::{Header, InputRecord, OperatorLimits, OutputRecord};
 
 use super::project::{Language, Project};
 use super::sdk::sdk_dir;

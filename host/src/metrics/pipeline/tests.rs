@@ -1,7 +1,8 @@
 use std::path::Path;
 
 use super::*;
-use crate::metrics::{BatchFigures, MIN_OVERDUE, Metrics, Reason};
+use crate::metrics::readiness::MIN_OVERDUE;
+use crate::metrics::{BatchFigures, Metrics, Reason};
 
 fn config(name: &str) -> PipelineConfig {
     let text = format!(
