@@ -12,6 +12,7 @@
 //! - [`scope`]: what a caller sees of `/`, `/metrics` and `/api/pipelines`: a tenant its own
 //!   pipelines, the admin and metrics tokens every one.
 //! - [`listen`]: the accept loop: TLS, the connection limit, header and body timeouts.
+//! - [`principals`]: each tenant's own Kafka principal and ACLs (`[tenant_principals]`).
 //!
 //! Data flows one way: request → [`api`] → [`Server`] → registry/store, supervisor → pipeline.
 
@@ -22,6 +23,7 @@ pub mod error;
 mod follow;
 pub mod listen;
 pub mod names;
+pub mod principals;
 pub mod registry;
 mod scope;
 pub mod spec;
@@ -178,6 +180,14 @@ impl Server {
             &config,
             registry.tenants.values().map(|e| (e.tenant.name.as_str(), e.tenant.topic_prefix.as_str())),
         )?;
+        if let Some(principals) = &config.tenant_principals {
+            // Written again at every start: a tenant created before [tenant_principals] was set
+            // gets its principal, and a new secret rotates every password.
+            let tenants = registry.tenants.values().map(|e| e.tenant.clone()).collect();
+            principals.provision(&config.cluster, tenants).await.map_err(|e| {
+                anyhow::anyhow!("[tenant_principals]: cannot make the tenants' Kafka principals: {e:#}")
+            })?;
+        }
         let supervisor =
             Arc::new(Supervisor::new(engine.clone(), metrics, config.node_id.clone(), config.max_identical_failures));
         supervisor
@@ -312,7 +322,17 @@ impl Server {
         let registry = self.registry.lock().await;
         let winner = registry.tenants.get(&tenant.name).map(|e| &e.tenant);
         if winner.is_some_and(|winner| winner.id == tenant.id) {
+            drop(registry);
             tracing::info!(tenant = %request.name, "tenant created");
+            if let Some(principals) = &self.config.tenant_principals {
+                principals.provision(&self.config.cluster, vec![tenant]).await.map_err(|e| {
+                    ApiError::unavailable(anyhow::anyhow!(
+                        "tenant {} is created, but its Kafka principal is not: {e:#}; every node makes it again \
+                         at its start, or delete the tenant and create it again",
+                        request.name
+                    ))
+                })?;
+            }
             return Ok(TokenView { tenant: request.name, token });
         }
         // Lost to a tenant written first through another node. Its record stays the key's last
@@ -409,6 +429,15 @@ impl Server {
             return Err(ApiError::conflict(format!(
                 "tenant {tenant} still has pipelines {names:?}: delete them first"
             )));
+        }
+        if let Some(principals) = &self.config.tenant_principals {
+            // First: a failure leaves the tenant as it was, to be deleted again.
+            principals.retire(&self.config.cluster, &entry.tenant).await.map_err(|e| {
+                ApiError::unavailable(anyhow::anyhow!(
+                    "tenant {tenant}'s Kafka principal {} cannot be deleted: {e:#}; delete the tenant again",
+                    principals::principal(&entry.tenant)
+                ))
+            })?;
         }
         let transforms: Vec<String> = entry.transforms.keys().cloned().collect();
         for name in transforms {
@@ -672,8 +701,9 @@ impl Server {
     /// 404 for an unknown pipeline.
     pub async fn pipeline(&self, tenant: &str, name: &str) -> Result<PipelineStatus, ApiError> {
         let registry = self.registry.lock().await;
-        let pipeline = entry(&registry, tenant)?.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
-        Ok(self.status(tenant, pipeline))
+        let entry = entry(&registry, tenant)?;
+        let pipeline = entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
+        Ok(self.status(&entry.tenant, pipeline))
     }
 
     /// The tenant's pipelines.
@@ -682,7 +712,8 @@ impl Server {
     /// 404 for an unknown tenant.
     pub async fn pipelines(&self, tenant: &str) -> Result<Vec<PipelineStatus>, ApiError> {
         let registry = self.registry.lock().await;
-        Ok(entry(&registry, tenant)?.pipelines.values().map(|p| self.status(tenant, p)).collect())
+        let entry = entry(&registry, tenant)?;
+        Ok(entry.pipelines.values().map(|p| self.status(&entry.tenant, p)).collect())
     }
 
     /// A pipeline's first `limit` log lines numbered above `after`; waits up to `wait` (at most
@@ -736,8 +767,8 @@ impl Server {
         Readiness::of(judged)
     }
 
-    fn status(&self, tenant: &str, pipeline: &Pipeline) -> PipelineStatus {
-        let qualified = spec::qualified_name(tenant, &pipeline.name);
+    fn status(&self, tenant: &Tenant, pipeline: &Pipeline) -> PipelineStatus {
+        let qualified = spec::qualified_name(&tenant.name, &pipeline.name);
         let live = self.supervisor.metrics().pipelines().into_iter().find(|p| p.name() == qualified).map(|p| p.view());
         let started = self.supervisor.is_started(&qualified);
         let state = match (&live, pipeline.desired, started) {
@@ -747,7 +778,7 @@ impl Server {
             (None, _, _) => "starting",
         };
         let records_per_second = live.as_ref().and_then(|v| v.history.last()).map(|s| s.records_in_per_second);
-        let last_error = live.as_ref().and_then(|v| v.last_error.as_ref()).map(|e| e.message.clone());
+        let last_error = live.as_ref().and_then(|v| v.last_error.as_ref()).map(|e| self.explain(tenant, &e.message));
         PipelineStatus {
             name: pipeline.name.clone(),
             desired: pipeline.desired,
@@ -759,6 +790,25 @@ impl Server {
                 view.history.clear();
                 view
             }),
+        }
+    }
+
+    /// `message` of a pipeline of `tenant`, and when the broker refused one of its resources
+    /// (librdkafka's "Topic authorization failed", "Group authorization failed", "Transactional
+    /// Id authorization failed") under `[tenant_principals]`, which principal it ran as, what
+    /// that principal may use, and what to do.
+    fn explain(&self, tenant: &Tenant, message: &str) -> String {
+        let refused = message.to_ascii_lowercase().contains("authorization failed");
+        match (refused, &self.config.tenant_principals) {
+            (true, Some(_)) => format!(
+                "{message}; weir serve runs this pipeline as Kafka principal {}, which may use only topics under \
+                 {:?} and consumer groups and transactional ids under \"{}.\": name only topics of your prefix; if \
+                 they are, the tenant's ACLs are missing: ask the operator (every node writes them again at its start)",
+                principals::principal(tenant),
+                tenant.topic_prefix,
+                principals::user(tenant),
+            ),
+            _ => message.to_owned(),
         }
     }
 
