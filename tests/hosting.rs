@@ -1422,8 +1422,8 @@ fn run_as_tenant(user: &str, source: &str, group: &str, transactional: &str, sin
 /// Kafka's authorizer as the second wall (issue 44, item 5). With `[tenant_principals]`, each
 /// tenant gets a SCRAM user holding only PREFIXED ACLs on its topic prefix and on its groups'
 /// and transactional ids' prefix; its pipeline runs exactly once as that user. Run as that user,
-/// a pipeline reading another tenant's topic, or using its consumer group, is refused by the
-/// broker. An ACL taken away by hand makes the hosted pipeline's status name the refusal, the
+/// a pipeline reading another tenant's topic, or using its consumer group or its transactional
+/// ids, is refused by the broker. An ACL taken away by hand makes the hosted pipeline's status name the refusal, the
 /// principal and what to do; a restart writes the ACLs again and the output ends exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_tenant_runs_as_its_own_principal_and_the_broker_refuses_it_other_tenants_names() {
@@ -1465,15 +1465,17 @@ async fn each_tenant_runs_as_its_own_principal_and_the_broker_refuses_it_other_t
     let secret_topic = format!("{rival}flights");
     produce(&secret_topic, 1, &keyed(&flight_rows(10))).await;
     let own = format!("{user}.crossing");
+    let theirs = format!("{rival_user}.delays");
     let attempts = [
-        (secret_topic.as_str(), own.clone(), "Topic authorization failed", secret_topic.clone()),
-        (source.as_str(), format!("{rival_user}.delays"), "Group authorization failed", format!("{rival_user}.delays")),
+        (secret_topic.as_str(), &own, &own, "Topic authorization failed", &secret_topic),
+        (source.as_str(), &theirs, &own, "Group authorization failed", &theirs),
+        (source.as_str(), &own, &theirs, "Transactional Id authorization failed", &theirs),
     ];
-    for (from, group, refusal, resource) in attempts {
-        let (ok, log) = run_as_tenant(&user, from, &group, &own, &format!("{acme}stolen"));
+    for (from, group, transactional, refusal, resource) in attempts {
+        let (ok, log) = run_as_tenant(&user, from, group, transactional, &format!("{acme}stolen"));
         assert!(!ok, "reading {from} as group {group} worked: {log}");
         let line = log.lines().find(|l| l.contains("the cluster refuses")).unwrap_or_else(|| panic!("{log}"));
-        assert!(line.contains(refusal) && line.contains(&resource), "{refusal} on {resource}: {line}");
+        assert!(line.contains(refusal) && line.contains(resource.as_str()), "{refusal} on {resource}: {line}");
         assert!(line.contains("grant the pipeline's principal"), "{line}");
     }
 
