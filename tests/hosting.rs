@@ -950,15 +950,8 @@ async fn the_dashboard_and_metrics_show_each_tenant_its_own_pipelines_and_need_a
 async fn serve_runs_a_tenant_exactly_once_over_sasl_ssl() {
     const PARTITIONS: i32 = 2;
     let secured = weir_tests::secured::secured();
-    let (user, password) = &secured.admin;
-    let cluster = format!(
-        "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"security.protocol\" = \"SASL_SSL\"\n\
-         \"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{user}\"\n\
-         \"sasl.password\" = \"${{env:WEIR_TEST_SERVE_PASSWORD}}\"\n\"ssl.ca.location\" = \"{}\"\n",
-        secured.sasl_ssl,
-        secured.ca.display()
-    );
-    let env = vec![("WEIR_TEST_SERVE_PASSWORD".to_owned(), password.clone())];
+    let password = &secured.admin.1;
+    let (cluster, env) = sasl_ssl_cluster(&secured.admin);
     let serve = Serve::on_cluster("node-1", &unique_name("weir-registry"), &cluster, "", env);
     let prefix = format!("{}.", unique_name("weir-sasl-host"));
     let token = serve.tenant("acme", &prefix, None);
@@ -981,6 +974,20 @@ async fn serve_runs_a_tenant_exactly_once_over_sasl_ssl() {
     }
     assert!(shown.contains("checkpoint committed"), "{shown}");
     assert!(!shown.contains(password.as_str()), "the password is shown:\n{shown}");
+}
+
+/// A `[kafka]` table of the test broker's SASL_SSL listener as SCRAM-SHA-512 user `(user,
+/// password)`, the password a `${env:…}` reference, and the environment resolving it.
+fn sasl_ssl_cluster((user, password): &(String, String)) -> (String, Vec<(String, String)>) {
+    let secured = weir_tests::secured::secured();
+    let cluster = format!(
+        "[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"security.protocol\" = \"SASL_SSL\"\n\
+         \"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{user}\"\n\
+         \"sasl.password\" = \"${{env:WEIR_TEST_SERVE_PASSWORD}}\"\n\"ssl.ca.location\" = \"{}\"\n",
+        secured.sasl_ssl,
+        secured.ca.display()
+    );
+    (cluster, vec![("WEIR_TEST_SERVE_PASSWORD".to_owned(), password.clone())])
 }
 
 /// The server process's resident set size and its peak so far, in KiB (`VmRSS`, `VmHWM` of
@@ -1515,4 +1522,219 @@ async fn two_nodes_racing_a_deletion_against_a_deploy_or_two_uploads_agree_on_on
 /// The `name` of each object of a JSON list.
 fn names(list: &Value) -> Vec<String> {
     list.as_array().into_iter().flatten().filter_map(|o| o["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// The `[tenant_principals]` secret of these tests (from the environment, as an operator gives it).
+const PRINCIPALS_SECRET: &str = "tenant-principals-secret-of-the-hosting-tests";
+
+/// `weir serve` on the SASL_SSL listener as the super user, each tenant's pipelines connecting
+/// as the tenant's own SCRAM user (`[tenant_principals]`).
+fn serve_with_tenant_principals() -> Serve {
+    let (cluster, mut env) = sasl_ssl_cluster(&weir_tests::secured::secured().admin);
+    env.push(("WEIR_TEST_PRINCIPALS_SECRET".to_owned(), PRINCIPALS_SECRET.to_owned()));
+    let extra = "[tenant_principals]\nmechanism = \"SCRAM-SHA-512\"\nsecret = \"${env:WEIR_TEST_PRINCIPALS_SECRET}\"\n";
+    Serve::on_cluster("node-1", &unique_name("weir-registry"), &cluster, extra, env)
+}
+
+/// The principal the broker allows `operation`s on topics under `prefix` (a `PREFIXED` ACL),
+/// from Kafka's own `kafka-acls --list`; `None` when there is none.
+fn principal_on(prefix: &str) -> Option<String> {
+    let listing = weir_tests::secured::acl(&["--list", "--topic", prefix, "--resource-pattern-type", "prefixed"]);
+    let principal = listing.split("principal=").nth(1)?.split(',').next()?;
+    Some(principal.trim().to_owned())
+}
+
+/// The ACLs of `principal` as `kafka-acls --list --principal` shows them.
+fn acls_of(principal: &str) -> String {
+    weir_tests::secured::acl(&["--list", "--principal", principal])
+}
+
+/// The SCRAM credentials of `user` as Kafka's `kafka-configs --describe` shows them.
+fn scram_of(user: &str) -> String {
+    weir_tests::broker::kafka_sh(&[
+        "run",
+        "kafka.admin.ConfigCommand",
+        "--bootstrap-server",
+        &bootstrap(),
+        "--describe",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        user,
+    ])
+}
+
+/// The password `weir serve` derives for tenant principal `user` from [`PRINCIPALS_SECRET`].
+fn tenant_password(user: &str) -> String {
+    let principals =
+        weir::TenantPrincipals { mechanism: weir::ScramMechanism::Sha512, secret: PRINCIPALS_SECRET.to_owned() };
+    principals.password(user)
+}
+
+/// Runs `weir run` on a pipeline file connecting to the SASL_SSL listener as `user` (with the
+/// password [`PRINCIPALS_SECRET`] derives for it), reading `source` as consumer group `group`
+/// and writing `sink` with transactional ids under `transactional`; returns whether it succeeded
+/// and its log. It is what a hosted spec that slipped past Weir's checks would run as.
+fn run_as_tenant(user: &str, source: &str, group: &str, transactional: &str, sink: &str) -> (bool, String) {
+    let secured = weir_tests::secured::secured();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let text = format!(
+        "name = \"crossing\"\n[kafka]\n\"bootstrap.servers\" = \"{}\"\n\"security.protocol\" = \"SASL_SSL\"\n\
+         \"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{user}\"\n\
+         \"sasl.password\" = \"${{env:WEIR_TEST_TENANT_PASSWORD}}\"\n\"ssl.ca.location\" = \"{}\"\n\n\
+         [source]\ntopics = [\"{source}\"]\ngroup_id = \"{group}\"\n\n\
+         [[transforms]]\nname = \"flight-delays\"\nwasm = \"{}\"\n\n\
+         [sink]\ntopic = \"{sink}\"\ntransactional_id_prefix = \"{transactional}\"\ncreate_topics = true\n\n\
+         [state]\ndir = \"state\"\nchangelog_topic = \"{sink}-changelog\"\n",
+        secured.sasl_ssl,
+        secured.ca.display(),
+        plugin("flight-delays").display()
+    );
+    std::fs::write(dir.path().join("pipeline.toml"), text).expect("pipeline file");
+    let log = dir.path().join("weir.log");
+    let mut child = Command::new(weir_binary())
+        .args(["run", "pipeline.toml"])
+        .current_dir(dir.path())
+        .env("WEIR_TEST_TENANT_PASSWORD", tenant_password(user))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start weir run");
+    let status = wait_exit(&mut child, RUN_TIMEOUT).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("weir run as {user} did not stop: {}", std::fs::read_to_string(&log).unwrap_or_default())
+    });
+    (status.success(), std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+/// Kafka's authorizer as the second wall (issue 44, item 5). With `[tenant_principals]`, each
+/// tenant gets a SCRAM user holding only PREFIXED ACLs on its topic prefix and on its groups'
+/// and transactional ids' prefix; its pipeline runs exactly once as that user. Run as that user,
+/// a pipeline reading another tenant's topic, or using its consumer group or its transactional
+/// ids, is refused by the broker. An ACL taken away by hand makes the hosted pipeline's status name the refusal, the
+/// principal and what to do; a restart writes the ACLs again and the output ends exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_tenant_runs_as_its_own_principal_and_the_broker_refuses_it_other_tenants_names() {
+    const PARTITIONS: i32 = 2;
+    let mut serve = serve_with_tenant_principals();
+    let run = unique_name("weir-principals");
+    let (acme, rival) = (format!("{run}-acme."), format!("{run}-rival."));
+    let token = serve.tenant("acme", &acme, None);
+    serve.tenant("rival", &rival, None);
+    let principal = principal_on(&acme).unwrap_or_else(|| panic!("no ACL on {acme}: {}", serve.log()));
+    let user = principal.strip_prefix("User:").expect("a user").to_owned();
+    assert!(user.starts_with("weir-acme-"), "{user}");
+    let rival_principal = principal_on(&rival).expect("rival's ACLs");
+    let rival_user = rival_principal.strip_prefix("User:").expect("a user").to_owned();
+    assert_ne!(principal, rival_principal);
+    let listing = acls_of(&principal);
+    assert_eq!(listing.matches("operation=").count(), 9, "{listing}");
+    assert_eq!(listing.matches("patternType=PREFIXED").count(), 3, "{listing}");
+    for resource in
+        [format!("TOPIC, name={acme},"), format!("GROUP, name={user}.,"), format!("TRANSACTIONAL_ID, name={user}.,")]
+    {
+        assert!(listing.contains(&format!("resourceType={resource}")), "{resource}: {listing}");
+    }
+    assert!(!listing.contains(&rival) && !listing.contains("LITERAL") && !listing.contains("CLUSTER"), "{listing}");
+    assert!(scram_of(&user).contains("SCRAM-SHA-512=iterations"), "{}", scram_of(&user));
+
+    // The tenant's pipeline runs exactly once, as its principal.
+    let (source, sink) = (format!("{acme}flights"), format!("{acme}delays"));
+    let rows = flight_rows(3_000);
+    let (first, second) = rows.split_at(1_500);
+    produce(&source, PARTITIONS, &keyed(first)).await;
+    let (status, uploaded) = serve.upload(&token, "flight-delays", std::fs::read(plugin("flight-delays")).unwrap());
+    assert_eq!(status, 201, "{uploaded}");
+    serve.ok("PUT", "/v1/pipelines/delays", &token, toml_body(&flight_delays_spec(&source, &sink, None)));
+    let mut reader = Reader::new(&sink, PARTITIONS, Isolation::ReadCommitted);
+    assert_eq!(reader.read_until(first.len(), RUN_TIMEOUT), first.len(), "{}", serve.log());
+
+    // The second wall: a spec that slipped past Weir's checks, run as the tenant's principal.
+    let secret_topic = format!("{rival}flights");
+    produce(&secret_topic, 1, &keyed(&flight_rows(10))).await;
+    let own = format!("{user}.crossing");
+    let theirs = format!("{rival_user}.delays");
+    let attempts = [
+        (secret_topic.as_str(), &own, &own, "Topic authorization failed", &secret_topic),
+        (source.as_str(), &theirs, &own, "Group authorization failed", &theirs),
+        (source.as_str(), &own, &theirs, "Transactional Id authorization failed", &theirs),
+    ];
+    for (from, group, transactional, refusal, resource) in attempts {
+        let (ok, log) = run_as_tenant(&user, from, group, transactional, &format!("{acme}stolen"));
+        assert!(!ok, "reading {from} as group {group} worked: {log}");
+        let line = log.lines().find(|l| l.contains("the cluster refuses")).unwrap_or_else(|| panic!("{log}"));
+        assert!(line.contains(refusal) && line.contains(resource.as_str()), "{refusal} on {resource}: {line}");
+        assert!(line.contains("grant the pipeline's principal"), "{line}");
+    }
+
+    // A right taken away by hand: the broker refuses the running pipeline, and its status says
+    // which principal it runs as and what it may use.
+    let write = [
+        "--allow-principal",
+        &principal,
+        "--operation",
+        "Write",
+        "--topic",
+        &acme,
+        "--resource-pattern-type",
+        "prefixed",
+    ];
+    weir_tests::secured::acl(&[&["--remove"][..], &write[..]].concat());
+    produce(&source, PARTITIONS, &keyed(second)).await;
+    let mut last_error = String::new();
+    eventually(
+        "the refusal in the pipeline's status",
+        || {
+            let status = serve.ok("GET", "/v1/pipelines/delays", &token, None);
+            last_error = status["last_error"].as_str().unwrap_or_default().to_owned();
+            last_error.contains("authorization failed")
+        },
+        &|| serve.log(),
+    );
+    assert!(last_error.contains(&format!("as Kafka principal {principal}")), "{last_error}");
+    assert!(last_error.contains(&acme) && last_error.contains("name only topics of your prefix"), "{last_error}");
+
+    // A restart writes every tenant's ACLs again: the pipeline resumes, exactly once.
+    serve.kill();
+    serve.spawn();
+    assert!(acls_of(&principal).contains("operation=WRITE"), "{}", acls_of(&principal));
+    let read = reader.read_until(rows.len(), RUN_TIMEOUT);
+    reader.drain(Duration::from_secs(2));
+    assert_eq!(read, rows.len(), "{}", serve.log());
+    let verdict = verify(&rows, &reader.records, 15);
+    assert!(verdict.is_exactly_once(), "{verdict:?}");
+    assert!(!serve.log().contains(&tenant_password(&user)));
+}
+
+/// Deleting a tenant deletes its principal: its ACLs and its SCRAM credential. And a server
+/// whose cluster authenticates no one refuses `[tenant_principals]` at start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_tenant_leaves_no_principal_and_a_plaintext_cluster_refuses_tenant_principals() {
+    let serve = serve_with_tenant_principals();
+    let prefix = format!("{}.", unique_name("weir-retired"));
+    serve.tenant("gone", &prefix, None);
+    let principal = principal_on(&prefix).unwrap_or_else(|| panic!("no ACL on {prefix}: {}", serve.log()));
+    let user = principal.strip_prefix("User:").expect("a user").to_owned();
+    assert!(scram_of(&user).contains("SCRAM-SHA-512=iterations"), "{}", scram_of(&user));
+    serve.ok("DELETE", "/v1/tenants/gone", ADMIN, None);
+    eventually("the ACLs' deletion", || !acls_of(&principal).contains("operation="), &|| acls_of(&principal));
+    eventually("the credential's deletion", || !scram_of(&user).contains("SCRAM-SHA-512"), &|| scram_of(&user));
+
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nbrokers = \"{}\"\ndata_dir = \"data\"\n\
+         [tenant_principals]\nsecret = \"${{env:WEIR_TEST_PRINCIPALS_SECRET}}\"\n",
+        bootstrap()
+    );
+    std::fs::write(dir.path().join("serve.toml"), text).expect("serve.toml");
+    let output = Command::new(weir_binary())
+        .args(["serve", "--config", "serve.toml"])
+        .current_dir(dir.path())
+        .env("WEIR_ADMIN_TOKEN", ADMIN)
+        .env("WEIR_TEST_PRINCIPALS_SECRET", PRINCIPALS_SECRET)
+        .output()
+        .expect("weir serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("`tenant_principals`") && stderr.contains("SASL_SSL"), "{stderr}");
 }

@@ -70,8 +70,8 @@ pub use time::{now_ms, parse_rfc3339};
 // a broker could not be reached.
 pub use kafka::{
     Admin, CONFIG_CHECK_INTERVAL, CONSUMER_DEFAULTS, Changelog, ChangelogReader, CheckpointMetadata, GroupOffset,
-    LogContext, ProducerSlot, Source, TopicCheck, client_config, instance_of, is_unreachable, recent_refusal,
-    record_headers,
+    LogContext, ProducerSlot, ScramMechanism, Source, TopicCheck, client_config, instance_of, is_unreachable,
+    recent_refusal, record_headers,
 };
 
 // State: the in-memory backend of `weir transform run`, and the RocksDB state directory a
@@ -107,8 +107,9 @@ pub use http::serve as serve_metrics;
 pub use metrics::{BatchFigures, Metrics, PipelineLog, RecentLog, TaskMetrics, start_sampler};
 
 // Hosting (`weir serve`): the server, its configuration, its API and the listener that serves
-// it, and the hash of an uploaded component.
+// it, the hash of an uploaded component, and the tenants' Kafka principals.
 pub use server::api::{openapi_json, router as api_router};
 pub use server::auth::hash_bytes;
 pub use server::listen::serve as serve_api;
+pub use server::principals::TenantPrincipals;
 pub use server::{ServeConfig, Server};

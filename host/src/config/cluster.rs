@@ -91,6 +91,23 @@ impl ClusterConfig {
         Ok(Self { properties })
     }
 
+    /// The same cluster reached as SASL user `user` with `password` and `mechanism` (e.g.
+    /// `SCRAM-SHA-512`): every `sasl.*` property replaced by these three. The password is
+    /// remembered for [`secret::redact`]. (`weir serve` runs a tenant's pipelines so.)
+    pub fn as_user(&self, mechanism: &str, user: &str, password: &str) -> Self {
+        secret::remember(password);
+        let mut properties: BTreeMap<String, String> = self
+            .properties
+            .iter()
+            .filter(|(key, _)| !key.starts_with("sasl."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (key, value) in [("sasl.mechanism", mechanism), ("sasl.username", user), ("sasl.password", password)] {
+            properties.insert(key.to_owned(), value.to_owned());
+        }
+        Self { properties }
+    }
+
     /// `bootstrap.servers`, e.g. `kafka-1:9092,kafka-2:9092`: how messages name the cluster.
     pub fn bootstrap_servers(&self) -> &str {
         self.properties.get("bootstrap.servers").map_or("", String::as_str)

@@ -61,6 +61,11 @@ impl Admin {
         self.cluster.bootstrap_servers()
     }
 
+    /// librdkafka's client, for the admin calls rust-rdkafka does not wrap ([`super::acl`]).
+    pub(super) fn native_ptr(&self) -> *mut rdkafka::bindings::rd_kafka_t {
+        self.client.inner().native_ptr()
+    }
+
     /// Partition counts of `topics`, from one metadata request.
     ///
     /// # Errors

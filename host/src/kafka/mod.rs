@@ -4,6 +4,7 @@
 //! `enable.auto.commit`, `group.id` and `bootstrap.servers`; the pipeline file's `consumer` and
 //! `producer` tables may set any other librdkafka property (validated in [`crate::config`]).
 
+mod acl;
 mod admin;
 mod changelog;
 mod events;
@@ -19,6 +20,7 @@ mod sink;
 mod sink_topics;
 mod source;
 
+pub use acl::{AclOperation, AclResource, PrefixedAcl, ScramMechanism};
 pub use admin::{Admin, TopicCheck};
 pub use changelog::{
     CONFIG_CHECK_INTERVAL, Changelog, ChangelogProblem, ChangelogReader, ChangelogWatch, describe_unsafe,

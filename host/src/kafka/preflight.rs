@@ -125,6 +125,14 @@ impl Preflight {
                     let id = self.source.topic_id(topic).map_err(kafka(format!("reading the topic id of {topic}")))?;
                     topic_ids.insert(topic.clone(), id);
                 }
+                TopicCheck::Missing if self.source_refused(topic) => {
+                    return Err(PreflightError::Refused(format!(
+                        "source topic `{topic}` (source.topics): the cluster refuses it to this pipeline's principal: \
+                         Topic authorization failed (no Describe right on it; the cluster does not say whether it \
+                         exists); grant the pipeline's principal the ACLs it needs (Read and Describe on the source \
+                         topics), or remove it from source.topics"
+                    )));
+                }
                 TopicCheck::Missing => {
                     return Err(PreflightError::Refused(format!(
                         "source topic `{topic}` (source.topics) does not exist on {brokers} (never created, or deleted); \
@@ -134,6 +142,13 @@ impl Preflight {
             }
         }
         Ok((tasks, topic_ids))
+    }
+
+    /// Whether the cluster refuses `topic`, which the metadata of all topics does not list, to
+    /// this principal (a topic it may not Describe is left out of that list, as a missing one
+    /// is; `DescribeTopics` on it tells them apart).
+    fn source_refused(&self, topic: &str) -> bool {
+        matches!(self.source.topic_id(topic), Err(KafkaError::AdminOp(RDKafkaErrorCode::TopicAuthorizationFailed)))
     }
 
     /// Exactly-once commits the source offsets in the sink's transactions, so both must be one

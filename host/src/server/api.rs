@@ -196,9 +196,11 @@ async fn prometheus(State(server): State<Arc<Server>>, Extension(caller): Extens
     crate::http::routes::prometheus_text(Scope::of(caller).prometheus(server.metrics()))
 }
 
-/// Create a tenant; answers its token, once.
+/// Create a tenant; answers its token, once. With `[tenant_principals]`, also its Kafka
+/// principal (503 when the cluster refuses it: the tenant exists, and every node makes the
+/// principal again at its start).
 #[utoipa::path(post, path = "/v1/tenants", request_body = NewTenant,
-    responses((status = 201, body = TokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 201, body = TokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn create_tenant(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,
@@ -232,9 +234,11 @@ async fn list_tenants(
     Ok(Json(server.tenants().await))
 }
 
-/// Delete a tenant (refused while it has pipelines) and its transforms.
+/// Delete a tenant (refused while it has pipelines) and its transforms; with
+/// `[tenant_principals]`, first its Kafka principal's ACLs and SCRAM credential (503 when the
+/// cluster refuses: the tenant stays).
 #[utoipa::path(delete, path = "/v1/tenants/{tenant}", params(("tenant" = String, Path)),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn delete_tenant(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,

@@ -73,6 +73,18 @@ pub struct ServeConfig {
     /// `${env:NAME}` or `${file:/path}`, at least [`MIN_ADMIN_TOKEN_LEN`] bytes; only its hash
     /// is kept.
     pub metrics_token_sha256: Option<String>,
+    /// `[tenant_principals]`: each tenant's pipelines connect as the tenant's own SCRAM user,
+    /// holding only ACLs on the tenant's prefixes ([`super::principals`]); `None` (the
+    /// default): they connect as the server's principal.
+    pub tenant_principals: Option<super::principals::TenantPrincipals>,
+}
+
+/// `[tenant_principals]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrincipalsFile {
+    mechanism: Option<String>,
+    secret: String,
 }
 
 /// A tenant's limits, enforced when it deploys a pipeline.
@@ -201,6 +213,7 @@ struct ServeFile {
     max_identical_failures: Option<u32>,
     #[serde(default)]
     tenant_defaults: Quotas,
+    tenant_principals: Option<PrincipalsFile>,
 }
 
 impl ServeConfig {
@@ -297,6 +310,7 @@ impl ServeConfig {
         if cluster.bootstrap_servers().trim().is_empty() {
             anyhow::bail!("[kafka] has no `bootstrap.servers`: add it");
         }
+        let tenant_principals = file.tenant_principals.map(|p| tenant_principals(p, &cluster)).transpose()?;
         Ok(Self {
             listen: file.listen,
             cluster,
@@ -315,8 +329,44 @@ impl ServeConfig {
             tenant_defaults: file.tenant_defaults,
             admin_token,
             metrics_token_sha256,
+            tenant_principals,
         })
     }
+}
+
+/// `[tenant_principals]` checked: a SASL cluster, a SCRAM mechanism, a long secret reference.
+fn tenant_principals(
+    file: PrincipalsFile,
+    cluster: &ClusterConfig,
+) -> anyhow::Result<super::principals::TenantPrincipals> {
+    use super::principals::MIN_SECRET_LEN;
+    if !cluster.security_protocol().starts_with("sasl_") {
+        anyhow::bail!(
+            "`tenant_principals`: the cluster does not authenticate clients (security.protocol is {:?}): tenants' \
+             principals need a SASL listener, `\"security.protocol\" = \"SASL_SSL\"` (or SASL_PLAINTEXT) in [kafka]; \
+             or remove [tenant_principals]",
+            cluster.security_protocol()
+        );
+    }
+    let name = file.mechanism.as_deref().unwrap_or("SCRAM-SHA-512");
+    let mechanism = crate::kafka::ScramMechanism::parse(name).ok_or_else(|| {
+        anyhow::anyhow!("`tenant_principals.mechanism`: {name:?} is not SCRAM-SHA-512 or SCRAM-SHA-256")
+    })?;
+    if !file.secret.starts_with("${") {
+        anyhow::bail!(
+            "`tenant_principals.secret`: a secret must not be written in the file: write a reference, `${{env:NAME}}` or `${{file:/path}}`"
+        );
+    }
+    let secret = crate::config::secret::resolve("tenant_principals.secret", &file.secret)
+        .map_err(|e| anyhow::anyhow!("`tenant_principals.secret`: {e}"))?;
+    let secret = secret.trim().to_owned();
+    if secret.len() < MIN_SECRET_LEN {
+        anyhow::bail!(
+            "`tenant_principals.secret`: the secret is shorter than {MIN_SECRET_LEN} bytes: use a long random one"
+        );
+    }
+    crate::config::secret::remember(&secret);
+    Ok(super::principals::TenantPrincipals { mechanism, secret })
 }
 
 /// The hex SHA-256 of the token `metrics_token` refers to.
@@ -437,6 +487,31 @@ mod tests {
         unsafe { std::env::set_var("WEIR_SERVE_TEST_METRICS_TOKEN", "short") };
         let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err().to_string();
         assert!(error.contains("shorter"), "{error}");
+    }
+
+    #[test]
+    fn tenant_principals_need_a_sasl_cluster_a_scram_mechanism_and_a_long_secret_reference() {
+        let token = || Some("0123456789abcdef".into());
+        let sasl = "listen = \"127.0.0.1:0\"\ndata_dir = \"data\"\n[kafka]\n\"bootstrap.servers\" = \"k:9093\"\n\
+                    \"security.protocol\" = \"SASL_SSL\"\n";
+        let with = |cluster: &str, table: &str| format!("{cluster}[tenant_principals]\n{table}");
+        // SAFETY: this test's own variable; no other test reads or writes it.
+        unsafe { std::env::set_var("WEIR_SERVE_TEST_PRINCIPALS", "principals-secret-0123456789abcdef") };
+        let reference = "secret = \"${env:WEIR_SERVE_TEST_PRINCIPALS}\"\n";
+        let config = ServeConfig::from_toml_str(&with(sasl, reference), Path::new("/"), token()).unwrap();
+        let principals = config.tenant_principals.expect("set");
+        assert_eq!(principals.mechanism, crate::kafka::ScramMechanism::Sha512);
+        assert!(ServeConfig::from_toml_str(sasl, Path::new("/"), token()).unwrap().tenant_principals.is_none());
+        let refused = [
+            (with(MINIMAL, reference), "SASL_SSL"),
+            (with(sasl, "secret = \"principals-secret-0123456789abcdef\"\n"), "must not be written in the file"),
+            (with(sasl, &format!("{reference}mechanism = \"PLAIN\"\n")), "`tenant_principals.mechanism`"),
+            (with(sasl, "secret = \"${env:WEIR_SERVE_TEST_NO_SUCH_VARIABLE}\"\n"), "WEIR_SERVE_TEST_NO_SUCH_VARIABLE"),
+        ];
+        for (text, wanted) in refused {
+            let error = ServeConfig::from_toml_str(&text, Path::new("/"), token()).unwrap_err().to_string();
+            assert!(error.contains("tenant_principals") && error.contains(wanted), "{wanted}: {error}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`scope`]: what a caller sees of `/`, `/metrics` and `/api/pipelines`: a tenant its own
 //!   pipelines, the admin and metrics tokens every one.
 //! - [`listen`]: the accept loop: TLS, the connection limit, header and body timeouts.
+//! - [`principals`]: each tenant's own Kafka principal and ACLs (`[tenant_principals]`).
 //!
 //! Data flows one way: request → [`api`] → [`Server`] → registry/store, supervisor → pipeline.
 
@@ -23,6 +24,7 @@ pub mod error;
 mod follow;
 pub mod listen;
 pub mod names;
+pub mod principals;
 pub mod registry;
 mod scope;
 pub mod spec;
@@ -181,6 +183,14 @@ impl Server {
             &config,
             registry.tenants.values().map(|e| (e.tenant.name.as_str(), e.tenant.topic_prefix.as_str())),
         )?;
+        if let Some(principals) = &config.tenant_principals {
+            // Written again at every start: a tenant created before [tenant_principals] was set
+            // gets its principal, and a new secret rotates every password.
+            let tenants = registry.tenants.values().map(|e| e.tenant.clone()).collect();
+            principals.provision(&config.cluster, tenants).await.map_err(|e| {
+                anyhow::anyhow!("[tenant_principals]: cannot make the tenants' Kafka principals: {e:#}")
+            })?;
+        }
         let supervisor =
             Arc::new(Supervisor::new(engine.clone(), metrics, config.node_id.clone(), config.max_identical_failures));
         supervisor
@@ -316,6 +326,15 @@ impl Server {
         match self.decided(&Registry::tenant_key(&tenant.name), offset).await {
             Ok(()) => {
                 tracing::info!(tenant = %request.name, "tenant created");
+                if let Some(principals) = &self.config.tenant_principals {
+                    principals.provision(&self.config.cluster, vec![tenant]).await.map_err(|e| {
+                        ApiError::unavailable(anyhow::anyhow!(
+                            "tenant {} is created, but its Kafka principal is not: {e:#}; every node makes it again \
+                             at its start, or delete the tenant and create it again",
+                            request.name
+                        ))
+                    })?;
+                }
                 Ok(TokenView { tenant: request.name, token })
             }
             // Lost to a tenant written first through another node: tell a lost prefix from a
@@ -436,8 +455,40 @@ impl Server {
                 "tenant {tenant} still has pipelines {names:?}: delete them first"
             )));
         }
+        if let Some(principals) = &self.config.tenant_principals {
+            // First: a failure leaves the tenant as it was, to be deleted again.
+            principals.retire(&self.config.cluster, &entry.tenant).await.map_err(|e| {
+                ApiError::unavailable(anyhow::anyhow!(
+                    "tenant {tenant}'s Kafka principal {} cannot be deleted: {e:#}; delete the tenant again",
+                    principals::principal(&entry.tenant)
+                ))
+            })?;
+        }
         let transforms: Vec<String> = entry.transforms.keys().cloned().collect();
+        let owner = entry.tenant.clone();
         drop(registry);
+        if let Err(error) = self.remove_tenant_records(tenant, transforms).await {
+            // The deletion lost (a pipeline deployed through another node came first) or its
+            // outcome is unknown: the tenant goes on, so its principal must too.
+            if let Some(principals) = &self.config.tenant_principals
+                && let Err(e) = principals.provision(&self.config.cluster, vec![owner]).await
+            {
+                let error = format!("{e:#}");
+                tracing::error!(
+                    tenant,
+                    error,
+                    "cannot make the tenant's Kafka principal again; every node makes it at its start"
+                );
+            }
+            return Err(error);
+        }
+        tracing::info!(tenant, "tenant deleted");
+        Ok(())
+    }
+
+    /// Deletes a tenant's transforms, then its record, each decided by the registry topic's
+    /// order ([`Server::decided`]).
+    async fn remove_tenant_records(&self, tenant: &str, transforms: Vec<String>) -> Result<(), ApiError> {
         for name in transforms {
             self.remove_transform(tenant, &name).await?;
         }
@@ -446,9 +497,7 @@ impl Server {
         let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
         registry.tenants.remove(tenant);
         drop(registry);
-        self.decided(&key, offset).await?;
-        tracing::info!(tenant, "tenant deleted");
-        Ok(())
+        self.decided(&key, offset).await
     }
 
     async fn put_tenant(&self, tenant: &Tenant) -> Result<i64, ApiError> {
@@ -725,8 +774,9 @@ impl Server {
     /// 404 for an unknown pipeline.
     pub async fn pipeline(&self, tenant: &str, name: &str) -> Result<PipelineStatus, ApiError> {
         let registry = self.registry.lock().await;
-        let pipeline = entry(&registry, tenant)?.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
-        Ok(self.status(tenant, pipeline))
+        let entry = entry(&registry, tenant)?;
+        let pipeline = entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
+        Ok(self.status(&entry.tenant, pipeline))
     }
 
     /// The tenant's pipelines.
@@ -735,7 +785,8 @@ impl Server {
     /// 404 for an unknown tenant.
     pub async fn pipelines(&self, tenant: &str) -> Result<Vec<PipelineStatus>, ApiError> {
         let registry = self.registry.lock().await;
-        Ok(entry(&registry, tenant)?.pipelines.values().map(|p| self.status(tenant, p)).collect())
+        let entry = entry(&registry, tenant)?;
+        Ok(entry.pipelines.values().map(|p| self.status(&entry.tenant, p)).collect())
     }
 
     /// A pipeline's first `limit` log lines numbered above `after`; waits up to `wait` (at most
@@ -789,8 +840,8 @@ impl Server {
         Readiness::of(judged)
     }
 
-    fn status(&self, tenant: &str, pipeline: &Pipeline) -> PipelineStatus {
-        let qualified = spec::qualified_name(tenant, &pipeline.name);
+    fn status(&self, tenant: &Tenant, pipeline: &Pipeline) -> PipelineStatus {
+        let qualified = spec::qualified_name(&tenant.name, &pipeline.name);
         let live = self.supervisor.metrics().pipelines().into_iter().find(|p| p.name() == qualified).map(|p| p.view());
         let started = self.supervisor.is_started(&qualified);
         let state = match (&live, pipeline.desired, started) {
@@ -800,7 +851,7 @@ impl Server {
             (None, _, _) => "starting",
         };
         let records_per_second = live.as_ref().and_then(|v| v.history.last()).map(|s| s.records_in_per_second);
-        let last_error = live.as_ref().and_then(|v| v.last_error.as_ref()).map(|e| e.message.clone());
+        let last_error = live.as_ref().and_then(|v| v.last_error.as_ref()).map(|e| self.explain(tenant, &e.message));
         PipelineStatus {
             name: pipeline.name.clone(),
             desired: pipeline.desired,
@@ -812,6 +863,25 @@ impl Server {
                 view.history.clear();
                 view
             }),
+        }
+    }
+
+    /// `message` of a pipeline of `tenant`, and when the broker refused one of its resources
+    /// (librdkafka's "Topic authorization failed", "Group authorization failed", "Transactional
+    /// Id authorization failed") under `[tenant_principals]`, which principal it ran as, what
+    /// that principal may use, and what to do.
+    fn explain(&self, tenant: &Tenant, message: &str) -> String {
+        let refused = message.to_ascii_lowercase().contains("authorization failed");
+        match (refused, &self.config.tenant_principals) {
+            (true, Some(_)) => format!(
+                "{message}; weir serve runs this pipeline as Kafka principal {}, which may use only topics under \
+                 {:?} and consumer groups and transactional ids under \"{}.\": name only topics of your prefix; if \
+                 they are, the tenant's ACLs are missing: ask the operator (every node writes them again at its start)",
+                principals::principal(tenant),
+                tenant.topic_prefix,
+                principals::user(tenant),
+            ),
+            _ => message.to_owned(),
         }
     }
 

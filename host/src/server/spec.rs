@@ -175,7 +175,12 @@ pub fn resolve(
     let changelog = format!("{}weir-{}-{name}-changelog", tenant.topic_prefix, tenant.id);
     state.insert("changelog_topic".into(), Value::String(changelog));
     let text = toml::to_string(&run).map_err(|e| SpecError::new("", format!("cannot be written as TOML: {e}")))?;
-    let config = PipelineConfig::from_toml_str(&text, Path::new(&serve.data_dir))?;
+    let mut config = PipelineConfig::from_toml_str(&text, Path::new(&serve.data_dir))?;
+    if let Some(principals) = &serve.tenant_principals {
+        // The sink's cluster is the source's: a spec cannot set `[sink.kafka]`.
+        config.source.cluster = principals.cluster_of(&config.source.cluster, tenant);
+        config.sink.cluster = config.source.cluster.clone();
+    }
     check_topics(&config, &tenant.topic_prefix, &tenant.name)?;
     check_client_properties(&config)?;
     if config.sink.postgres.is_some() {
@@ -322,6 +327,29 @@ mod tests {
 
     fn resolve_text(text: &str) -> Result<(Table, PipelineConfig), SpecError> {
         resolve(parse_body(text.as_bytes(), false)?, &entry(), "delays", &serve())
+    }
+
+    #[test]
+    fn with_tenant_principals_the_pipeline_connects_as_the_tenant_s_user() {
+        let mut serve = serve();
+        let (_, config) = resolve(parse_body(SPEC.as_bytes(), false).unwrap(), &entry(), "delays", &serve).unwrap();
+        assert!(!config.source.cluster.display_properties().contains_key("sasl.username"));
+        let principals = crate::server::principals::TenantPrincipals {
+            mechanism: crate::kafka::ScramMechanism::Sha256,
+            secret: "s".repeat(32),
+        };
+        serve.tenant_principals = Some(principals.clone());
+        let (_, config) = resolve(parse_body(SPEC.as_bytes(), false).unwrap(), &entry(), "delays", &serve).unwrap();
+        for cluster in [&config.source.cluster, &config.sink.cluster] {
+            let shown = cluster.display_properties();
+            assert_eq!(shown.get("sasl.username"), Some(&"weir-acme-0123456789ab"));
+            assert_eq!(shown.get("sasl.mechanism"), Some(&"SCRAM-SHA-256"));
+            assert_eq!(cluster.bootstrap_servers(), "k:9092");
+        }
+        assert_eq!(
+            config.source.cluster.properties().get("sasl.password"),
+            Some(&principals.password("weir-acme-0123456789ab"))
+        );
     }
 
     #[test]

@@ -221,9 +221,9 @@ impl ErrorKind {
     /// The error a guest reported, its message cut at [`super::guest_log::MAX_LINE_BYTES`] (as a
     /// log line is): a tenant's message lands in the server's log, the pipeline's status and
     /// dead-letter headers, and must not grow them without bound.
-    pub(crate) fn guest(error: super::TransformError) -> Self {
-        let message = super::truncate_line(&error.message, super::guest_log::MAX_LINE_BYTES).into_owned();
-        Self::Guest { message, offset: error.offset }
+    pub(crate) fn guest(message: &str, offset: Option<i64>) -> Self {
+        let message = super::truncate_line(message, super::guest_log::MAX_LINE_BYTES).into_owned();
+        Self::Guest { message, offset }
     }
 }
 

@@ -149,7 +149,7 @@ impl Operator {
             // which the SDK reports as an error) ran out of memory all the same: say so.
             Err(error) => Err(match self.memory_refused() {
                 Some(refusal) => memory_error(refusal, &self.limits),
-                None => ErrorKind::guest(error),
+                None => ErrorKind::guest(&error.message, error.offset),
             }),
         };
         let result = result.and_then(|outputs| {
@@ -226,7 +226,7 @@ impl Operator {
                 }
                 self.validate(&outputs).map(|()| outputs)
             }
-            Err(error) => Err(ErrorKind::guest(error)),
+            Err(error) => Err(ErrorKind::guest(&error.message, error.offset)),
         };
         let result = result.and_then(|outputs| {
             let Instance::Live { store, .. } = &mut self.instance else {
@@ -411,7 +411,7 @@ impl Operator {
             }
             Err((call, failure)) => {
                 let kind = match failure {
-                    Ok(message) => ErrorKind::guest(super::TransformError { message, offset: None }),
+                    Ok(message) => ErrorKind::guest(&message, None),
                     Err(trap) => classify(&trap, &mut store, &self.limits),
                 };
                 let host = store.into_data();
