@@ -430,6 +430,12 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
             "quota",
         ),
         (format!("{good}\n[state]\nmax_bytes = {}\n", (1024 << 20) + 1), "state.max_bytes", "quota"),
+        (format!("{good}\n[runtime]\nworkers = 64\n"), "runtime.workers", "quota"),
+        (
+            format!("{good}\n[sink.producer]\n\"queue.buffering.max.kbytes\" = 2000000\n"),
+            "sink.producer.\"queue.buffering.max.kbytes\"",
+            "max_total_memory_mb",
+        ),
         (
             good.replace("batch_size = 64", "batch_size = 64\nconsumer = { \"plugin.library.paths\" = \"/tmp/x.so\" }"),
             "source.consumer.\"plugin.library.paths\"",

@@ -95,6 +95,10 @@ pub struct QuotaArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     max_transform_mb: Option<u64>,
+    /// Most `runtime.workers` of one pipeline.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_workers: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -123,6 +123,10 @@ pub struct Quotas {
     /// counted at its size, even when another holds the same bytes). Default 256.
     #[serde(default = "default_max_transform_mb")]
     pub max_transform_mb: u64,
+    /// Most `runtime.workers` of one pipeline (threads running its transforms on a node); also
+    /// its default. Default 2.
+    #[serde(default = "default_max_workers")]
+    pub max_workers: u32,
 }
 
 fn default_max_pipelines() -> u32 {
@@ -149,17 +153,21 @@ fn default_max_transform_versions() -> u32 {
 fn default_max_transform_mb() -> u64 {
     256
 }
+fn default_max_workers() -> u32 {
+    2
+}
 
 impl Quotas {
     /// Checks each quota against its range: `max_pipelines` 1–1000, `max_memory_mb` 1–4096 (a
     /// transform's own `memory_limit_mb` range), `max_deadline_ms` 1–600000 (`deadline_ms`'s),
     /// `max_state_mb` 1–1048576 (1 TiB), `max_total_memory_mb` from `max_memory_mb` to 1048576,
-    /// `cpu_percent` 1–100000, `max_transform_versions` 1–10000, `max_transform_mb` 1–1048576.
+    /// `cpu_percent` 1–100000, `max_transform_versions` 1–10000, `max_transform_mb` 1–1048576,
+    /// `max_workers` 1–1024 (`runtime.workers`' range).
     ///
     /// # Errors
     /// The first quota out of range: its key and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
-        let ranges: [(&'static str, u64, u64, u64); 8] = [
+        let ranges: [(&'static str, u64, u64, u64); 9] = [
             ("max_pipelines", self.max_pipelines.into(), 1, 1000),
             ("max_memory_mb", self.max_memory_mb, 1, 4096),
             ("max_deadline_ms", self.max_deadline_ms, 1, 600_000),
@@ -168,6 +176,7 @@ impl Quotas {
             ("cpu_percent", self.cpu_percent.into(), 1, 100_000),
             ("max_transform_versions", self.max_transform_versions.into(), 1, 10_000),
             ("max_transform_mb", self.max_transform_mb, 1, 1 << 20),
+            ("max_workers", self.max_workers.into(), 1, crate::config::MAX_WORKERS as u64),
         ];
         match ranges.into_iter().find(|(_, value, low, high)| !(low..=high).contains(&value)) {
             Some((key, value, low, high)) => Err((key, format!("must be {low} to {high}, got {value}"))),
@@ -187,6 +196,7 @@ impl Default for Quotas {
             cpu_percent: default_cpu_percent(),
             max_transform_versions: default_max_transform_versions(),
             max_transform_mb: default_max_transform_mb(),
+            max_workers: default_max_workers(),
         }
     }
 }

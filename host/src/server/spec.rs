@@ -167,6 +167,8 @@ pub fn resolve(
     run.insert("kafka".into(), Value::Table(serve.kafka.clone()));
     table(&mut run, "source")?.insert("group_id".into(), Value::String(derived.clone()));
     table(&mut run, "sink")?.insert("transactional_id_prefix".into(), Value::String(derived));
+    let max_workers = tenant.quotas.max_workers.into();
+    within_quota(table(&mut run, "runtime")?, "workers", max_workers, max_workers, &|key| format!("runtime.{key}"))?;
     let state = table(&mut run, "state")?;
     let max_state_bytes = tenant.quotas.max_state_mb << 20;
     within_quota(state, "max_bytes", max_state_bytes, max_state_bytes, &|key| format!("state.{key}"))?;
@@ -183,6 +185,7 @@ pub fn resolve(
     }
     check_topics(&config, &tenant.topic_prefix, &tenant.name)?;
     check_client_properties(&config)?;
+    check_buffers(&config, tenant.quotas.max_total_memory_mb)?;
     if config.sink.postgres.is_some() {
         // A connection string would let a tenant reach any host the server can.
         return Err(SpecError::new(
@@ -232,6 +235,36 @@ fn check_client_properties(config: &PipelineConfig) -> Result<(), SpecError> {
                 format!(
                     "librdkafka property {key:?} is not open to tenants of weir serve; allowed: {}",
                     TENANT_CLIENT_PROPERTIES.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The librdkafka buffers a tenant may size (`table`, property, bytes per unit): host memory its
+/// pipelines take outside the guests', so each may hold at most the tenant's
+/// `max_total_memory_mb`. Weir's defaults are far below ([`crate::CONSUMER_DEFAULTS`], 8 MiB
+/// for a producer).
+const TENANT_BUFFERS: [(&str, &str, u64); 6] = [
+    ("source.consumer", "queued.max.messages.kbytes", 1024),
+    ("source.consumer", "fetch.max.bytes", 1),
+    ("source.consumer", "max.partition.fetch.bytes", 1),
+    ("sink.producer", "queue.buffering.max.kbytes", 1024),
+    ("sink.producer", "message.max.bytes", 1),
+    ("sink.producer", "batch.size", 1),
+];
+
+/// Refuses a [`TENANT_BUFFERS`] property above `quota_mb` MiB.
+fn check_buffers(config: &PipelineConfig, quota_mb: u64) -> Result<(), SpecError> {
+    for (table, key, unit) in TENANT_BUFFERS {
+        let properties = if table == "source.consumer" { &config.source.consumer } else { &config.sink.producer };
+        let Some(value) = properties.get(key).and_then(|v| v.trim().parse::<u64>().ok()) else { continue };
+        if value.saturating_mul(unit) > quota_mb << 20 {
+            return Err(SpecError::new(
+                format!("{table}.{key:?}"),
+                format!(
+                    "{value} is above the tenant's quota: a buffer of the pipeline may hold at most its max_total_memory_mb ({quota_mb} MiB)"
                 ),
             ));
         }
@@ -366,6 +399,10 @@ mod tests {
         assert_eq!(config.state.dir, Path::new("/srv/weir/state/acme-0123456789ab/delays"));
         assert_eq!(config.state.changelog_topic, "acme.weir-0123456789ab-delays-changelog");
         assert_eq!(config.transforms[0].wasm, Path::new(&format!("/srv/weir/components/{:064}.wasm", 2)));
+        assert_eq!(config.runtime.workers, Some(2), "the tenant's max_workers");
+        let within =
+            format!("{SPEC}[runtime]\nworkers = 1\n[sink.producer]\n\"queue.buffering.max.kbytes\" = 524288\n");
+        assert_eq!(resolve_text(&within).unwrap().1.runtime.workers, Some(1));
         let (_, pinned) = resolve_text(&SPEC.replace("transform = \"fd\"", "transform = \"fd\"\nversion = 1")).unwrap();
         assert_eq!(pinned.transforms[0].wasm, Path::new(&format!("/srv/weir/components/{:064}.wasm", 1)));
     }
@@ -400,6 +437,20 @@ mod tests {
             (
                 format!("{SPEC}[sink.producer]\n\"sasl.kerberos.kinit.cmd\" = \"touch /tmp/x\"\n"),
                 "sink.producer.\"sasl.kerberos.kinit.cmd\"",
+            ),
+            // Host memory and threads beyond the tenant's quotas (512 MiB, 2 workers).
+            (format!("{SPEC}[runtime]\nworkers = 3\n"), "runtime.workers"),
+            (
+                format!("{SPEC}[source.consumer]\n\"queued.max.messages.kbytes\" = 524289\n"),
+                "source.consumer.\"queued.max.messages.kbytes\"",
+            ),
+            (
+                format!("{SPEC}[sink.producer]\n\"queue.buffering.max.kbytes\" = \"2097151\"\n"),
+                "sink.producer.\"queue.buffering.max.kbytes\"",
+            ),
+            (
+                format!("{SPEC}[source.consumer]\n\"fetch.max.bytes\" = 600000000\n"),
+                "source.consumer.\"fetch.max.bytes\"",
             ),
         ];
         for (text, field) in cases {
