@@ -196,9 +196,12 @@ async fn prometheus(State(server): State<Arc<Server>>, Extension(caller): Extens
     crate::http::routes::prometheus_text(Scope::of(caller).prometheus(server.metrics()))
 }
 
-/// Create a tenant; answers its token, once.
+/// Create a tenant; answers its token, once. Refused (400, `topic_prefix`) when the prefix
+/// overlaps another tenant's, a deleted tenant's still blocked one, or the server's topics, or
+/// when topics exist under it on the broker; 409 when the name exists or a deletion of a tenant
+/// of that name has not finished.
 #[utoipa::path(post, path = "/v1/tenants", request_body = NewTenant,
-    responses((status = 201, body = TokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 201, body = TokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn create_tenant(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,
@@ -232,9 +235,13 @@ async fn list_tenants(
     Ok(Json(server.tenants().await))
 }
 
-/// Delete a tenant (refused while it has pipelines) and its transforms.
+/// Delete a tenant (refused while it has pipelines), its transforms and, as the server's
+/// `on_tenant_delete` says, every topic under its prefix and its consumer groups (`delete`,
+/// answering once the broker lists none of them) or nothing (`retire`: the prefix is never
+/// given again). 503 when its data could not all be deleted: the prefix stays blocked, and the
+/// same call again finishes the deletion.
 #[utoipa::path(delete, path = "/v1/tenants/{tenant}", params(("tenant" = String, Path)),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn delete_tenant(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,
@@ -412,7 +419,8 @@ async fn start_pipeline(
     Ok(Json(server.set_desired(&tenant, &name, Desired::Running).await?))
 }
 
-/// Stop and delete a pipeline (its output and changelog topics stay).
+/// Stop and delete a pipeline, with its changelog topic, consumer group, state and metrics (its
+/// source and sink topics stay). Deployed again under its name, it starts from scratch.
 #[utoipa::path(delete, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 async fn delete_pipeline(

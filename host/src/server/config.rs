@@ -73,6 +73,23 @@ pub struct ServeConfig {
     /// `${env:NAME}` or `${file:/path}`, at least [`MIN_ADMIN_TOKEN_LEN`] bytes; only its hash
     /// is kept.
     pub metrics_token_sha256: Option<String>,
+    /// `on_tenant_delete`: what a tenant's deletion does with its topics and consumer groups.
+    /// Default [`TenantDeletion::Delete`].
+    pub on_tenant_delete: TenantDeletion,
+}
+
+/// What happens to a deleted tenant's data (`on_tenant_delete` in `serve.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TenantDeletion {
+    /// `"delete"`: every topic under its prefix (its changelogs and dead-letter topics too) and
+    /// every consumer group of its pipelines is deleted; the deletion answers once the broker
+    /// no longer lists them, and the prefix can be given to a new tenant after that.
+    #[default]
+    Delete,
+    /// `"retire"`: they are kept, and the prefix (and every prefix overlapping it) is never
+    /// given to a tenant again.
+    Retire,
 }
 
 /// A tenant's limits, enforced when it deploys a pipeline.
@@ -181,6 +198,8 @@ struct ServeFile {
     compile_timeout_ms: Option<u64>,
     compiled_cache_max_mb: Option<u64>,
     max_identical_failures: Option<u32>,
+    #[serde(default)]
+    on_tenant_delete: TenantDeletion,
     #[serde(default)]
     tenant_defaults: Quotas,
 }
@@ -297,6 +316,7 @@ impl ServeConfig {
             tenant_defaults: file.tenant_defaults,
             admin_token,
             metrics_token_sha256,
+            on_tenant_delete: file.on_tenant_delete,
         })
     }
 }
@@ -336,6 +356,13 @@ mod tests {
         assert_eq!(config.transport.max_connections, DEFAULT_MAX_CONNECTIONS);
         assert_eq!(config.transport.header_timeout, DEFAULT_HEADER_TIMEOUT);
         assert_eq!(config.transport.body_timeout, DEFAULT_BODY_TIMEOUT);
+        assert_eq!(config.on_tenant_delete, TenantDeletion::Delete);
+        let retire = format!("{MINIMAL}on_tenant_delete = \"retire\"\n");
+        let config = ServeConfig::from_toml_str(&retire, Path::new("/srv"), Some("0123456789abcdef".into())).unwrap();
+        assert_eq!(config.on_tenant_delete, TenantDeletion::Retire);
+        let bad = format!("{MINIMAL}on_tenant_delete = \"keep\"\n");
+        let error = ServeConfig::from_toml_str(&bad, Path::new("/srv"), Some("0123456789abcdef".into())).unwrap_err();
+        assert!(error.to_string().contains("on_tenant_delete"), "{error}");
         // `weir serve --config serve.toml` in its own directory: the base is empty.
         let config = ServeConfig::from_toml_str(MINIMAL, Path::new(""), Some("0123456789abcdef".into())).unwrap();
         assert_eq!(config.data_dir, std::env::current_dir().unwrap().join("data"));
