@@ -1494,3 +1494,54 @@ async fn a_pipeline_deployed_again_after_its_deletion_starts_from_scratch() {
     let status = serve.ok("GET", "/v1/pipelines/d", &token, None);
     assert_eq!(status["metrics"]["records_in"], rows.len(), "figures from zero: {status}");
 }
+
+/// Two nodes asked at the same moment to deploy one new pipeline each give it an id of its own:
+/// the registry topic's order decides which incarnation runs. One `201`; the other node answers
+/// `409` (or `200` when it had read the first deploy already and took its own as a redeploy),
+/// and the source is read once (issue 44).
+#[tokio::test(flavor = "multi_thread")]
+async fn two_nodes_deploying_one_new_pipeline_at_once_run_one_incarnation() {
+    const ROUNDS: usize = 3;
+    let first = Serve::start("");
+    let second = first.another_node("node-2");
+    let logs = || format!("node-1:\n{}\nnode-2:\n{}", first.log(), second.log());
+    let run = unique_name("weir-deploys");
+    let token = first.tenant("acme", &format!("{run}."), None);
+    let bytes = std::fs::read(plugin("passthrough")).expect("passthrough.wasm");
+    assert_eq!(first.upload(&token, "passthrough", bytes).0, 201);
+    eventually(
+        "the transform reaching node 2",
+        || second.call("GET", "/v1/transforms/passthrough", Some(&token), None).0 == 200,
+        &logs,
+    );
+    let source = format!("{run}.in");
+    let rows: Vec<(Option<String>, String)> = (0..10).map(|i| (None, format!("v{i}"))).collect();
+    produce(&source, 1, &rows).await;
+    for round in 0..ROUNDS {
+        let sink = format!("{run}.out-{round}");
+        weir_tests::create_topic(&sink, 1).await;
+        let spec = format!(
+            "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"t\"\ntransform = \"passthrough\"\n\
+             [sink]\ntopic = \"{sink}\"\n[checkpoint]\ninterval_ms = 100\n"
+        );
+        let path = format!("/v1/pipelines/p{round}");
+        let barrier = std::sync::Barrier::new(2);
+        let answers: [(u16, Value); 2] = std::thread::scope(|scope| {
+            let calls = [&first, &second].map(|node| {
+                let (barrier, path, spec, token) = (&barrier, &path, &spec, &token);
+                scope.spawn(move || {
+                    barrier.wait();
+                    node.call("PUT", path, Some(token), toml_body(spec))
+                })
+            });
+            calls.map(|call| call.join().expect("a deploy"))
+        });
+        let statuses = answers.each_ref().map(|(status, _)| *status);
+        assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "round {round}: {answers:?}\n{}", logs());
+        assert!(statuses.iter().all(|s| [200, 201, 409].contains(s)), "round {round}: {answers:?}");
+        let mut reader = Reader::new(&sink, 1, Isolation::ReadCommitted);
+        reader.read_until(rows.len(), RUN_TIMEOUT);
+        reader.drain(Duration::from_secs(3));
+        assert_eq!(reader.records.len(), rows.len(), "round {round}: the source read once\n{}", logs());
+    }
+}

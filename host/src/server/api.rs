@@ -355,10 +355,12 @@ async fn delete_transform(
 }
 
 /// Deploy a pipeline (TOML, or JSON with `Content-Type: application/json`) and start it; a
-/// redeploy upgrades it at a checkpoint boundary, keeping its state.
+/// redeploy upgrades it at a checkpoint boundary, keeping its state. A new pipeline (also one
+/// deleted before) starts from scratch; 409 when another node deployed a new pipeline of the
+/// name at the same moment and came first.
 #[utoipa::path(put, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
     request_body(content = String, content_type = "application/toml"),
-    responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn deploy_pipeline(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,

@@ -10,10 +10,11 @@
 //! node's registry with it at once (tokens, tenants, transforms) and has each pipeline that
 //! differs start, restart or stop on a task of its own. Writes of other nodes thus reach this
 //! one within about a second, and two nodes that change one object at once both end at the
-//! write the broker took last, except for tenant records, which the read decides in the topic's
-//! order ([`super::registry::Registry::admit`]: the first writer of a name or prefix wins). The
-//! follower publishes the offset it applied up to (`Server::applied`): a tenant creation answers
-//! once its record is applied and it can see whether it won.
+//! write the broker took last, except for tenant records and pipelines' first deploys, which the
+//! read decides in the topic's order ([`super::registry::Registry::admit`]: the first writer of a
+//! name or prefix, or of a pipeline's incarnation, wins). The follower publishes the offset it
+//! applied up to (`Server::applied`): a tenant creation, or a new pipeline's deploy, answers once
+//! its record is applied and it can see whether it won.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -76,12 +77,13 @@ impl Server {
             return Ok(false);
         }
         let truth = Registry::load(values, &self.components)?;
-        let mut changed = Vec::new();
+        // Each pipeline that differs, with the incarnation that ended, if one did.
+        let mut changed: BTreeMap<(String, String), Option<spec::Derived>> = BTreeMap::new();
         for (tenant, entry) in &truth.tenants {
             let before = registry.tenants.get(tenant).filter(|old| old.tenant.id == entry.tenant.id);
             for (name, pipeline) in &entry.pipelines {
                 if before.and_then(|old| old.pipelines.get(name)) != Some(pipeline) {
-                    changed.push((tenant.clone(), name.clone(), None));
+                    changed.insert((tenant.clone(), name.clone()), None);
                 }
             }
         }
@@ -94,13 +96,13 @@ impl Server {
                 // Deleted, or deleted and deployed again: that incarnation ended.
                 if now.and_then(|now| now.pipelines.get(name)).is_none_or(|p| p.id != pipeline.id) {
                     let ended = spec::derived(&entry.tenant, name, &pipeline.id, &self.config);
-                    changed.push((tenant.clone(), name.clone(), Some(ended)));
+                    changed.insert((tenant.clone(), name.clone()), Some(ended));
                 }
             }
         }
         *registry = truth;
         drop(registry);
-        for (tenant, name, ended) in changed {
+        for ((tenant, name), ended) in changed {
             let server = self.clone();
             tokio::spawn(async move { server.converge(&tenant, &name, ended).await });
         }

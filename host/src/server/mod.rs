@@ -672,9 +672,13 @@ impl Server {
     /// `name` from `body` (TOML, or JSON when `json`) and starts it. Returns its status and
     /// whether it is new.
     ///
+    /// A new pipeline gets a new incarnation id and starts only once the registry topic shows
+    /// that its record came first ([`Server::won_first_deploy`]).
+    ///
     /// # Errors
-    /// 400 naming the field (see [`spec::resolve`]); 403 `quota` beyond `max_pipelines`; 503
-    /// when the registry topic cannot be written.
+    /// 400 naming the field (see [`spec::resolve`]); 403 `quota` beyond `max_pipelines`; 409
+    /// when another node's first deploy of the name came first; 503 when the registry topic
+    /// cannot be written, or not read back within [`REGISTRY_WAIT`].
     pub async fn deploy(
         &self,
         tenant: &str,
@@ -697,11 +701,14 @@ impl Server {
         // A redeploy keeps the incarnation (its offsets and state); a new pipeline gets one.
         let id = entry.pipelines.get(name).map_or_else(registry::new_id, |p| p.id.clone());
         let (stored, run) = spec::resolve(spec, entry, name, &id, &self.config)?;
-        let pipeline = Pipeline { name: name.to_owned(), id, spec: stored, desired: Desired::Running };
-        self.put_pipeline(tenant, &pipeline).await?;
+        let pipeline = Pipeline { name: name.to_owned(), id: id.clone(), spec: stored, desired: Desired::Running };
+        let offset = self.put_pipeline(tenant, &pipeline).await?;
         entry.pipelines.insert(name.to_owned(), pipeline);
         let pool = self.supervisor.pool(&entry.tenant);
         drop(registry);
+        if new {
+            self.won_first_deploy(tenant, name, &id, offset).await?;
+        }
         self.start_blocking(run, pool).await?;
         tracing::info!(tenant, pipeline = name, new, "pipeline deployed");
         Ok((self.pipeline(tenant, name).await?, new))
@@ -887,13 +894,40 @@ impl Server {
         self.pipeline_locks.turn(spec::qualified_name(tenant, name)).await
     }
 
-    async fn put_pipeline(&self, tenant: &str, pipeline: &Pipeline) -> Result<(), ApiError> {
+    async fn put_pipeline(&self, tenant: &str, pipeline: &Pipeline) -> Result<i64, ApiError> {
         let value = serde_json::to_vec(pipeline).map_err(ApiError::internal)?;
         self.store
             .put(&Registry::pipeline_key(tenant, &pipeline.name), Some(&value))
             .await
-            .map(drop)
             .map_err(ApiError::unavailable)
+    }
+
+    /// Waits until the first deploy of pipeline `name` as incarnation `id` (written at
+    /// `offset`) is read back, and answers whether it came first ([`Registry::admit`]): two
+    /// nodes deploying a new pipeline of one name at the same moment give it two ids, and only
+    /// the first may run, or both would read the source from its start.
+    ///
+    /// # Errors
+    /// 409 when another node's deploy came first; 503 as [`Server::read_back`].
+    async fn won_first_deploy(&self, tenant: &str, name: &str, id: &str, offset: i64) -> Result<(), ApiError> {
+        self.read_back(offset).await?;
+        let registry = self.registry.lock().await;
+        let winner = registry.tenants.get(tenant).and_then(|e| e.pipelines.get(name));
+        match winner {
+            Some(winner) if winner.id == id => Ok(()),
+            Some(winner) => {
+                // The refused record is the key's last value: the winner's again, so that
+                // compaction keeps it.
+                self.put_pipeline(tenant, winner).await?;
+                Err(ApiError::conflict(format!(
+                    "pipeline {name:?} was deployed at the same moment through another node, which came first: \
+                     GET it, and deploy again to change it"
+                )))
+            }
+            None => Err(ApiError::conflict(format!(
+                "pipeline {name:?} (or its tenant) was deleted through another node as it was deployed"
+            ))),
+        }
     }
 
     /// Starts `run` (stopping its running predecessor first, which commits its open epoch).

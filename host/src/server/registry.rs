@@ -203,13 +203,23 @@ impl Registry {
     /// so deciding each record against what came before makes the first writer win, on every
     /// node alike: a tenant record is refused when its name holds another tenant (another
     /// `id`, created at the same moment through another node), or its prefix overlaps another
-    /// tenant's or a deleted tenant's blocked one ([`Retired`]). Other records, tombstones and records of the same tenant (a new token) pass;
+    /// tenant's or a deleted tenant's blocked one ([`Retired`]); a pipeline record is refused
+    /// when its key holds another incarnation (another `id`: a first deploy of the name through
+    /// another node at the same moment; a pipeline deleted first has no record left). Other records, tombstones and records of the same tenant (a new token) pass;
     /// records written before this check pass the same way, and so did they when written,
     /// unless they raced.
     ///
     /// # Errors
     /// Why the record is refused.
     pub fn admit(values: &BTreeMap<String, Vec<u8>>, key: &str, value: Option<&[u8]>) -> Result<(), String> {
+        if let (Some(_), Some(value), Some(old)) = (key.strip_prefix("pipeline/"), value, values.get(key)) {
+            return match (serde_json::from_slice::<Pipeline>(old), serde_json::from_slice::<Pipeline>(value)) {
+                (Ok(old), Ok(new)) if old.id != new.id => {
+                    Err(format!("{key} exists (deployed first, id {}): another incarnation", old.id))
+                }
+                _ => Ok(()),
+            };
+        }
         let (Some(name), Some(value)) = (key.strip_prefix("tenant/"), value) else { return Ok(()) };
         let Ok(new) = serde_json::from_slice::<Tenant>(value) else { return Ok(()) };
         let tenants = values
@@ -302,11 +312,18 @@ mod tests {
         serde_json::to_vec(&tenant).expect("JSON")
     }
 
+    fn pipeline(id: &str) -> Vec<u8> {
+        let spec = toml::Table::new();
+        serde_json::to_vec(&Pipeline { name: "q".into(), id: id.into(), spec, desired: Desired::Running })
+            .expect("JSON")
+    }
+
     #[test]
     fn a_tenant_record_is_admitted_only_when_it_came_first_for_its_name_and_prefix() {
         let values = BTreeMap::from([
             ("tenant/acme".to_owned(), tenant("acme", "111111111111", "acme.")),
             ("transform/acme/t".to_owned(), b"{}".to_vec()),
+            ("pipeline/acme/q".to_owned(), pipeline("111111111111")),
         ]);
         let table = [
             // A new tenant beside acme.
@@ -323,6 +340,10 @@ mod tests {
             // Tombstones and other kinds pass.
             ("tenant/acme", None, Ok(())),
             ("pipeline/acme/p", Some(b"{}".to_vec()), Ok(())),
+            // acme's pipeline p again: its own incarnation passes, another is refused.
+            ("pipeline/acme/q", Some(pipeline("111111111111")), Ok(())),
+            ("pipeline/acme/q", Some(pipeline("222222222222")), Err("another incarnation")),
+            ("pipeline/acme/q", None, Ok(())),
         ];
         for (key, value, expected) in table {
             let admitted = Registry::admit(&values, key, value.as_deref());
