@@ -39,8 +39,8 @@ pub struct ServeConfig {
     /// pipeline spec, so that no resolved secret is ever stored in a spec or the registry.
     pub kafka: toml::Table,
     /// `data_dir`: components (`components/<sha256>.wasm`), compiled code and pipeline state
-    /// (`state/<tenant>/<pipeline>`); relative to the file's directory. Everything in it can be
-    /// rebuilt from the registry topic and the changelogs.
+    /// (`state/<tenant>-<tenant id>/<pipeline>-<pipeline id>`); relative to the file's
+    /// directory. Everything in it can be rebuilt from the registry topic and the changelogs.
     pub data_dir: PathBuf,
     /// `node_id`: this node's instance id in every pipeline's consumer group (`--instance` of
     /// `weir run`); default the host name. Keep it across restarts.
