@@ -1399,8 +1399,8 @@ async fn two_nodes_racing_for_one_prefix_or_one_name_create_one_tenant() {
     }
 }
 
-/// A passthrough spec naming transform `transform`, reading `source` and writing `sink`.
-fn passthrough_spec(transform: &str, source: &str, sink: &str) -> String {
+/// A spec naming uploaded transform `transform`, reading `source` and writing `sink`.
+fn spec_using(transform: &str, source: &str, sink: &str) -> String {
     format!(
         "[source]\ntopics = [\"{source}\"]\n\n[[transforms]]\nname = \"p\"\ntransform = \"{transform}\"\n\n\
          [sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
@@ -1448,7 +1448,7 @@ async fn two_nodes_racing_a_deletion_against_a_deploy_or_two_uploads_agree_on_on
         let transform = format!("t{round}");
         assert_eq!(first.upload(&token, &transform, passthrough.clone()).0, 201, "{}", logs());
         seen_by(&second, &token, &format!("/v1/transforms/{transform}"));
-        let spec = passthrough_spec(&transform, &source, &sink);
+        let spec = spec_using(&transform, &source, &sink);
         let answers = at_once(
             || first.call("DELETE", &format!("/v1/transforms/{transform}"), Some(&token), None),
             || second.call("PUT", &format!("/v1/pipelines/p{round}"), Some(&token), toml_body(&spec)),
@@ -1477,7 +1477,7 @@ async fn two_nodes_racing_a_deletion_against_a_deploy_or_two_uploads_agree_on_on
         seen_by(&second, &other, "/v1/transforms");
         assert_eq!(first.upload(&other, "t", passthrough.clone()).0, 201, "{}", logs());
         seen_by(&second, &other, "/v1/transforms/t");
-        let spec = passthrough_spec("t", &format!("{run}-{round}.in"), &format!("{run}-{round}.out"));
+        let spec = spec_using("t", &format!("{run}-{round}.in"), &format!("{run}-{round}.out"));
         let answers = at_once(
             || first.call("DELETE", &format!("/v1/tenants/{tenant}"), Some(ADMIN), None),
             || second.call("PUT", "/v1/pipelines/p", Some(&other), toml_body(&spec)),
@@ -1743,4 +1743,218 @@ async fn a_deleted_tenant_leaves_no_principal_and_a_plaintext_cluster_refuses_te
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("`tenant_principals`") && stderr.contains("SASL_SSL"), "{stderr}");
+}
+
+/// The topics (or, with `groups`, the consumer groups) the broker lists whose names start with
+/// `prefix`, sorted.
+fn on_broker(prefix: &str, groups: bool) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let client: BaseConsumer =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("a client");
+    let timeout = Duration::from_secs(10);
+    let mut names: Vec<String> = if groups {
+        let list = client.fetch_group_list(None, timeout).expect("the group list");
+        list.groups().iter().map(|g| g.name().to_owned()).collect()
+    } else {
+        let metadata = client.fetch_metadata(None, timeout).expect("the metadata");
+        metadata.topics().iter().filter(|t| t.error().is_none()).map(|t| t.name().to_owned()).collect()
+    };
+    names.retain(|name| name.starts_with(prefix));
+    names.sort();
+    names
+}
+
+/// A passthrough spec from `source` to `sink`, with dead letters to `dlq`; its members leave
+/// the group 6 s after they stop (a deletion waits for that).
+fn passthrough_spec(source: &str, sink: &str, dlq: &str) -> String {
+    format!(
+        "[source]\ntopics = [\"{source}\"]\n[source.consumer]\n\"session.timeout.ms\" = 6000\n\
+         [[transforms]]\nname = \"t\"\ntransform = \"passthrough\"\non_error = \"dead-letter\"\n\
+         [sink]\ntopic = \"{sink}\"\ndead_letter_topic = \"{dlq}\"\ncreate_topics = true\n\
+         [checkpoint]\ninterval_ms = 100\n"
+    )
+}
+
+/// Whether `metrics` (Prometheus text) holds a series of tenant `tenant`.
+fn has_series_of(metrics: &str, tenant: &str) -> bool {
+    metrics.lines().any(|l| !l.starts_with('#') && l.contains(&format!("tenant=\"{tenant}\"")))
+}
+
+/// Deleting a tenant deletes every topic under its prefix (source, sink, dead letters,
+/// changelog), its consumer groups and its metrics' series; the same name and prefix given to a
+/// new tenant then start empty: its pipeline reads none of the old records, and its figures
+/// start from zero. A prefix with topics under it is refused for a new tenant (issue 44).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_tenant_leaves_nothing_and_a_new_one_on_its_prefix_reads_nothing_of_it() {
+    let serve = Serve::start("");
+    let run = unique_name("weir-purge");
+    // Tenant names are unique in the broker's group ids only with a unique name.
+    let name = unique_name("t");
+    let prefix = format!("{run}.");
+    let orphan = format!("{run}-orphan.left");
+    weir_tests::create_topic(&orphan, 1).await;
+    let request = json!({ "name": "orphan", "topic_prefix": format!("{run}-orphan.") }).to_string().into_bytes();
+    let (status, answer) = serve.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", request)));
+    assert_eq!((status, answer["field"].as_str()), (400, Some("topic_prefix")), "{answer}");
+    assert!(answer["message"].as_str().is_some_and(|m| m.contains(&orphan)), "names the topic: {answer}");
+
+    let (source, sink, dlq) = (format!("{prefix}in"), format!("{prefix}out"), format!("{prefix}dlq"));
+    let spec = passthrough_spec(&source, &sink, &dlq);
+    let bytes = std::fs::read(plugin("passthrough")).expect("passthrough.wasm");
+    let deploy = |token: &str| {
+        assert_eq!(serve.upload(token, "passthrough", bytes.clone()).0, 201);
+        serve.ok("PUT", "/v1/pipelines/p", token, toml_body(&spec));
+    };
+    let token = serve.tenant(&name, &prefix, None);
+    let old: Vec<(Option<String>, String)> = (0..5).map(|i| (None, format!("old-{i}"))).collect();
+    produce(&source, 1, &old).await;
+    deploy(&token);
+    let mut reader = Reader::new(&sink, 1, Isolation::ReadCommitted);
+    assert_eq!(reader.read_until(old.len(), RUN_TIMEOUT), old.len(), "{}", serve.log());
+    let topics = on_broker(&prefix, false);
+    assert!(topics.iter().any(|t| t.ends_with("-changelog")), "a changelog: {topics:?}");
+    assert!([&source, &sink, &dlq].iter().all(|t| topics.contains(t)), "{topics:?}");
+    let groups = format!("weir-{name}-");
+    assert_eq!(on_broker(&groups, true).len(), 1, "the pipeline's group");
+    let metrics = serve.ok("GET", "/metrics", ADMIN, None);
+    assert!(has_series_of(metrics.as_str().expect("text"), &name), "{metrics}");
+
+    serve.ok("DELETE", "/v1/pipelines/p", &token, None);
+    serve.ok("DELETE", &format!("/v1/tenants/{name}"), ADMIN, None);
+    assert_eq!(on_broker(&prefix, false), Vec::<String>::new(), "topics left under the prefix");
+    assert_eq!(on_broker(&groups, true), Vec::<String>::new(), "groups left of the tenant");
+    let metrics = serve.ok("GET", "/metrics", ADMIN, None);
+    let metrics = metrics.as_str().expect("text");
+    assert!(!has_series_of(metrics, &name), "series left of the tenant:\n{metrics}");
+    assert!(!metrics.contains(&prefix), "series left naming its topics:\n{metrics}");
+
+    // The same name and prefix again: nothing of the old tenant comes back.
+    let token = serve.tenant(&name, &prefix, None);
+    weir_tests::create_topic(&source, 1).await;
+    deploy(&token);
+    wait_for_state(&serve, &token, "p", "running");
+    produce(&source, 1, &[(None, "new".to_owned())]).await;
+    let mut reader = Reader::new(&sink, 1, Isolation::ReadCommitted);
+    reader.read_until(1, RUN_TIMEOUT);
+    reader.drain(Duration::from_secs(3));
+    let values: Vec<String> = reader.records.iter().map(|r| r.value.clone().unwrap_or_default()).collect();
+    assert_eq!(values, ["new"], "the new tenant's output\n{}", serve.log());
+    let status = serve.ok("GET", "/v1/pipelines/p", &token, None);
+    assert_eq!(status["metrics"]["records_in"], 1, "figures from zero: {status}");
+}
+
+/// With `on_tenant_delete = "retire"`, a deleted tenant's topics stay, and its prefix, and every
+/// prefix overlapping it, is refused for new tenants, also once its topics are gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retired_prefix_is_never_given_again() {
+    let serve = Serve::start("on_tenant_delete = \"retire\"");
+    let run = unique_name("weir-retire");
+    let source = format!("{run}.in");
+    serve.tenant("acme", &format!("{run}."), None);
+    produce(&source, 1, &[(None, "kept".to_owned())]).await;
+    serve.ok("DELETE", "/v1/tenants/acme", ADMIN, None);
+    assert_eq!(weir_tests::admin::listed_partitions(&source), Some(1), "the topic is kept");
+    let refused = |prefix: String, words: &str| {
+        let request = json!({ "name": "acme", "topic_prefix": prefix }).to_string().into_bytes();
+        let (status, answer) = serve.call("POST", "/v1/tenants", Some(ADMIN), Some(("application/json", request)));
+        assert_eq!((status, answer["field"].as_str()), (400, Some("topic_prefix")), "{prefix}: {answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{prefix}: {message}");
+    };
+    refused(format!("{run}."), "retired for good");
+    refused(format!("{run}.sub."), "retired for good");
+    weir_tests::admin::delete_topic(&source).await;
+    refused(format!("{run}."), "retired for good");
+    refused(format!("{run}_"), "retired for good");
+    refused(run.clone(), "retired for good");
+    serve.tenant("acme", &format!("{run}-other."), None);
+}
+
+/// A pipeline deleted and deployed again under its name starts from scratch: it reads its
+/// source from the start again and its state (dedup's keys seen) is empty; the deleted one's
+/// changelog and series are gone (issue 44).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_deployed_again_after_its_deletion_starts_from_scratch() {
+    let serve = Serve::start("");
+    let run = unique_name("weir-again");
+    let prefix = format!("{run}.");
+    let token = serve.tenant("acme", &prefix, None);
+    let bytes = std::fs::read(plugin("dedup")).expect("dedup.wasm");
+    assert_eq!(serve.upload(&token, "dedup", bytes).0, 201);
+    let (source, sink) = (format!("{prefix}in"), format!("{prefix}out"));
+    let rows: Vec<(Option<String>, String)> = (0..10).map(|i| (Some(format!("k{i}")), format!("v{i}"))).collect();
+    produce(&source, 1, &rows).await;
+    let spec = format!(
+        "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"d\"\ntransform = \"dedup\"\n\
+         config = {{ window_records = \"1000000\" }}\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n\
+         [checkpoint]\ninterval_ms = 100\n"
+    );
+    serve.ok("PUT", "/v1/pipelines/d", &token, toml_body(&spec));
+    let mut reader = Reader::new(&sink, 1, Isolation::ReadCommitted);
+    assert_eq!(reader.read_until(rows.len(), RUN_TIMEOUT), rows.len(), "{}", serve.log());
+    let changelogs = || on_broker(&prefix, false).into_iter().filter(|t| t.ends_with("-changelog")).collect::<Vec<_>>();
+    let first = changelogs();
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    serve.ok("DELETE", "/v1/pipelines/d", &token, None);
+    let metrics = serve.ok("GET", "/metrics", ADMIN, None);
+    assert!(!metrics.as_str().expect("text").contains("pipeline=\"acme.d\""), "series left: {metrics}");
+    eventually("the changelog deleted", || changelogs().is_empty(), &|| serve.log());
+    serve.ok("PUT", "/v1/pipelines/d", &token, toml_body(&spec));
+    assert_eq!(reader.read_until(2 * rows.len(), RUN_TIMEOUT), 2 * rows.len(), "read again\n{}", serve.log());
+    let second = changelogs();
+    assert!(second.len() == 1 && second != first, "a changelog of its own: {first:?} {second:?}");
+    let status = serve.ok("GET", "/v1/pipelines/d", &token, None);
+    assert_eq!(status["metrics"]["records_in"], rows.len(), "figures from zero: {status}");
+}
+
+/// Two nodes asked at the same moment to deploy one new pipeline each give it an id of its own:
+/// the registry topic's order decides which incarnation runs. One `201`; the other node answers
+/// `409` (or `200` when it had read the first deploy already and took its own as a redeploy),
+/// and the source is read once (issue 44).
+#[tokio::test(flavor = "multi_thread")]
+async fn two_nodes_deploying_one_new_pipeline_at_once_run_one_incarnation() {
+    const ROUNDS: usize = 3;
+    let first = Serve::start("");
+    let second = first.another_node("node-2");
+    let logs = || format!("node-1:\n{}\nnode-2:\n{}", first.log(), second.log());
+    let run = unique_name("weir-deploys");
+    let token = first.tenant("acme", &format!("{run}."), None);
+    let bytes = std::fs::read(plugin("passthrough")).expect("passthrough.wasm");
+    assert_eq!(first.upload(&token, "passthrough", bytes).0, 201);
+    eventually(
+        "the transform reaching node 2",
+        || second.call("GET", "/v1/transforms/passthrough", Some(&token), None).0 == 200,
+        &logs,
+    );
+    let source = format!("{run}.in");
+    let rows: Vec<(Option<String>, String)> = (0..10).map(|i| (None, format!("v{i}"))).collect();
+    produce(&source, 1, &rows).await;
+    for round in 0..ROUNDS {
+        let sink = format!("{run}.out-{round}");
+        weir_tests::create_topic(&sink, 1).await;
+        let spec = format!(
+            "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"t\"\ntransform = \"passthrough\"\n\
+             [sink]\ntopic = \"{sink}\"\n[checkpoint]\ninterval_ms = 100\n"
+        );
+        let path = format!("/v1/pipelines/p{round}");
+        let barrier = std::sync::Barrier::new(2);
+        let answers: [(u16, Value); 2] = std::thread::scope(|scope| {
+            let calls = [&first, &second].map(|node| {
+                let (barrier, path, spec, token) = (&barrier, &path, &spec, &token);
+                scope.spawn(move || {
+                    barrier.wait();
+                    node.call("PUT", path, Some(token), toml_body(spec))
+                })
+            });
+            calls.map(|call| call.join().expect("a deploy"))
+        });
+        let statuses = answers.each_ref().map(|(status, _)| *status);
+        assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "round {round}: {answers:?}\n{}", logs());
+        assert!(statuses.iter().all(|s| [200, 201, 409].contains(s)), "round {round}: {answers:?}");
+        let mut reader = Reader::new(&sink, 1, Isolation::ReadCommitted);
+        reader.read_until(rows.len(), RUN_TIMEOUT);
+        reader.drain(Duration::from_secs(3));
+        assert_eq!(reader.records.len(), rows.len(), "round {round}: the source read once\n{}", logs());
+    }
 }

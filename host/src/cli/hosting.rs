@@ -55,7 +55,8 @@ pub enum TenantsCommand {
     RotateToken { name: String },
     /// Revoke a tenant's token.
     RevokeToken { name: String },
-    /// Delete a tenant (refused while it has pipelines).
+    /// Delete a tenant (refused while it has pipelines), with every topic under its prefix and
+    /// its consumer groups, unless the server keeps them (`on_tenant_delete = "retire"`).
     Rm { name: String },
 }
 
@@ -131,7 +132,8 @@ pub enum PipelinesCommand {
     Stop { name: String },
     /// Start a stopped or failed pipeline.
     Start { name: String },
-    /// Stop and delete a pipeline.
+    /// Stop and delete a pipeline, with its changelog, consumer group and state; deployed again,
+    /// it starts from scratch.
     Rm { name: String },
 }
 

@@ -82,6 +82,77 @@ impl Admin {
             .collect())
     }
 
+    /// Every topic the broker's metadata lists (Kafka's internal ones included).
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached within the request timeout.
+    pub fn list_topics(&self) -> Result<Vec<String>, KafkaError> {
+        let metadata = self.client.inner().fetch_metadata(None, REQUEST_TIMEOUT)?;
+        Ok(metadata.topics().iter().filter(|t| t.error().is_none()).map(|t| t.name().to_owned()).collect())
+    }
+
+    /// Deletes `topics` (one already gone counts as deleted) and returns once the broker's
+    /// metadata no longer lists any of them.
+    ///
+    /// # Errors
+    /// When the broker refuses one (its code, e.g. `TopicAuthorizationFailed`) or cannot be
+    /// reached, or `OperationTimedOut` when its metadata still lists one after the request
+    /// timeout.
+    pub async fn delete_topics(&self, topics: &[&str]) -> Result<(), KafkaError> {
+        if topics.is_empty() {
+            return Ok(());
+        }
+        for result in self.client.delete_topics(topics, &self.options()).await? {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+                Err((_, code)) => return Err(KafkaError::AdminOp(code)),
+            }
+        }
+        let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            let listed = self.list_topics()?;
+            if !topics.iter().any(|topic| listed.iter().any(|l| l == topic)) {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The id of every consumer group the cluster knows.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached within the request timeout.
+    pub fn list_groups(&self) -> Result<Vec<String>, KafkaError> {
+        let list = self.client.inner().fetch_group_list(None, REQUEST_TIMEOUT)?;
+        Ok(list.groups().iter().map(|g| g.name().to_owned()).collect())
+    }
+
+    /// Deletes consumer groups `groups` (one already gone counts as deleted); answers each
+    /// group's outcome, e.g. `NonEmptyGroup` while a member is in it (a static member stays
+    /// until its `session.timeout.ms` passes after it stopped).
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached.
+    pub async fn delete_groups(
+        &self,
+        groups: &[&str],
+    ) -> Result<Vec<(String, Result<(), RDKafkaErrorCode>)>, KafkaError> {
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let results = self.client.delete_groups(groups, &self.options()).await?;
+        Ok(results
+            .into_iter()
+            .map(|result| match result {
+                Ok(group) | Err((group, RDKafkaErrorCode::GroupIdNotFound)) => (group, Ok(())),
+                Err((group, code)) => (group, Err(code)),
+            })
+            .collect())
+    }
+
     /// Creates `topic` with `partitions` partitions and the broker's default replication factor,
     /// treating "already exists" as success.
     ///

@@ -1,5 +1,6 @@
 //! The metric families Weir exports, registered once per [`super::Metrics`].
 
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
     CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets,
 };
@@ -189,6 +190,63 @@ impl Families {
                 "1 for the pipeline's current state (starting, running, recovering, failed, stopped), 0 for the others.",
                 &["pipeline", "state"],
             ),
+        }
+    }
+
+    /// Removes every series of pipeline `name` (its `pipeline` label) from every family: a
+    /// pipeline deleted (or deployed again as a new incarnation) leaves none behind.
+    pub fn remove_pipeline(&self, name: &str) {
+        let f = self;
+        let counters = [
+            &f.records_in,
+            &f.records_out,
+            &f.bytes_in,
+            &f.bytes_out,
+            &f.dead_letters,
+            &f.late_records,
+            &f.guest_errors,
+            &f.operator_records_in,
+            &f.operator_records_out,
+            &f.state_written,
+            &f.recoveries,
+            &f.restores,
+        ];
+        let gauges = [
+            &f.position,
+            &f.watermark,
+            &f.newest_event,
+            &f.idle,
+            &f.lag,
+            &f.guest_memory,
+            &f.open_timers,
+            &f.checkpoint_id,
+            &f.state,
+        ];
+        let histograms =
+            [&f.batch_seconds, &f.guest_call_seconds, &f.checkpoint_seconds, &f.epoch_records, &f.epoch_bytes];
+        counters.into_iter().for_each(|family| remove_series(family, name));
+        gauges.into_iter().for_each(|family| remove_series(family, name));
+        histograms.into_iter().for_each(|family| remove_series(family, name));
+        remove_series(&f.activity_seconds, name);
+    }
+}
+
+/// Removes the series of `family` whose `pipeline` label is `pipeline`.
+fn remove_series<T: MetricVecBuilder>(family: &MetricVec<T>, pipeline: &str) {
+    let Some(desc) = family.desc().first().copied() else { return };
+    for gathered in family.collect() {
+        for series in gathered.get_metric() {
+            let labels = series.get_label();
+            if !labels.iter().any(|l| l.name() == "pipeline" && l.value() == pipeline) {
+                continue;
+            }
+            let values: Vec<&str> = desc
+                .variable_labels
+                .iter()
+                .map(|name| labels.iter().find(|l| l.name() == name).map_or("", |l| l.value()))
+                .collect();
+            // Gone already (a concurrent removal) is as good.
+            let _ = family.remove_label_values(&values);
         }
     }
 }

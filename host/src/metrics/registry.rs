@@ -48,6 +48,14 @@ impl Metrics {
         pipeline
     }
 
+    /// Forgets pipeline `name`: its figures and every series of it leave `/metrics` and the
+    /// dashboard (`weir serve`, once the pipeline is deleted); a pipeline started again under
+    /// the name starts from zero.
+    pub fn forget(&self, name: &str) {
+        lock(&self.pipelines).retain(|p| p.name() != name);
+        self.families.remove_pipeline(name);
+    }
+
     /// The pipelines, in the order they started.
     pub fn pipelines(&self) -> Vec<Arc<PipelineMetrics>> {
         lock(&self.pipelines).clone()

@@ -6,20 +6,22 @@
 //!
 //! The rules, each closing a race of two nodes that each checked their own copy:
 //! - a tenant record: its name holds no other tenant (another `id`), its prefix overlaps no other
-//!   tenant's;
+//!   tenant's, nor a deleted (or being deleted) tenant's that stays blocked ([`Retired`]);
 //! - a tenant's deletion: it has no transform and no pipeline left (one deployed or uploaded
 //!   through another node as it was deleted);
 //! - a transform record: its tenant exists, and it keeps every version admitted before, unchanged
 //!   (two uploads at once would otherwise both be version N, with different bytes);
 //! - a transform's deletion: no pipeline pins it;
-//! - a pipeline record: its tenant exists, and every transform version it pins exists.
+//! - a pipeline record: its tenant exists, every transform version it pins exists, and its key
+//!   holds no other incarnation (another `id`: a first deploy of the name through another node
+//!   at the same moment; a pipeline deleted first has no record left).
 //!
 //! A refused record stays in the topic as its key's last value until the loser writes the key's
 //! admitted value again ([`super::Server::decide`]); compaction would otherwise keep the loser's.
 
 use std::collections::BTreeMap;
 
-use super::registry::{Pipeline, Tenant, Transform};
+use super::registry::{Pipeline, Retired, Tenant, Transform};
 
 /// The last admitted value of every key read so far (tombstoned keys absent).
 pub type Values = BTreeMap<String, Vec<u8>>;
@@ -46,7 +48,7 @@ pub fn admit(values: &Values, key: &str, value: Option<&[u8]>) -> Result<(), Str
         }
         (Some("transform"), Some(tenant), Some(name), None) => transform_deletion(values, tenant, name),
         (Some("pipeline"), Some(tenant), Some(name), Some(value)) => match serde_json::from_slice::<Pipeline>(value) {
-            Ok(new) => pipeline(values, tenant, &new).map_err(|why| format!("pipeline {name:?}: {why}")),
+            Ok(new) => pipeline(values, tenant, key, &new).map_err(|why| format!("pipeline {name:?}: {why}")),
             Err(_) => Ok(()),
         },
         _ => Ok(()),
@@ -62,6 +64,15 @@ fn tenant(values: &Values, name: &str, new: &Tenant) -> Result<(), String> {
             return Err(format!(
                 "topic prefix {:?} overlaps tenant {}'s prefix {:?}",
                 new.topic_prefix, old.name, old.topic_prefix
+            ));
+        }
+    }
+    // A tenant whose deletion has not taken effect (yet) keeps its own prefix.
+    for old in parsed::<Retired>(values, "retired/").filter(|old| old.tenant_id != new.id) {
+        if super::names::overlaps(&old.topic_prefix, &new.topic_prefix) {
+            return Err(format!(
+                "topic prefix {:?} overlaps {:?}, the prefix of deleted tenant {}, which stays blocked",
+                new.topic_prefix, old.topic_prefix, old.tenant
             ));
         }
     }
@@ -105,8 +116,13 @@ fn transform_deletion(values: &Values, tenant: &str, name: &str) -> Result<(), S
     Err(format!("transform {name:?} is used by pipelines {users:?} (deployed at the same moment)"))
 }
 
-fn pipeline(values: &Values, tenant: &str, new: &Pipeline) -> Result<(), String> {
+fn pipeline(values: &Values, tenant: &str, key: &str, new: &Pipeline) -> Result<(), String> {
     exists(values, tenant)?;
+    if let Some(old) = values.get(key).and_then(|v| serde_json::from_slice::<Pipeline>(v).ok())
+        && old.id != new.id
+    {
+        return Err(format!("it exists (deployed first, id {}): another incarnation", old.id));
+    }
     for (name, version) in pins(new) {
         let transform =
             values.get(&format!("transform/{tenant}/{name}")).and_then(|v| serde_json::from_slice::<Transform>(v).ok());
@@ -148,7 +164,7 @@ fn parsed<'a, T: serde::de::DeserializeOwned>(values: &'a Values, prefix: &'a st
 #[cfg(test)]
 mod tests {
     use super::super::config::Quotas;
-    use super::super::registry::{Desired, TransformVersion};
+    use super::super::registry::{Desired, Registry, TransformVersion};
     use super::*;
 
     fn tenant(name: &str, id: &str, prefix: &str) -> Vec<u8> {
@@ -180,10 +196,15 @@ mod tests {
     }
 
     fn pipeline(name: &str, transform: &str, version: i64) -> Vec<u8> {
+        incarnation(name, "111111111111", transform, version)
+    }
+
+    fn incarnation(name: &str, id: &str, transform: &str, version: i64) -> Vec<u8> {
         let spec: toml::Table =
             toml::from_str(&format!("[[transforms]]\ntransform = \"{transform}\"\nversion = {version}\n"))
                 .expect("TOML");
-        serde_json::to_vec(&Pipeline { name: name.into(), spec, desired: Desired::Running }).expect("JSON")
+        let pipeline = Pipeline { name: name.into(), id: id.into(), spec, desired: Desired::Running };
+        serde_json::to_vec(&pipeline).expect("JSON")
     }
 
     /// A record (key, value) and the outcome expected: admitted, or refused with these words.
@@ -226,6 +247,30 @@ mod tests {
     }
 
     #[test]
+    fn a_retired_prefix_refuses_every_tenant_overlapping_it() {
+        let retired = Retired {
+            tenant: "acme".into(),
+            tenant_id: "111111111111".into(),
+            topic_prefix: "acme.".into(),
+            kept: true,
+        };
+        let values = Values::from([("retired/acme.".to_owned(), serde_json::to_vec(&retired).expect("JSON"))]);
+        let refused = Err("the prefix of deleted tenant acme");
+        check(
+            &values,
+            &[
+                ("tenant/acme", Some(tenant("acme", "2", "acme.")), refused),
+                ("tenant/b", Some(tenant("b", "2", "acme.x.")), refused),
+                ("tenant/b", Some(tenant("b", "2", "acm")), refused),
+                ("tenant/b", Some(tenant("b", "2", "acme_")), refused),
+                ("tenant/b", Some(tenant("b", "2", "acmf.")), Ok(())),
+            ],
+        );
+        let registry = Registry::load(&values, std::path::Path::new("/nonexistent")).expect("loads");
+        assert_eq!(registry.retired_overlap("acme.y").map(|r| r.tenant.as_str()), Some("acme"));
+    }
+
+    #[test]
     fn deletions_lose_to_what_was_deployed_or_uploaded_first_and_records_to_deletions_before_them() {
         let values = Values::from([
             ("tenant/acme".to_owned(), tenant("acme", "111111111111", "acme.")),
@@ -247,6 +292,14 @@ mod tests {
                 ("pipeline/acme/p", Some(pipeline("p", "gone", 1)), Err("transform \"gone\" version 1 does not exist")),
                 ("pipeline/web/p", Some(pipeline("p", "fd", 1)), Err("tenant web does not exist")),
                 ("pipeline/acme/delays", None, Ok(())),
+                // A pipeline's own incarnation passes; another (a first deploy at the same moment
+                // through another node) is refused.
+                ("pipeline/acme/delays", Some(incarnation("delays", "111111111111", "fd", 1)), Ok(())),
+                (
+                    "pipeline/acme/delays",
+                    Some(incarnation("delays", "222222222222", "fd", 1)),
+                    Err("another incarnation"),
+                ),
                 // A transform record keeps every version admitted before it.
                 ("transform/acme/fd", Some(transform("fd", &["aa", "bb", "dd"])), Ok(())),
                 ("transform/acme/fd", Some(transform("fd", &["aa", "bb"])), Ok(())),

@@ -196,9 +196,12 @@ async fn prometheus(State(server): State<Arc<Server>>, Extension(caller): Extens
     crate::http::routes::prometheus_text(Scope::of(caller).prometheus(server.metrics()))
 }
 
-/// Create a tenant; answers its token, once. With `[tenant_principals]`, also its Kafka
-/// principal (503 when the cluster refuses it: the tenant exists, and every node makes the
-/// principal again at its start).
+/// Create a tenant; answers its token, once. Refused (400, `topic_prefix`) when the prefix
+/// overlaps another tenant's, a deleted tenant's still blocked one, or the server's topics, or
+/// when topics exist under it on the broker; 409 when the name exists or a deletion of a tenant
+/// of that name has not finished. With `[tenant_principals]`, also its Kafka principal (503 when
+/// the cluster refuses it: the tenant exists, and every node makes the principal again at its
+/// start).
 #[utoipa::path(post, path = "/v1/tenants", request_body = NewTenant,
     responses((status = 201, body = TokenView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn create_tenant(
@@ -234,9 +237,12 @@ async fn list_tenants(
     Ok(Json(server.tenants().await))
 }
 
-/// Delete a tenant (refused while it has pipelines) and its transforms; with
-/// `[tenant_principals]`, first its Kafka principal's ACLs and SCRAM credential (503 when the
-/// cluster refuses: the tenant stays).
+/// Delete a tenant (refused while it has pipelines), its transforms and, as the server's
+/// `on_tenant_delete` says, every topic under its prefix and its consumer groups (`delete`,
+/// answering once the broker lists none of them) or nothing (`retire`: the prefix is never
+/// given again). 503 when its data could not all be deleted: the prefix stays blocked, and the
+/// same call again finishes the deletion. With `[tenant_principals]`, first its Kafka
+/// principal's ACLs and SCRAM credential (503 when the cluster refuses: the tenant stays).
 #[utoipa::path(delete, path = "/v1/tenants/{tenant}", params(("tenant" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn delete_tenant(
@@ -352,7 +358,9 @@ async fn delete_transform(
 }
 
 /// Deploy a pipeline (TOML, or JSON with `Content-Type: application/json`) and start it; a
-/// redeploy upgrades it at a checkpoint boundary, keeping its state.
+/// redeploy upgrades it at a checkpoint boundary, keeping its state. A new pipeline (also one
+/// deleted before) starts from scratch; 409 when another node deployed a new pipeline of the
+/// name at the same moment and came first.
 #[utoipa::path(put, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
     request_body(content = String, content_type = "application/toml"),
     responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody, description = "its transform or tenant was deleted through another node at the same moment")))]
@@ -416,7 +424,8 @@ async fn start_pipeline(
     Ok(Json(server.set_desired(&tenant, &name, Desired::Running).await?))
 }
 
-/// Stop and delete a pipeline (its output and changelog topics stay).
+/// Stop and delete a pipeline, with its changelog topic, consumer group, state and metrics (its
+/// source and sink topics stay). Deployed again under its name, it starts from scratch.
 #[utoipa::path(delete, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 async fn delete_pipeline(

@@ -39,8 +39,8 @@ pub struct ServeConfig {
     /// pipeline spec, so that no resolved secret is ever stored in a spec or the registry.
     pub kafka: toml::Table,
     /// `data_dir`: components (`components/<sha256>.wasm`), compiled code and pipeline state
-    /// (`state/<tenant>/<pipeline>`); relative to the file's directory. Everything in it can be
-    /// rebuilt from the registry topic and the changelogs.
+    /// (`state/<tenant>-<tenant id>/<pipeline>-<pipeline id>`); relative to the file's
+    /// directory. Everything in it can be rebuilt from the registry topic and the changelogs.
     pub data_dir: PathBuf,
     /// `node_id`: this node's instance id in every pipeline's consumer group (`--instance` of
     /// `weir run`); default the host name. Keep it across restarts.
@@ -77,6 +77,23 @@ pub struct ServeConfig {
     /// holding only ACLs on the tenant's prefixes ([`super::principals`]); `None` (the
     /// default): they connect as the server's principal.
     pub tenant_principals: Option<super::principals::TenantPrincipals>,
+    /// `on_tenant_delete`: what a tenant's deletion does with its topics and consumer groups.
+    /// Default [`TenantDeletion::Delete`].
+    pub on_tenant_delete: TenantDeletion,
+}
+
+/// What happens to a deleted tenant's data (`on_tenant_delete` in `serve.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TenantDeletion {
+    /// `"delete"`: every topic under its prefix (its changelogs and dead-letter topics too) and
+    /// every consumer group of its pipelines is deleted; the deletion answers once the broker
+    /// no longer lists them, and the prefix can be given to a new tenant after that.
+    #[default]
+    Delete,
+    /// `"retire"`: they are kept, and the prefix (and every prefix overlapping it) is never
+    /// given to a tenant again.
+    Retire,
 }
 
 /// `[tenant_principals]` as written.
@@ -222,6 +239,8 @@ struct ServeFile {
     compiled_cache_max_mb: Option<u64>,
     max_identical_failures: Option<u32>,
     #[serde(default)]
+    on_tenant_delete: TenantDeletion,
+    #[serde(default)]
     tenant_defaults: Quotas,
     tenant_principals: Option<PrincipalsFile>,
 }
@@ -340,6 +359,7 @@ impl ServeConfig {
             admin_token,
             metrics_token_sha256,
             tenant_principals,
+            on_tenant_delete: file.on_tenant_delete,
         })
     }
 }
@@ -414,6 +434,13 @@ mod tests {
         assert_eq!(config.transport.max_connections, DEFAULT_MAX_CONNECTIONS);
         assert_eq!(config.transport.header_timeout, DEFAULT_HEADER_TIMEOUT);
         assert_eq!(config.transport.body_timeout, DEFAULT_BODY_TIMEOUT);
+        assert_eq!(config.on_tenant_delete, TenantDeletion::Delete);
+        let retire = format!("{MINIMAL}on_tenant_delete = \"retire\"\n");
+        let config = ServeConfig::from_toml_str(&retire, Path::new("/srv"), Some("0123456789abcdef".into())).unwrap();
+        assert_eq!(config.on_tenant_delete, TenantDeletion::Retire);
+        let bad = format!("{MINIMAL}on_tenant_delete = \"keep\"\n");
+        let error = ServeConfig::from_toml_str(&bad, Path::new("/srv"), Some("0123456789abcdef".into())).unwrap_err();
+        assert!(error.to_string().contains("on_tenant_delete"), "{error}");
         // `weir serve --config serve.toml` in its own directory: the base is empty.
         let config = ServeConfig::from_toml_str(MINIMAL, Path::new(""), Some("0123456789abcdef".into())).unwrap();
         assert_eq!(config.data_dir, std::env::current_dir().unwrap().join("data"));

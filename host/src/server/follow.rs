@@ -10,11 +10,11 @@
 //! node's registry with it at once (tokens, tenants, transforms) and has each pipeline that
 //! differs start, restart or stop on a task of its own. Writes of other nodes thus reach this
 //! one within about a second. The read decides each record in the topic's order
-//! ([`super::admit`]: the first writer of a name, prefix or version wins; a deletion loses to a
-//! use written before it); otherwise two nodes that change one object at once both end at the
-//! write the broker took last. The follower publishes the offset it applied up to
-//! (`Server::applied`): a request answers once its record is applied and it can see whether it
-//! won.
+//! ([`super::admit`]: the first writer of a name, prefix, version or pipeline incarnation wins;
+//! a deletion loses to a use written before it); otherwise two nodes that change one object at
+//! once both end at the write the broker took last. The follower publishes the offset it
+//! applied up to (`Server::applied`): a request answers once its record is applied and it can
+//! see whether it won.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,50 +78,65 @@ impl Server {
             return Ok(false);
         }
         let truth = Registry::load(values, &self.components)?;
-        let mut changed = Vec::new();
+        // Each pipeline that differs, with the incarnation that ended, if one did.
+        let mut changed: BTreeMap<(String, String), Option<spec::Derived>> = BTreeMap::new();
         for (tenant, entry) in &truth.tenants {
             let before = registry.tenants.get(tenant).filter(|old| old.tenant.id == entry.tenant.id);
             for (name, pipeline) in &entry.pipelines {
                 if before.and_then(|old| old.pipelines.get(name)) != Some(pipeline) {
-                    changed.push((tenant.clone(), name.clone()));
+                    changed.insert((tenant.clone(), name.clone()), None);
                 }
             }
         }
         for (tenant, entry) in &registry.tenants {
             let now = truth.tenants.get(tenant).filter(|new| new.tenant.id == entry.tenant.id);
-            for name in entry.pipelines.keys() {
-                if now.is_none_or(|now| !now.pipelines.contains_key(name)) {
-                    changed.push((tenant.clone(), name.clone()));
+            if now.is_none() {
+                self.supervisor.forget_pool(&entry.tenant.id);
+            }
+            for (name, pipeline) in &entry.pipelines {
+                // Deleted, or deleted and deployed again: that incarnation ended.
+                if now.and_then(|now| now.pipelines.get(name)).is_none_or(|p| p.id != pipeline.id) {
+                    let ended = spec::derived(&entry.tenant, name, &pipeline.id, &self.config);
+                    changed.insert((tenant.clone(), name.clone()), Some(ended));
                 }
             }
         }
         *registry = truth;
         drop(registry);
-        for (tenant, name) in changed {
+        for ((tenant, name), ended) in changed {
             let server = self.clone();
-            tokio::spawn(async move { server.converge(&tenant, &name).await });
+            tokio::spawn(async move { server.converge(&tenant, &name, ended).await });
         }
         Ok(true)
     }
 
     /// Brings pipeline `name` of `tenant` on this node to what the registry says now: running
-    /// its current spec, stopped, or gone. Level-triggered (it reads the registry once it holds
-    /// the pipeline's lock), so runs for successive changes may come in any order.
-    async fn converge(&self, tenant: &str, name: &str) {
+    /// its current spec, stopped, or gone, having first forgotten the incarnation that `ended`
+    /// (deleted, maybe deployed again: its run, metrics and state directory). Level-triggered
+    /// (it reads the registry once it holds the pipeline's lock), so runs for successive
+    /// changes may come in any order.
+    async fn converge(&self, tenant: &str, name: &str, ended: Option<spec::Derived>) {
         let _turn = self.lock_pipeline(tenant, name).await;
         let qualified = spec::qualified_name(tenant, name);
+        if let Some(ended) = ended
+            && let Err(error) = self.end_incarnation(qualified.clone(), &ended).await
+        {
+            tracing::error!(pipeline = %qualified, %error, "cannot forget the deleted pipeline's run on this node");
+        }
         let wanted = {
             let registry = self.registry.lock().await;
             match registry.tenants.get(tenant).and_then(|entry| Some((entry, entry.pipelines.get(name)?))) {
                 None => None,
                 Some((_, pipeline)) if pipeline.desired == Desired::Stopped => Some(None),
-                Some((entry, pipeline)) => match spec::resolve(pipeline.spec.clone(), entry, name, &self.config) {
-                    Ok((_, run)) => Some(Some((run, self.supervisor.pool(&entry.tenant)))),
-                    Err(error) => {
-                        tracing::error!(tenant, pipeline = name, field = %error.field, error = %error.message, "cannot start a pipeline deployed through another node");
-                        return;
+                Some((entry, pipeline)) => {
+                    match spec::resolve(pipeline.spec.clone(), entry, name, &pipeline.id, &self.config) {
+                        Ok((_, run)) => Some(Some((run, self.supervisor.pool(&entry.tenant)))),
+                        Err(error) => {
+                            tracing::error!(tenant, pipeline = name, field = %error.field, error = %error.message, "cannot start a pipeline deployed through another node");
+                            return;
+                        }
                     }
-                },
+                }
             }
         };
         let done = match wanted {

@@ -13,6 +13,8 @@
 //!   pipelines, the admin and metrics tokens every one.
 //! - [`listen`]: the accept loop: TLS, the connection limit, header and body timeouts.
 //! - [`principals`]: each tenant's own Kafka principal and ACLs (`[tenant_principals]`).
+//! - [`purge`]: deleting a deleted tenant's topics and groups, a deleted pipeline's changelog
+//!   and group.
 //!
 //! Data flows one way: request → [`api`] → [`Server`] → registry/store, supervisor → pipeline.
 
@@ -25,6 +27,7 @@ mod follow;
 pub mod listen;
 pub mod names;
 pub mod principals;
+pub mod purge;
 pub mod registry;
 mod scope;
 pub mod spec;
@@ -37,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, MutexGuard, Semaphore};
 use utoipa::ToSchema;
 
 pub use config::{Quotas, ServeConfig};
@@ -45,7 +48,9 @@ pub use error::ApiError;
 
 use crate::metrics::{Metrics, NumberedLine, PipelineLog, PipelineReadiness, PipelineState, Readiness};
 use crate::wasm::{EngineConfig, WasmEngine};
-use registry::{Desired, Pipeline, Registry, Tenant, TenantEntry, Transform, TransformVersion, component_path};
+use registry::{
+    Desired, Pipeline, Registry, Retired, Tenant, TenantEntry, Transform, TransformVersion, component_path,
+};
 use store::Store;
 use supervisor::Supervisor;
 
@@ -213,7 +218,7 @@ impl Server {
         let registry = server.registry.lock().await;
         for entry in registry.tenants.values() {
             for pipeline in entry.pipelines.values().filter(|p| p.desired == Desired::Running) {
-                match spec::resolve(pipeline.spec.clone(), entry, &pipeline.name, &server.config) {
+                match spec::resolve(pipeline.spec.clone(), entry, &pipeline.name, &pipeline.id, &server.config) {
                     Ok((_, run)) => server.supervisor.start(run, server.supervisor.pool(&entry.tenant))?,
                     Err(error) => tracing::error!(
                         tenant = %entry.tenant.name, pipeline = %pipeline.name, field = %error.field, error = %error.message,
@@ -275,9 +280,11 @@ impl Server {
     /// Creates a tenant and returns its first token.
     ///
     /// # Errors
-    /// 400 naming `name` or `topic_prefix` (also when the prefix overlaps another tenant's or
-    /// the server's `registry_topic`); 409 when the tenant exists; 503 when the registry
-    /// topic cannot be written, or not read back within [`REGISTRY_WAIT`].
+    /// 400 naming `name` or `topic_prefix` (also when the prefix overlaps another tenant's, a
+    /// deleted tenant's that stays blocked ([`Retired`]) or the server's `registry_topic`, or
+    /// when topics exist under it on the broker); 409 when the tenant exists, or a deletion
+    /// of a tenant of that name has not finished; 503 when the broker cannot be reached, or
+    /// the registry topic cannot be written, or not read back within [`REGISTRY_WAIT`].
     ///
     /// Checked here against this node's registry, then decided by the registry topic: the
     /// tenant is written, and the answer waits until the follower has read it back and shows
@@ -286,24 +293,14 @@ impl Server {
     pub async fn create_tenant(&self, request: NewTenant) -> Result<TokenView, ApiError> {
         check_tenant_name(&request.name)?;
         check_prefix(&request.topic_prefix)?;
-        let registry = self.registry.lock().await;
-        if registry.tenants.contains_key(&request.name) {
-            return Err(ApiError::conflict(format!("tenant {:?} exists", request.name)));
-        }
         if let Some(why) = names::server_topic_overlap(&self.config, &request.topic_prefix) {
             return Err(ApiError::invalid("topic_prefix", format!("`topic_prefix`: {why}")));
         }
-        if let Some(other) =
-            registry.tenants.values().find(|e| names::overlaps(&e.tenant.topic_prefix, &request.topic_prefix))
-        {
-            return Err(ApiError::invalid(
-                "topic_prefix",
-                format!(
-                    "`topic_prefix`: {:?} overlaps tenant {}'s prefix {:?}: each tenant's topics must be its own",
-                    request.topic_prefix, other.tenant.name, other.tenant.topic_prefix
-                ),
-            ));
-        }
+        check_new_tenant(&*self.registry.lock().await, &request.name, &request.topic_prefix)?;
+        // Outside the registry's lock (it asks the broker); the registry topic decides races.
+        self.check_prefix_empty(&request.topic_prefix).await?;
+        let registry = self.registry.lock().await;
+        check_new_tenant(&registry, &request.name, &request.topic_prefix)?;
         let mut quotas = serde_json::to_value(self.config.tenant_defaults).map_err(ApiError::internal)?;
         if let (Some(defaults), Some(given)) = (quotas.as_object_mut(), request.quotas) {
             defaults.extend(given);
@@ -316,7 +313,7 @@ impl Server {
         let (token, hash) = auth::new_token(&request.name).map_err(ApiError::internal)?;
         let tenant = Tenant {
             name: request.name.clone(),
-            id: uuid::Uuid::new_v4().simple().to_string()[..12].to_owned(),
+            id: registry::new_id(),
             topic_prefix: request.topic_prefix,
             quotas,
             token_sha256: Some(hash),
@@ -341,6 +338,7 @@ impl Server {
             // lost name, as one node alone does.
             Err(lost) if lost.status() == axum::http::StatusCode::CONFLICT => {
                 let registry = self.registry.lock().await;
+                check_not_retired(&registry, &tenant.name, &tenant.topic_prefix)?;
                 let other = registry.tenants.values().find(|e| {
                     e.tenant.name != tenant.name && names::overlaps(&e.tenant.topic_prefix, &tenant.topic_prefix)
                 });
@@ -441,14 +439,27 @@ impl Server {
         Ok(token)
     }
 
-    /// Deletes a tenant and its transforms.
+    /// Deletes a tenant and its transforms, and then, as `on_tenant_delete` says, every topic
+    /// under its prefix and every consumer group of its pipelines (answering once the broker
+    /// no longer lists them), or nothing (the prefix is retired for good). Its prefix is blocked
+    /// ([`Retired`]) before its record goes, and stays blocked until its topics and groups
+    /// are gone: for good when they are kept. Called again for a tenant whose deletion failed
+    /// half way, it finishes it.
     ///
     /// # Errors
     /// 404 for an unknown tenant; 409 while it has pipelines; 503 when the registry topic
-    /// cannot be written.
+    /// cannot be written, or the broker refuses or cannot be reached (the tenant is deleted,
+    /// its prefix stays blocked; call again to finish).
     pub async fn delete_tenant(&self, tenant: &str) -> Result<(), ApiError> {
-        let registry = self.registry.lock().await;
-        let entry = registry.tenants.get(tenant).ok_or_else(|| no_tenant(tenant))?;
+        let mut registry = self.registry.lock().await;
+        let Some(entry) = registry.tenants.get(tenant) else {
+            let unfinished = registry.retired.values().find(|r| r.tenant == tenant && !r.kept).cloned();
+            drop(registry);
+            return match unfinished {
+                Some(retired) => self.purge_tenant(&retired).await,
+                None => Err(no_tenant(tenant)),
+            };
+        };
         if !entry.pipelines.is_empty() {
             let names: Vec<&str> = entry.pipelines.keys().map(String::as_str).collect();
             return Err(ApiError::conflict(format!(
@@ -464,12 +475,24 @@ impl Server {
                 ))
             })?;
         }
+        let retired = Retired {
+            tenant: tenant.to_owned(),
+            tenant_id: entry.tenant.id.clone(),
+            topic_prefix: entry.tenant.topic_prefix.clone(),
+            kept: self.config.on_tenant_delete == config::TenantDeletion::Retire,
+        };
         let transforms: Vec<String> = entry.transforms.keys().cloned().collect();
         let owner = entry.tenant.clone();
+        self.put_retired(&mut registry, &retired).await?;
         drop(registry);
         if let Err(error) = self.remove_tenant_records(tenant, transforms).await {
-            // The deletion lost (a pipeline deployed through another node came first) or its
-            // outcome is unknown: the tenant goes on, so its principal must too.
+            // The deletion lost (a pipeline deployed through another node came first: the
+            // prefix is the tenant's own again) or its outcome is unknown (the prefix stays
+            // blocked until a DELETE again finishes): the tenant goes on, so its principal must
+            // too.
+            if error.status() == axum::http::StatusCode::CONFLICT {
+                self.unblock(&retired.topic_prefix).await?;
+            }
             if let Some(principals) = &self.config.tenant_principals
                 && let Err(e) = principals.provision(&self.config.cluster, vec![owner]).await
             {
@@ -482,8 +505,9 @@ impl Server {
             }
             return Err(error);
         }
-        tracing::info!(tenant, "tenant deleted");
-        Ok(())
+        self.supervisor.forget_pool(&retired.tenant_id);
+        tracing::info!(tenant, kept = retired.kept, "tenant deleted");
+        if retired.kept { Ok(()) } else { self.purge_tenant(&retired).await }
     }
 
     /// Deletes a tenant's transforms, then its record, each decided by the registry topic's
@@ -498,6 +522,74 @@ impl Server {
         registry.tenants.remove(tenant);
         drop(registry);
         self.decided(&key, offset).await
+    }
+
+    /// Blocks `retired`'s prefix for new tenants: written to the registry topic before the
+    /// tenant's record goes.
+    async fn put_retired(&self, registry: &mut MutexGuard<'_, Registry>, retired: &Retired) -> Result<(), ApiError> {
+        let value = serde_json::to_vec(retired).map_err(ApiError::internal)?;
+        let key = Registry::retired_key(&retired.topic_prefix);
+        self.store.put(&key, Some(&value)).await.map_err(ApiError::unavailable)?;
+        registry.retired.insert(retired.topic_prefix.clone(), retired.clone());
+        Ok(())
+    }
+
+    /// Unblocks `prefix` ([`Server::put_retired`]).
+    async fn unblock(&self, prefix: &str) -> Result<(), ApiError> {
+        let mut registry = self.registry.lock().await;
+        self.store.put(&Registry::retired_key(prefix), None).await.map_err(ApiError::unavailable)?;
+        registry.retired.remove(prefix);
+        Ok(())
+    }
+
+    /// Deletes every topic under a deleted tenant's prefix and every group of its pipelines,
+    /// then unblocks the prefix.
+    async fn purge_tenant(&self, retired: &Retired) -> Result<(), ApiError> {
+        let owner = Tenant {
+            name: retired.tenant.clone(),
+            id: retired.tenant_id.clone(),
+            topic_prefix: retired.topic_prefix.clone(),
+            quotas: Quotas::default(),
+            token_sha256: None,
+        };
+        if let Err(error) =
+            purge::tenant(&self.config.cluster, &retired.topic_prefix, &spec::group_prefix(&owner)).await
+        {
+            return Err(ApiError::unavailable(anyhow::anyhow!(
+                "tenant {} is deleted, but not all its data yet: {error:#}; its topic prefix {:?} stays blocked \
+                 until DELETE /v1/tenants/{} (again) finishes",
+                retired.tenant,
+                retired.topic_prefix,
+                retired.tenant
+            )));
+        }
+        self.unblock(&retired.topic_prefix).await?;
+        tracing::info!(tenant = %retired.tenant, prefix = %retired.topic_prefix, "the deleted tenant's topics and groups are deleted");
+        Ok(())
+    }
+    /// Refuses `prefix` while topics exist under it on the broker: a deleted tenant's kept
+    /// (or not yet deleted) data, or topics the operator made; a new tenant would read them.
+    async fn check_prefix_empty(&self, prefix: &str) -> Result<(), ApiError> {
+        let cluster = self.config.cluster.clone();
+        let owned = prefix.to_owned();
+        let topics = tokio::task::spawn_blocking(move || purge::topics_under(&cluster, &owned))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::unavailable)?;
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = topics.iter().take(5).map(String::as_str).collect();
+        Err(ApiError::invalid(
+            "topic_prefix",
+            format!(
+                "`topic_prefix`: {} topics exist under {prefix:?} on the broker ({}{}): a new tenant would read them; \
+                 delete them first, or give the tenant another prefix",
+                topics.len(),
+                shown.join(", "),
+                if topics.len() > shown.len() { ", …" } else { "" }
+            ),
+        ))
     }
 
     async fn put_tenant(&self, tenant: &Tenant) -> Result<i64, ApiError> {
@@ -688,9 +780,14 @@ impl Server {
     /// `name` from `body` (TOML, or JSON when `json`) and starts it. Returns its status and
     /// whether it is new.
     ///
+    /// A new pipeline gets a new incarnation id; every deploy starts only once the registry
+    /// topic shows that its record came first ([`Server::decided`]).
+    ///
     /// # Errors
-    /// 400 naming the field (see [`spec::resolve`]); 403 `quota` beyond `max_pipelines`; 503
-    /// when the registry topic cannot be written.
+    /// 400 naming the field (see [`spec::resolve`]); 403 `quota` beyond `max_pipelines`; 409
+    /// when another node's first deploy of the name, or a deletion of the tenant or of a
+    /// transform version it pins, came first; 503 when the registry topic
+    /// cannot be written, or not read back within [`REGISTRY_WAIT`].
     pub async fn deploy(
         &self,
         tenant: &str,
@@ -710,8 +807,10 @@ impl Server {
                 format!("tenant {tenant} has {} pipelines, its quota (max_pipelines)", entry.pipelines.len()),
             ));
         }
-        let (stored, run) = spec::resolve(spec, entry, name, &self.config)?;
-        let pipeline = Pipeline { name: name.to_owned(), spec: stored, desired: Desired::Running };
+        // A redeploy keeps the incarnation (its offsets and state); a new pipeline gets one.
+        let id = entry.pipelines.get(name).map_or_else(registry::new_id, |p| p.id.clone());
+        let (stored, run) = spec::resolve(spec, entry, name, &id, &self.config)?;
+        let pipeline = Pipeline { name: name.to_owned(), id: id.clone(), spec: stored, desired: Desired::Running };
         let offset = self.put_pipeline(tenant, &pipeline).await?;
         entry.pipelines.insert(name.to_owned(), pipeline);
         let pool = self.supervisor.pool(&entry.tenant);
@@ -734,7 +833,7 @@ impl Server {
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
         let mut pipeline = entry.pipelines.get(name).cloned().ok_or_else(|| no_pipeline(name))?;
         let run = match desired {
-            Desired::Running => Some(spec::resolve(pipeline.spec.clone(), entry, name, &self.config)?.1),
+            Desired::Running => Some(spec::resolve(pipeline.spec.clone(), entry, name, &pipeline.id, &self.config)?.1),
             Desired::Stopped => None,
         };
         pipeline.desired = desired;
@@ -750,7 +849,12 @@ impl Server {
         self.pipeline(tenant, name).await
     }
 
-    /// Stops and deletes a pipeline. Its state stays in its changelog topic.
+    /// Stops and deletes a pipeline, with what the server derived for it: its metrics, log
+    /// lines and state directory on this node (other nodes forget theirs as they follow the
+    /// registry), and, in the background, its changelog topic and consumer group (which waits
+    /// for the group's members to leave: [`purge::GROUP_WAIT`]). Its input and output topics
+    /// stay. A pipeline deployed again under the name is a new incarnation, starting from
+    /// scratch.
     ///
     /// # Errors
     /// 404 for an unknown pipeline; 503 when the registry topic cannot be written.
@@ -759,13 +863,41 @@ impl Server {
         let _turn = self.lock_pipeline(tenant, name).await;
         let mut registry = self.registry.lock().await;
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
-        entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
+        let pipeline = entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
+        let derived = spec::derived(&entry.tenant, name, &pipeline.id, &self.config);
         self.store.put(&Registry::pipeline_key(tenant, name), None).await.map_err(ApiError::unavailable)?;
         entry.pipelines.remove(name);
         drop(registry);
-        self.stop_blocking(spec::qualified_name(tenant, name), true).await?;
+        self.end_incarnation(spec::qualified_name(tenant, name), &derived).await?;
+        let cluster = self.config.cluster.clone();
+        let qualified = spec::qualified_name(tenant, name);
+        tokio::spawn(async move {
+            match purge::pipeline(&cluster, &derived.changelog, &derived.group_id).await {
+                Ok(()) => {
+                    tracing::info!(pipeline = %qualified, "the deleted pipeline's changelog and group are deleted")
+                }
+                Err(error) => tracing::warn!(
+                    pipeline = %qualified, error = %format!("{error:#}"),
+                    "cannot delete the deleted pipeline's changelog or group; the tenant's deletion will"
+                ),
+            }
+        });
         tracing::info!(tenant, pipeline = name, "pipeline deleted");
         Ok(())
+    }
+
+    /// Stops this node's run of an ended pipeline incarnation and forgets it: its log lines,
+    /// metrics and state directory `derived.state_dir`.
+    async fn end_incarnation(&self, qualified: String, derived: &spec::Derived) -> Result<(), ApiError> {
+        self.stop_blocking(qualified, true).await?;
+        match std::fs::remove_dir_all(&derived.state_dir) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(ApiError::internal(format!(
+                "cannot remove the deleted pipeline's state directory {}: {error}",
+                derived.state_dir.display()
+            ))),
+        }
     }
 
     /// A pipeline's spec, state and live figures.
@@ -818,7 +950,7 @@ impl Server {
     /// Whether this node's pipelines are ready (`GET /readyz`; the rules: [`Readiness`]): those
     /// whose desired state is running, each judged by its metrics; one that has not started on
     /// this node yet is `starting`. A pipeline its tenant stopped does not count, nor does a
-    /// deleted one, whose metrics stay until the server restarts.
+    /// deleted one.
     pub async fn readiness(&self) -> Readiness {
         let registry = self.registry.lock().await;
         let live = self.supervisor.metrics().pipelines();
@@ -1056,6 +1188,55 @@ fn check_object_name(kind: &str, name: &str) -> Result<(), ApiError> {
             "name",
             format!("a {kind} name is 1 to {MAX_OBJECT_LEN} of A-Z a-z 0-9 _ -, not starting with -, got {name:?}"),
         ))
+    }
+}
+
+/// Refuses a new tenant `name` with `prefix` when the name exists, the prefix overlaps another
+/// tenant's, or [`check_not_retired`] refuses it.
+fn check_new_tenant(registry: &Registry, name: &str, prefix: &str) -> Result<(), ApiError> {
+    if registry.tenants.contains_key(name) {
+        return Err(ApiError::conflict(format!("tenant {name:?} exists")));
+    }
+    if let Some(other) = registry.tenants.values().find(|e| names::overlaps(&e.tenant.topic_prefix, prefix)) {
+        return Err(ApiError::invalid(
+            "topic_prefix",
+            format!(
+                "`topic_prefix`: {prefix:?} overlaps tenant {}'s prefix {:?}: each tenant's topics must be its own",
+                other.tenant.name, other.tenant.topic_prefix
+            ),
+        ));
+    }
+    check_not_retired(registry, name, prefix)
+}
+
+/// Refuses a new tenant `name` with `prefix` while a deleted tenant blocks the prefix (or one
+/// overlapping it), or a deletion of a tenant of that name has not finished.
+fn check_not_retired(registry: &Registry, name: &str, prefix: &str) -> Result<(), ApiError> {
+    if let Some(unfinished) = registry.retired.values().find(|r| r.tenant == name && !r.kept) {
+        return Err(ApiError::conflict(format!(
+            "the deletion of the former tenant {name} (prefix {:?}) has not finished: DELETE /v1/tenants/{name} \
+             to finish it first",
+            unfinished.topic_prefix
+        )));
+    }
+    match registry.retired_overlap(prefix) {
+        None => Ok(()),
+        Some(retired) if retired.kept => Err(ApiError::invalid(
+            "topic_prefix",
+            format!(
+                "`topic_prefix`: {prefix:?} overlaps {:?}, the prefix of deleted tenant {}, retired for good \
+                 (on_tenant_delete = \"retire\" keeps its topics): give the tenant another prefix",
+                retired.topic_prefix, retired.tenant
+            ),
+        )),
+        Some(retired) => Err(ApiError::invalid(
+            "topic_prefix",
+            format!(
+                "`topic_prefix`: {prefix:?} overlaps {:?}, the prefix of deleted tenant {}, whose topics are not all \
+                 deleted yet: DELETE /v1/tenants/{} to finish, or give the tenant another prefix",
+                retired.topic_prefix, retired.tenant, retired.tenant
+            ),
+        )),
     }
 }
 

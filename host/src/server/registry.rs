@@ -80,6 +80,11 @@ pub enum Desired {
 pub struct Pipeline {
     /// Its name, unique per tenant.
     pub name: String,
+    /// 12 random hex digits fixed at its first deploy and kept by redeploys, stops and starts:
+    /// part of the names derived for it (group and transactional ids, changelog, state
+    /// directory), so that a pipeline deleted and deployed again under its name starts from
+    /// scratch instead of resuming the old one's offsets and state.
+    pub id: String,
     /// The spec as deployed (pipeline-file keys, without those the server owns).
     pub spec: toml::Table,
     /// Whether it should run.
@@ -97,11 +102,30 @@ pub struct TenantEntry {
     pub pipelines: BTreeMap<String, Pipeline>,
 }
 
+/// The topic prefix of a deleted tenant that no new tenant may have (nor one overlapping it):
+/// for good when the operator keeps deleted tenants' data (`on_tenant_delete = "retire"`),
+/// else until everything under it is deleted. Written before the tenant's record is removed,
+/// so that a deletion that fails half way leaves the prefix blocked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retired {
+    /// The deleted tenant's name.
+    pub tenant: String,
+    /// The deleted tenant's id (its group ids start with `weir-<tenant>-<id>.`).
+    pub tenant_id: String,
+    /// Its topic prefix.
+    pub topic_prefix: String,
+    /// `true`: its topics and groups are kept and the prefix is retired for good; `false`: they
+    /// are being deleted (or their deletion failed: `DELETE /v1/tenants/<tenant>` again).
+    pub kept: bool,
+}
+
 /// Every tenant, by name.
 #[derive(Debug, Default)]
 pub struct Registry {
     /// The tenants.
     pub tenants: BTreeMap<String, TenantEntry>,
+    /// The prefixes of deleted tenants that stay blocked, by prefix.
+    pub retired: BTreeMap<String, Retired>,
 }
 
 impl Registry {
@@ -120,6 +144,16 @@ impl Registry {
         format!("pipeline/{tenant}/{name}")
     }
 
+    /// The registry key of a deleted tenant's blocked topic prefix ([`Retired`]).
+    pub fn retired_key(prefix: &str) -> String {
+        format!("retired/{prefix}")
+    }
+
+    /// The blocked prefix of a deleted tenant that `prefix` overlaps, if any.
+    pub fn retired_overlap(&self, prefix: &str) -> Option<&Retired> {
+        self.retired.values().find(|r| super::names::overlaps(&r.topic_prefix, prefix))
+    }
+
     /// Rebuilds the registry from the registry topic's last values, and writes each transform
     /// version's component to `components` (`<sha256>.wasm`) when missing there.
     ///
@@ -135,6 +169,9 @@ impl Registry {
                 let tenant: Tenant = serde_json::from_slice(value).map_err(|e| parse_error(key, e))?;
                 let entry = TenantEntry { tenant, transforms: BTreeMap::new(), pipelines: BTreeMap::new() };
                 registry.tenants.insert(name.to_owned(), entry);
+            } else if let Some(prefix) = key.strip_prefix("retired/") {
+                let retired: Retired = serde_json::from_slice(value).map_err(|e| parse_error(key, e))?;
+                registry.retired.insert(prefix.to_owned(), retired);
             }
         }
         for (key, value) in values {
@@ -188,6 +225,11 @@ impl Registry {
             .flat_map(|entry| entry.transforms.values())
             .any(|t| t.versions.iter().any(|v| v.sha256 == sha256))
     }
+}
+
+/// 12 random hex digits: the id of a new tenant or pipeline incarnation.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
 }
 
 /// The path of the component with content `sha256`.

@@ -4,17 +4,19 @@
 //! tenant and pipeline names. Every topic must start with the tenant's prefix; operators'
 //! memory and deadlines stay within its quotas.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use toml::{Table, Value};
 
 use super::config::ServeConfig;
-use super::registry::{TenantEntry, component_path};
+use super::registry::{Tenant, TenantEntry, component_path};
 use crate::config::{ConfigError, DEFAULT_DEADLINE, DEFAULT_MEMORY_LIMIT_BYTES, PipelineConfig};
 
-/// Keys a spec may not set: the server derives them (group id and transactional id prefix
-/// `weir-<tenant>-<tenant id>.<pipeline>`, state directory, changelog topic
-/// `<prefix>weir-<tenant id>-<pipeline>-changelog`) so that tenants cannot reach each other's.
+/// Keys a spec may not set: the server derives them ([`derived`]: group id and transactional id
+/// prefix `weir-<tenant>-<tenant id>.<pipeline>.<pipeline id>`, state directory, changelog topic
+/// `<prefix>weir-<tenant id>-<pipeline>-<pipeline id>-changelog`) so that tenants cannot reach
+/// each other's, and a tenant or pipeline created again under its name never resumes the old
+/// one's offsets or state.
 /// `""` is the top level: the cluster (`[kafka]`, with its credentials) is the server's.
 pub const SERVER_OWNED: [(&str, &str); 8] = [
     ("", "kafka"),
@@ -67,7 +69,37 @@ pub fn qualified_name(tenant: &str, pipeline: &str) -> String {
     format!("{tenant}.{pipeline}")
 }
 
-/// Checks `spec` for pipeline `name` of `entry`'s tenant and resolves it. Returns the spec to
+/// What the server derives for one incarnation of a pipeline (its id fixed at its first deploy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derived {
+    /// The consumer group id, also the transactional id prefix.
+    pub group_id: String,
+    /// The changelog topic (under the tenant's prefix).
+    pub changelog: String,
+    /// The state directory on each node.
+    pub state_dir: PathBuf,
+}
+
+/// The start of every group id and transactional id of `tenant`'s pipelines:
+/// `weir-<tenant>-<tenant id>.`.
+pub fn group_prefix(tenant: &Tenant) -> String {
+    format!("weir-{}-{}.", tenant.name, tenant.id)
+}
+
+/// The names and directory of incarnation `id` of pipeline `name` of `tenant`.
+pub fn derived(tenant: &Tenant, name: &str, id: &str, serve: &ServeConfig) -> Derived {
+    Derived {
+        group_id: format!("{}{name}.{id}", group_prefix(tenant)),
+        changelog: format!("{}weir-{}-{name}-{id}-changelog", tenant.topic_prefix, tenant.id),
+        state_dir: serve
+            .data_dir
+            .join("state")
+            .join(format!("{}-{}", tenant.name, tenant.id))
+            .join(format!("{name}-{id}")),
+    }
+}
+
+/// Checks `spec` for pipeline `name` (incarnation `id`) of `entry`'s tenant and resolves it. Returns the spec to
 /// store (each transform's `version` pinned, the latest when not given) and the configuration to
 /// run.
 ///
@@ -79,6 +111,7 @@ pub fn resolve(
     mut spec: Table,
     entry: &TenantEntry,
     name: &str,
+    id: &str,
     serve: &ServeConfig,
 ) -> Result<(Table, PipelineConfig), SpecError> {
     let tenant = &entry.tenant;
@@ -162,20 +195,18 @@ pub fn resolve(
         )?;
         within_quota(resolved, "deadline_ms", tenant.quotas.max_deadline_ms, DEFAULT_DEADLINE.as_millis() as u64, &at)?;
     }
-    let derived = format!("weir-{}-{}.{name}", tenant.name, tenant.id);
+    let derived = derived(tenant, name, id, serve);
     run.insert("name".into(), Value::String(qualified_name(&tenant.name, name)));
     run.insert("kafka".into(), Value::Table(serve.kafka.clone()));
-    table(&mut run, "source")?.insert("group_id".into(), Value::String(derived.clone()));
-    table(&mut run, "sink")?.insert("transactional_id_prefix".into(), Value::String(derived));
+    table(&mut run, "source")?.insert("group_id".into(), Value::String(derived.group_id.clone()));
+    table(&mut run, "sink")?.insert("transactional_id_prefix".into(), Value::String(derived.group_id));
     let max_workers = tenant.quotas.max_workers.into();
     within_quota(table(&mut run, "runtime")?, "workers", max_workers, max_workers, &|key| format!("runtime.{key}"))?;
     let state = table(&mut run, "state")?;
     let max_state_bytes = tenant.quotas.max_state_mb << 20;
     within_quota(state, "max_bytes", max_state_bytes, max_state_bytes, &|key| format!("state.{key}"))?;
-    let dir = serve.data_dir.join("state").join(format!("{}-{}", tenant.name, tenant.id)).join(name);
-    state.insert("dir".into(), Value::String(dir.to_string_lossy().into_owned()));
-    let changelog = format!("{}weir-{}-{name}-changelog", tenant.topic_prefix, tenant.id);
-    state.insert("changelog_topic".into(), Value::String(changelog));
+    state.insert("dir".into(), Value::String(derived.state_dir.to_string_lossy().into_owned()));
+    state.insert("changelog_topic".into(), Value::String(derived.changelog));
     let text = toml::to_string(&run).map_err(|e| SpecError::new("", format!("cannot be written as TOML: {e}")))?;
     let mut config = PipelineConfig::from_toml_str(&text, Path::new(&serve.data_dir))?;
     if let Some(principals) = &serve.tenant_principals {
@@ -359,20 +390,22 @@ mod tests {
     const SPEC: &str = "[source]\ntopics = [\"acme.in\"]\n[[transforms]]\nname = \"fd\"\ntransform = \"fd\"\n[sink]\ntopic = \"acme.out\"\n";
 
     fn resolve_text(text: &str) -> Result<(Table, PipelineConfig), SpecError> {
-        resolve(parse_body(text.as_bytes(), false)?, &entry(), "delays", &serve())
+        resolve(parse_body(text.as_bytes(), false)?, &entry(), "delays", "fedcba987654", &serve())
     }
 
     #[test]
     fn with_tenant_principals_the_pipeline_connects_as_the_tenant_s_user() {
         let mut serve = serve();
-        let (_, config) = resolve(parse_body(SPEC.as_bytes(), false).unwrap(), &entry(), "delays", &serve).unwrap();
+        let (_, config) =
+            resolve(parse_body(SPEC.as_bytes(), false).unwrap(), &entry(), "delays", "fedcba987654", &serve).unwrap();
         assert!(!config.source.cluster.display_properties().contains_key("sasl.username"));
         let principals = crate::server::principals::TenantPrincipals {
             mechanism: crate::kafka::ScramMechanism::Sha256,
             secret: "s".repeat(32),
         };
         serve.tenant_principals = Some(principals.clone());
-        let (_, config) = resolve(parse_body(SPEC.as_bytes(), false).unwrap(), &entry(), "delays", &serve).unwrap();
+        let (_, config) =
+            resolve(parse_body(SPEC.as_bytes(), false).unwrap(), &entry(), "delays", "fedcba987654", &serve).unwrap();
         for cluster in [&config.source.cluster, &config.sink.cluster] {
             let shown = cluster.display_properties();
             assert_eq!(shown.get("sasl.username"), Some(&"weir-acme-0123456789ab"));
@@ -393,11 +426,11 @@ mod tests {
         assert_eq!(stored["transforms"][0]["version"].as_integer(), Some(2));
         assert!(!stored.contains_key("name"), "the stored spec is the tenant's");
         assert_eq!(config.name, "acme.delays");
-        assert_eq!(config.group_id(), "weir-acme-0123456789ab.delays");
-        assert_eq!(config.sink.transactional_id_prefix, "weir-acme-0123456789ab.delays");
+        assert_eq!(config.group_id(), "weir-acme-0123456789ab.delays.fedcba987654");
+        assert_eq!(config.sink.transactional_id_prefix, "weir-acme-0123456789ab.delays.fedcba987654");
         assert_eq!(config.source.cluster.bootstrap_servers(), "k:9092");
-        assert_eq!(config.state.dir, Path::new("/srv/weir/state/acme-0123456789ab/delays"));
-        assert_eq!(config.state.changelog_topic, "acme.weir-0123456789ab-delays-changelog");
+        assert_eq!(config.state.dir, Path::new("/srv/weir/state/acme-0123456789ab/delays-fedcba987654"));
+        assert_eq!(config.state.changelog_topic, "acme.weir-0123456789ab-delays-fedcba987654-changelog");
         assert_eq!(config.transforms[0].wasm, Path::new(&format!("/srv/weir/components/{:064}.wasm", 2)));
         assert_eq!(config.runtime.workers, Some(2), "the tenant's max_workers");
         let within =

@@ -120,10 +120,16 @@ impl Supervisor {
         }
     }
 
-    /// Stops pipeline `name` and forgets its log lines.
+    /// Stops pipeline `name` and forgets its log lines and metrics.
     pub fn remove(&self, name: &str) {
         self.stop(name);
         PipelineLog::global().forget(name);
+        self.metrics.forget(name);
+    }
+
+    /// Forgets the pool of tenant `id` (deleted) and, with it, its `weir_tenant_*` series.
+    pub fn forget_pool(&self, id: &str) {
+        self.pools.lock().remove(id);
     }
 
     /// Whether `config` runs now, as it is (its thread has not ended).
@@ -207,9 +213,13 @@ impl prometheus::core::Collector for PoolMetrics {
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        for (name, pool) in self.pools.lock().values() {
-            let cpu = self.cpu.with_label_values(&[name]);
-            cpu.inc_by((pool.cpu_charged().as_secs_f64() - cpu.get()).max(0.0));
+        let pools = self.pools.lock();
+        // Only the pools there are now: a deleted tenant's series go with its pool.
+        self.cpu.reset();
+        self.memory.reset();
+        self.memory_limit.reset();
+        for (name, pool) in pools.values() {
+            self.cpu.with_label_values(&[name]).inc_by(pool.cpu_charged().as_secs_f64());
             self.memory.with_label_values(&[name]).set(pool.memory_used() as i64);
             self.memory_limit.with_label_values(&[name]).set(pool.memory_limit() as i64);
         }

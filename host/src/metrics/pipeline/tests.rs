@@ -233,3 +233,26 @@ fn event_time_shows_how_far_the_watermark_trails_and_whether_the_partition_is_id
     let timers = pipeline.view().open_timers.expect("counted");
     assert_eq!((timers.count, timers.capped), (1000, true));
 }
+
+#[test]
+fn a_forgotten_pipeline_leaves_no_series_and_starts_from_zero_under_its_name() {
+    let metrics = Metrics::default();
+    let (gone, kept) = (metrics.pipeline(&config("gone")), metrics.pipeline(&config("kept")));
+    for pipeline in [&gone, &kept] {
+        pipeline.task(&partition(0), Some(0)).batch(&BatchFigures {
+            records_in: 4,
+            records_out: 3,
+            ..Default::default()
+        });
+        pipeline.set_state(PipelineState::Running);
+        pipeline.failed(&PipelineError::Refused("no".into()), true);
+    }
+    metrics.forget("gone");
+    let text = metrics.encode();
+    assert!(!text.contains("pipeline=\"gone\""), "{text}");
+    assert!(text.contains("weir_records_in_total{partition=\"flights[0]\",pipeline=\"kept\"} 4"), "{text}");
+    assert_eq!(metrics.pipelines().iter().map(|p| p.name().to_owned()).collect::<Vec<_>>(), ["kept"]);
+    let again = metrics.pipeline(&config("gone"));
+    again.task(&partition(0), Some(0)).batch(&BatchFigures { records_in: 1, ..Default::default() });
+    assert_eq!(again.view().records_in, 1, "a new pipeline under the name starts from zero");
+}
