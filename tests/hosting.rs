@@ -1430,8 +1430,8 @@ async fn two_nodes_racing_a_deletion_against_a_deploy_or_two_uploads_agree_on_on
     let logs = || format!("node-1:\n{}\nnode-2:\n{}", first.log(), second.log());
     let run = unique_name("weir-racing");
     let (source, sink) = (format!("{run}.in"), format!("{run}.out"));
-    weir_tests::create_topic(&source, 1).await;
     let token = first.tenant("acme", &format!("{run}."), None);
+    weir_tests::create_topic(&source, 1).await;
     let passthrough = std::fs::read(plugin("passthrough")).expect("passthrough.wasm");
     let dedup = std::fs::read(plugin("dedup")).expect("dedup.wasm");
     let seen_by = |node: &Serve, token: &str, path: &str| {
