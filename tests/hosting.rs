@@ -1419,7 +1419,8 @@ fn one_winner(race: &str, answers: &[(u16, Value); 2], logs: &dyn Fn() -> String
 /// Issue 44, item 1: two nodes asked at the same moment to delete a transform (or its tenant)
 /// and to deploy a pipeline using it both said yes, each checking its own copy of the
 /// registry, and left a pipeline whose transform was gone; two uploads of one transform both
-/// became version 1, with different bytes. The registry topic's order now decides
+/// became version 1, with different bytes; a token rotated as its tenant was deleted brought
+/// the deleted tenant back. The registry topic's order now decides
 /// (`server/admit.rs`): in every round exactly one of the racing calls succeeds, the loser is
 /// told so, and both nodes end with the winner's registry.
 #[tokio::test(flavor = "multi_thread")]
@@ -1495,6 +1496,27 @@ async fn two_nodes_racing_a_deletion_against_a_deploy_or_two_uploads_agree_on_on
             assert_eq!(pipelines, ["p"], "round {round}: {answers:?}\n{}", logs());
             first.ok("DELETE", "/v1/pipelines/p", &other, None);
         }
+
+        // The admin deletes a tenant through node 1 as its token is rotated through node 2:
+        // the deletion answered 204, and the rotation brought the tenant back on every node.
+        let tenant = format!("k{round}");
+        first.tenant(&tenant, &format!("{run}-k{round}."), None);
+        let has = |node: &Serve| names(&listed(node, ADMIN, "/v1/tenants").1).contains(&tenant);
+        eventually("the tenant reaching node 2", || has(&second), &logs);
+        let answers = at_once(
+            || first.call("DELETE", &format!("/v1/tenants/{tenant}"), Some(ADMIN), None),
+            || second.call("POST", &format!("/v1/tenants/{tenant}/token"), Some(ADMIN), None),
+        );
+        let deleted = answers[0].0 == 204;
+        assert!(deleted || answers[1].0 == 200, "round {round}: {answers:?}\n{}", logs());
+        eventually(
+            "both nodes agreeing on the tenants",
+            || listed(&first, ADMIN, "/v1/tenants") == listed(&second, ADMIN, "/v1/tenants"),
+            &logs,
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(has(&first), !deleted, "round {round}: {answers:?}\n{}", logs());
+        assert_eq!(has(&second), !deleted, "round {round}: {answers:?}\n{}", logs());
 
         // Two uploads of one transform, with different bytes, one through each node.
         let transform = format!("u{round}");

@@ -5,7 +5,8 @@
 //! reads it back and learns whether it won ([`super::store::Store::refusal`]).
 //!
 //! The rules, each closing a race of two nodes that each checked their own copy:
-//! - a tenant record: its name holds no other tenant (another `id`), its prefix overlaps no other
+//! - a tenant record: it is not a change of a tenant deleted before it, its name holds no other
+//!   tenant (another `id`), its prefix overlaps no other
 //!   tenant's, nor a deleted (or being deleted) tenant's that stays blocked ([`Retired`]);
 //! - a tenant's deletion: it has no transform and no pipeline left (one deployed or uploaded
 //!   through another node as it was deleted);
@@ -56,6 +57,12 @@ pub fn admit(values: &Values, key: &str, value: Option<&[u8]>) -> Result<(), Str
 }
 
 fn tenant(values: &Values, name: &str, new: &Tenant) -> Result<(), String> {
+    // A change (a token rotated or revoked) of a tenant whose deletion came first: its
+    // `retired/` record names its id until its data is gone.
+    let deleted = parsed::<Retired>(values, "retired/").any(|old| old.tenant_id == new.id);
+    if deleted && !values.contains_key(&format!("tenant/{name}")) {
+        return Err(format!("tenant {name} was deleted (at the same moment)"));
+    }
     for old in parsed::<Tenant>(values, "tenant/") {
         if old.name == name && old.id != new.id {
             return Err(format!("tenant {name} exists (created first, id {})", old.id));
@@ -94,8 +101,24 @@ fn tenant_deletion(values: &Values, name: &str) -> Result<(), String> {
 }
 
 fn transform(values: &Values, tenant: &str, key: &str, new: &Transform) -> Result<(), String> {
-    exists(values, tenant)?;
-    let Some(old) = values.get(key).and_then(|v| serde_json::from_slice::<Transform>(v).ok()) else { return Ok(()) };
+    let quotas = exists(values, tenant)?.quotas;
+    let old = values.get(key).and_then(|v| serde_json::from_slice::<Transform>(v).ok());
+    if new.versions.len() > old.as_ref().map_or(0, |o| o.versions.len()) {
+        // Uploads through two nodes at once must not pass the storage quotas together.
+        let prefix = format!("transform/{tenant}/");
+        let others = parsed::<Transform>(values, &prefix).filter(|t| t.name != new.name);
+        let versions: Vec<u64> = others.flat_map(|t| t.versions).chain(new.versions.clone()).map(|v| v.size).collect();
+        if versions.len() as u64 > u64::from(quotas.max_transform_versions) {
+            return Err(format!(
+                "the tenant's quota of {} versions (max_transform_versions)",
+                quotas.max_transform_versions
+            ));
+        }
+        if versions.iter().sum::<u64>() > quotas.max_transform_mb << 20 {
+            return Err(format!("the tenant's quota of {} MiB (max_transform_mb)", quotas.max_transform_mb));
+        }
+    }
+    let Some(old) = old else { return Ok(()) };
     let kept = old.versions.len() <= new.versions.len()
         && old.versions.iter().zip(&new.versions).all(|(o, n)| o.version == n.version && o.sha256 == n.sha256);
     if kept {
@@ -117,7 +140,12 @@ fn transform_deletion(values: &Values, tenant: &str, name: &str) -> Result<(), S
 }
 
 fn pipeline(values: &Values, tenant: &str, key: &str, new: &Pipeline) -> Result<(), String> {
-    exists(values, tenant)?;
+    let quotas = exists(values, tenant)?.quotas;
+    let count = keys(values, &format!("pipeline/{tenant}/")).count();
+    // Deploys through two nodes at once must not pass the quota together.
+    if !values.contains_key(key) && count >= quotas.max_pipelines as usize {
+        return Err(format!("the tenant has {count} pipelines, its quota (max_pipelines)"));
+    }
     if let Some(old) = values.get(key).and_then(|v| serde_json::from_slice::<Pipeline>(v).ok())
         && old.id != new.id
     {
@@ -135,11 +163,10 @@ fn pipeline(values: &Values, tenant: &str, key: &str, new: &Pipeline) -> Result<
     Ok(())
 }
 
-fn exists(values: &Values, tenant: &str) -> Result<(), String> {
-    match values.contains_key(&format!("tenant/{tenant}")) {
-        true => Ok(()),
-        false => Err(format!("tenant {tenant} does not exist (deleted at the same moment)")),
-    }
+/// The tenant's record.
+fn exists(values: &Values, tenant: &str) -> Result<Tenant, String> {
+    let record = values.get(&format!("tenant/{tenant}")).and_then(|v| serde_json::from_slice(v).ok());
+    record.ok_or_else(|| format!("tenant {tenant} does not exist (deleted at the same moment)"))
 }
 
 /// The transforms a pipeline's stored spec names, with the version it pins.
@@ -259,6 +286,8 @@ mod tests {
         check(
             &values,
             &[
+                // A change (a token rotated) of acme, whose deletion came first.
+                ("tenant/acme", Some(tenant("acme", "111111111111", "acme.")), Err("tenant acme was deleted")),
                 ("tenant/acme", Some(tenant("acme", "2", "acme.")), refused),
                 ("tenant/b", Some(tenant("b", "2", "acme.x.")), refused),
                 ("tenant/b", Some(tenant("b", "2", "acm")), refused),
@@ -268,6 +297,32 @@ mod tests {
         );
         let registry = Registry::load(&values, std::path::Path::new("/nonexistent")).expect("loads");
         assert_eq!(registry.retired_overlap("acme.y").map(|r| r.tenant.as_str()), Some("acme"));
+    }
+
+    #[test]
+    fn records_through_two_nodes_at_once_do_not_pass_the_quotas_together() {
+        let mut small = serde_json::from_slice::<Tenant>(&tenant("acme", "111111111111", "acme.")).expect("JSON");
+        small.quotas.max_pipelines = 1;
+        small.quotas.max_transform_versions = 3;
+        small.quotas.max_transform_mb = 1;
+        let values = Values::from([
+            ("tenant/acme".to_owned(), serde_json::to_vec(&small).expect("JSON")),
+            ("transform/acme/fd".to_owned(), transform("fd", &["aa", "bb"])),
+            ("pipeline/acme/delays".to_owned(), pipeline("delays", "fd", 2)),
+        ]);
+        let mut big: Transform = serde_json::from_slice(&transform("big", &["dd"])).expect("JSON");
+        big.versions[0].size = 2 << 20;
+        check(
+            &values,
+            &[
+                ("pipeline/acme/other", Some(pipeline("other", "fd", 1)), Err("its quota (max_pipelines)")),
+                ("pipeline/acme/delays", Some(pipeline("delays", "fd", 1)), Ok(())),
+                ("transform/acme/x", Some(transform("x", &["cc"])), Ok(())),
+                ("transform/acme/x", Some(transform("x", &["cc", "dd"])), Err("(max_transform_versions)")),
+                ("transform/acme/fd", Some(transform("fd", &["aa", "bb", "cc"])), Ok(())),
+                ("transform/acme/big", Some(serde_json::to_vec(&big).expect("JSON")), Err("(max_transform_mb)")),
+            ],
+        );
     }
 
     #[test]

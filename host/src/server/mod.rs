@@ -433,8 +433,10 @@ impl Server {
             updated.token_sha256 = None;
             None
         };
-        self.put_tenant(&updated).await?;
+        let offset = self.put_tenant(&updated).await?;
         entry.tenant = updated;
+        drop(registry);
+        self.decided(&Registry::tenant_key(tenant), offset).await?;
         tracing::info!(tenant, rotate, "tenant token replaced");
         Ok(token)
     }
@@ -511,17 +513,35 @@ impl Server {
     }
 
     /// Deletes a tenant's transforms, then its record, each decided by the registry topic's
-    /// order ([`Server::decided`]).
+    /// order ([`Server::decided`]), then the components no one else uses. When a change through
+    /// another node made the deletion lose, writes the transforms it deleted again: a refused
+    /// deletion leaves the tenant as it was.
     async fn remove_tenant_records(&self, tenant: &str, transforms: Vec<String>) -> Result<(), ApiError> {
-        for name in transforms {
-            self.remove_transform(tenant, &name).await?;
+        let mut removed = Vec::new();
+        let outcome = async {
+            for name in &transforms {
+                removed.extend(self.remove_transform_record(tenant, name).await?);
+            }
+            let key = Registry::tenant_key(tenant);
+            let mut registry = self.registry.lock().await;
+            let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
+            registry.tenants.remove(tenant);
+            drop(registry);
+            self.decided(&key, offset).await
         }
-        let key = Registry::tenant_key(tenant);
-        let mut registry = self.registry.lock().await;
-        let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
-        registry.tenants.remove(tenant);
-        drop(registry);
-        self.decided(&key, offset).await
+        .await;
+        match outcome {
+            Ok(()) => self.forget_unused(removed.into_iter().flat_map(|t| t.versions).collect()).await,
+            Err(lost) if lost.status() == axum::http::StatusCode::CONFLICT => {
+                for transform in &removed {
+                    let value = serde_json::to_vec(transform).map_err(ApiError::internal)?;
+                    let key = Registry::transform_key(tenant, &transform.name);
+                    self.store.put(&key, Some(&value)).await.map_err(ApiError::unavailable)?;
+                }
+                Err(lost)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Blocks `retired`'s prefix for new tenants: written to the registry topic before the
@@ -738,21 +758,21 @@ impl Server {
             )));
         }
         drop(registry);
-        self.remove_transform(tenant, name).await
+        let removed = self.remove_transform_record(tenant, name).await?;
+        self.forget_unused(removed.map(|t| t.versions).unwrap_or_default()).await
     }
 
     /// Removes a transform from the registry and the topic once the topic's order says that no
-    /// pipeline deployed through another node took it first, then the blobs no one else uses.
-    async fn remove_transform(&self, tenant: &str, name: &str) -> Result<(), ApiError> {
+    /// pipeline deployed through another node took it first; returns it.
+    async fn remove_transform_record(&self, tenant: &str, name: &str) -> Result<Option<Transform>, ApiError> {
         let key = Registry::transform_key(tenant, name);
         let mut registry = self.registry.lock().await;
         let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
         let removed = registry.tenants.get_mut(tenant).and_then(|e| e.transforms.remove(name));
         drop(registry);
         self.decided(&key, offset).await?;
-        self.forget_unused(removed.map(|t| t.versions).unwrap_or_default()).await?;
         tracing::info!(tenant, transform = name, "transform deleted");
-        Ok(())
+        Ok(removed)
     }
 
     /// Deletes the components of `versions` that no transform uses (any more) from the topic

@@ -290,7 +290,12 @@ const TENANT_BUFFERS: [(&str, &str, u64); 6] = [
 fn check_buffers(config: &PipelineConfig, quota_mb: u64) -> Result<(), SpecError> {
     for (table, key, unit) in TENANT_BUFFERS {
         let properties = if table == "source.consumer" { &config.source.consumer } else { &config.sink.producer };
-        let Some(value) = properties.get(key).and_then(|v| v.trim().parse::<u64>().ok()) else { continue };
+        let Some(text) = properties.get(key) else { continue };
+        // librdkafka also reads hexadecimal and octal: a number of another form is refused, not
+        // read otherwise than librdkafka does.
+        let Ok(value) = text.parse::<u64>() else {
+            return Err(SpecError::new(format!("{table}.{key:?}"), format!("must be a decimal number, got {text:?}")));
+        };
         if value.saturating_mul(unit) > quota_mb << 20 {
             return Err(SpecError::new(
                 format!("{table}.{key:?}"),
@@ -484,6 +489,14 @@ mod tests {
             (
                 format!("{SPEC}[source.consumer]\n\"fetch.max.bytes\" = 600000000\n"),
                 "source.consumer.\"fetch.max.bytes\"",
+            ),
+            (
+                format!("{SPEC}[source.consumer]\n\"fetch.max.bytes\" = \"0x7ff00000\"\n"),
+                "source.consumer.\"fetch.max.bytes\"",
+            ),
+            (
+                format!("{SPEC}[sink.producer]\n\"queue.buffering.max.kbytes\" = \" 1024\"\n"),
+                "sink.producer.\"queue.buffering.max.kbytes\"",
             ),
         ];
         for (text, field) in cases {
