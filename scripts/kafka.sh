@@ -513,6 +513,7 @@ launch_broker() {
         "$JAVA" "${heap[@]}" \
         -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
         -XX:+ExplicitGCInvokesConcurrent -XX:+ExitOnOutOfMemoryError \
+        "-Xlog:gc*,safepoint:file=$LOG_DIR/gc.log:time,uptime:filecount=2,filesize=20m" \
         -Djava.awt.headless=true \
         -Dkafka.logs.dir="$LOG_DIR" \
         -Dlog4j2.configurationFile="$LOG4J_CONFIG" \
