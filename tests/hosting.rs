@@ -636,6 +636,106 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
     assert!(cpu.is_some_and(|seconds| seconds > 0.1), "{metrics}");
 }
 
+/// A tenant's uncommitted state is memory of its pool (issue 44 item 6): a pipeline whose epoch
+/// would hold more state than `max_total_memory_mb` (here 96 MiB, with `checkpoint.interval_ms`
+/// at 10 min and `max_epoch_bytes` at 1 GiB, so only the pool ends its epochs) checkpoints early
+/// and waits for each commit. Its output arrives long before the interval, and the tenant's
+/// memory, overlays included, stays within the quota while it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_uncommitted_state_counts_against_its_memory_quota() {
+    const LIMIT_MB: u64 = 96;
+    let serve = Serve::start("");
+    let run = unique_name("weir-overlay");
+    let token = serve.tenant("hoarder", &format!("{run}."), Some(json!({ "max_total_memory_mb": LIMIT_MB })));
+    let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
+    assert_eq!(serve.upload(&token, "misbehave", misbehave).0, 201);
+    // `fill` stores 64 KiB per record: 2,000 of them are 125 MiB of state.
+    let count = 2_000;
+    let (source, sink) = (format!("{run}.fill-in"), format!("{run}.fill-out"));
+    produce(&source, 1, &vec![(None, "fill".to_owned()); count]).await;
+    let spec = format!(
+        "[source]\ntopics = [\"{source}\"]\nbatch_size = 32\n[[transforms]]\nname = \"m\"\n\
+         transform = \"misbehave\"\nmemory_limit_mb = 16\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n\
+         transaction_timeout_ms = 800000\n[checkpoint]\ninterval_ms = 600000\nmax_epoch_bytes = 1073741824\n"
+    );
+    serve.ok("PUT", "/v1/pipelines/hoards", &token, toml_body(&spec));
+
+    let memory =
+        |serve: &Serve| {
+            let metrics = serve.ok("GET", "/metrics", ADMIN, None);
+            metrics.as_str().expect("metrics text").lines().find_map(|line| {
+                line.strip_prefix("weir_tenant_memory_bytes{tenant=\"hoarder\"} ")?.parse::<f64>().ok()
+            })
+        };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (read, most) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut most = 0f64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(memory(&serve).unwrap_or(0.0));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            most
+        });
+        let mut reader = Reader::new(&sink, 1, Isolation::ReadCommitted);
+        let read = reader.read_until(count, RUN_TIMEOUT);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (read, sampler.join().expect("the sampler"))
+    });
+    assert_eq!(read, count, "the epochs did not end before checkpoint.interval_ms\n{}", serve.log());
+    let limit = (LIMIT_MB << 20) as f64;
+    assert!(most <= limit, "the tenant held {most} bytes, above its {limit}");
+    assert!(most > limit / 3.0, "the overlays were not counted: at most {most} bytes of {limit}");
+    assert_eq!(serve.ok("GET", "/v1/pipelines/hoards", &token, None)["state"], "running");
+}
+
+/// A node's memory at start does not grow with the components it reads (issue 44 item 6): a
+/// second node reads 160 MiB of components from the registry topic, keeping their chunks on
+/// disk until it writes each component, and its peak resident memory stays below what it read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_reads_every_component_at_start_without_holding_them_in_memory() {
+    const COMPONENTS: usize = 10;
+    const PADDING: usize = 16 << 20;
+    let first = Serve::start("");
+    let run = unique_name("weir-startmem");
+    let token = first.tenant("big", &format!("{run}."), Some(json!({ "max_transform_mb": 512 })));
+    let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
+    for index in 0..COMPONENTS {
+        // The same component with a custom section (id 0: LEB128 size, name, bytes) of its own.
+        let mut bytes = misbehave.clone();
+        let name = format!("padding-{index}");
+        let mut section = vec![name.len() as u8];
+        section.extend_from_slice(name.as_bytes());
+        section.extend(std::iter::repeat_n(index as u8, PADDING));
+        bytes.push(0);
+        let mut size = section.len();
+        while size >= 0x80 {
+            bytes.push((size as u8 & 0x7f) | 0x80);
+            size >>= 7;
+        }
+        bytes.push(size as u8);
+        bytes.extend_from_slice(&section);
+        let (status, answer) = first.upload(&token, &format!("big-{index}"), bytes);
+        assert_eq!(status, 201, "{answer}");
+    }
+    let second = first.another_node("node-2");
+    let listed = || {
+        let (status, answer) = second.call("GET", "/v1/transforms", Some(&token), None);
+        status == 200 && answer.as_array().is_some_and(|all| all.len() == COMPONENTS)
+    };
+    eventually("node 2 listing every transform", listed, &|| second.log());
+    let pid = second.child.as_ref().expect("node 2 runs").id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let peak_kib: usize = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .expect("VmHWM");
+    let read = COMPONENTS * PADDING;
+    assert!(peak_kib * 1024 < read, "node 2 peaked at {peak_kib} KiB reading {read} bytes of components");
+    let components = std::fs::read_dir(second.dir.path().join("data/components")).expect("components").count();
+    assert_eq!(components, COMPONENTS, "node 2 wrote every component");
+}
+
 /// Polls `check` every 250 ms until it holds; panics naming `what` after [`RUN_TIMEOUT`].
 fn eventually(what: &str, mut check: impl FnMut() -> bool, logs: &dyn Fn() -> String) {
     let started = Instant::now();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::{ErrorKind, InputRecord, OperatorLimits, OutputRecord, ResourcePool};
+use weir::{CpuLimit, ErrorKind, InputRecord, OperatorLimits, OutputRecord, ResourcePool};
 use weir_tests::operator_with;
 
 fn record(offset: i64, value: &str) -> InputRecord {
@@ -201,7 +201,7 @@ fn operators_sharing_a_pool_stay_within_its_memory_together() {
 #[test]
 fn a_pool_in_cpu_debt_waits_before_its_next_call() {
     let cores = 0.5;
-    let pool = Arc::new(ResourcePool::new("tenant `t`", 64 << 20, Some(cores)));
+    let pool = Arc::new(ResourcePool::new("tenant `t`", 64 << 20, Some(CpuLimit::Cores(cores))));
     let limits = OperatorLimits { deadline: Duration::from_millis(200), pool: Some(pool.clone()), ..limits() };
     let mut operator = operator_with("misbehave", &[], limits);
     let started = Instant::now();

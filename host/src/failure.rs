@@ -160,7 +160,8 @@ fn state(error: &StateError, otherwise: Disposition) -> Disposition {
         StateError::QuotaExceeded { .. } => Disposition::StopPipeline,
         // A panic while the overlays were locked.
         StateError::Poisoned(_) => Disposition::Bug,
-        StateError::Backend(_) | StateError::Corrupt(_) => otherwise,
+        // Uncommitted state filled the tenant's memory: a start from the last checkpoint frees it.
+        StateError::Backend(_) | StateError::Corrupt(_) | StateError::PoolMemory(_) => otherwise,
     }
 }
 

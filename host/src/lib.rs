@@ -81,8 +81,8 @@ pub use state::{ChangelogEntry, Committed, Entries, MemoryState, Position, State
 // WebAssembly: the engine, a transform component, an operator over it, its limits and errors,
 // and the record types of the `weir:transform` contract.
 pub use wasm::{
-    EngineConfig, ErrorKind, Header, InputRecord, LoadError, Operator, OperatorError, OperatorLimits, OutputRecord,
-    ResourcePool, TimeDomain, Timer, TransformComponent, WasmEngine, cache_root,
+    CpuLimit, EngineConfig, ErrorKind, Header, InputRecord, LoadError, Operator, OperatorError, OperatorLimits,
+    OutputRecord, ResourcePool, TimeDomain, Timer, TransformComponent, WasmEngine, cache_root,
 };
 
 // Checkpoints: the transactional ids of a pipeline's producers, the changelog position a

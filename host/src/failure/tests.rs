@@ -37,6 +37,10 @@ fn quota() -> StateError {
     StateError::QuotaExceeded { grow: 10, used: 95, limit: 100 }
 }
 
+fn pool_memory() -> StateError {
+    StateError::PoolMemory("this batch adds 10 bytes to the 95 of tenant `t`".into())
+}
+
 fn limit() -> Box<RecordLimit> {
     Box::new(RecordLimit { bytes: 100, setting: "sink.producer.\"message.max.bytes\"".into() })
 }
@@ -60,6 +64,7 @@ fn operator_kinds() -> Vec<ErrorKind> {
         ErrorKind::State(StateError::Backend("cannot read state".into())),
         ErrorKind::State(StateError::Corrupt("malformed meta entry".into())),
         ErrorKind::State(quota()),
+        ErrorKind::State(pool_memory()),
         ErrorKind::State(StateError::Poisoned("overlays".into())),
         ErrorKind::EventTime { reason: "no field `ts`".into() },
         ErrorKind::Host { reason: "wasi".into() },
@@ -149,6 +154,7 @@ fn table() -> Vec<(&'static str, PipelineError, Disposition)> {
         ("state backend", StateError::Backend("cannot write meta".into()).into(), STOP),
         ("state corrupt", StateError::Corrupt("malformed committed offset".into()).into(), STOP),
         ("state quota", quota().into(), STOP),
+        ("state pool memory", pool_memory().into(), STOP),
         ("state poisoned", StateError::Poisoned("overlays".into()).into(), BUG),
     ];
     for kind in operator_kinds() {
@@ -214,6 +220,7 @@ fn the_table_covers_every_variant() {
             StateError::Backend(_) => "Backend",
             StateError::Corrupt(_) => "Corrupt",
             StateError::QuotaExceeded { .. } => "QuotaExceeded",
+            StateError::PoolMemory(_) => "PoolMemory",
             StateError::Poisoned(_) => "Poisoned",
         }
     }
@@ -236,8 +243,8 @@ fn the_table_covers_every_variant() {
             _ => None,
         })
         .collect();
-    assert_eq!(states.len(), 4, "{states:?}");
-    assert_eq!(operator_kinds().len(), 19, "every ErrorKind once, the state kinds four times");
+    assert_eq!(states.len(), 5, "{states:?}");
+    assert_eq!(operator_kinds().len(), 20, "every ErrorKind once, the state kinds five times");
 }
 
 /// librdkafka's flags on a transactional call's error: a code that needs a human wins; a fatal

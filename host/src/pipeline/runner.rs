@@ -138,8 +138,9 @@ impl<'a> Runner<'a> {
         let next = db.epoch_floor()?.max(db.committed()?.id).next();
         tracing::info!(pipeline = %config.name, instance, lineage = %lineage.lineage, next_epoch = %next, "recovered; joining the consumer group {}", config.group_id());
         metrics.restored(db.committed()?.id);
-        let tables = Tables::load(&config.source, &config.group_id(), config.checkpoint.timeout)?;
-        let workers = Workers::start(config.runtime.workers_for(task_ids.len()))
+        let tables =
+            Tables::load(&config.source, &config.group_id(), config.checkpoint.timeout, options.pool.as_ref())?;
+        let workers = Workers::start(config.runtime.workers_for(task_ids.len()), options.pool.clone(), shutdown)
             .map_err(|e| PipelineError::Refused(format!("cannot start the worker threads (runtime.workers): {e}")))?;
         tracing::info!(workers = workers.len(), "worker threads started");
         let coordinator =
@@ -205,8 +206,8 @@ impl<'a> Runner<'a> {
     /// Polls, processes and checkpoints until shutdown; then commits the open epoch.
     pub(super) fn run(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
         while !shutdown.load(Ordering::Relaxed) {
-            // The round's work on this thread counts in the pool's CPU share (guest calls on the
-            // workers meter themselves).
+            // The round's work on this thread counts in the pool's CPU share (the workers meter
+            // their jobs themselves).
             let _meter = self.options.pool.as_ref().map(|pool| pool.meter(Some(shutdown)));
             self.coordinator.tick()?;
             self.tables.poll()?;
@@ -233,17 +234,33 @@ impl<'a> Runner<'a> {
                 inject(FaultPoint::MidEpoch, epoch.id);
             }
             let max_bytes = self.config.checkpoint.max_epoch_bytes;
-            let full =
-                self.coordinator.rows_bytes() >= max_bytes || self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes);
+            let short = self.pool_is_short();
+            let full = self.coordinator.rows_bytes() >= max_bytes
+                || self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes)
+                || short;
             if full || epoch.started.elapsed() >= self.config.checkpoint.interval {
                 if self.has_work()? {
                     self.checkpoint()?;
+                    if short {
+                        // Its overlays are freed once it commits: wait for that before the next
+                        // epoch grows its own.
+                        self.coordinator.settle()?;
+                    }
                 } else {
                     self.metrics.caught_up();
                 }
             }
         }
         self.finish()
+    }
+
+    /// Whether the pool's free memory is less than the current epoch's overlays hold: as much
+    /// again would not fit, so the epoch ends now and the next waits for its commit, which
+    /// frees its overlays (before a state write is refused, `StateError::PoolMemory`).
+    fn pool_is_short(&self) -> bool {
+        let Some(pool) = &self.options.pool else { return false };
+        let held: usize = self.tasks.iter().map(|t| t.epoch_bytes()).sum();
+        held > 0 && pool.memory_limit().saturating_sub(pool.memory_used()) < held
     }
 
     /// `error`, or [`PipelineError::Fenced`] when `error` says this process lost its place in

@@ -83,7 +83,7 @@ impl Task {
         watermark: Option<&WatermarkConfig>,
         metrics: &PipelineMetrics,
     ) -> Result<Self, OperatorError> {
-        let overlays = TaskOverlays::new(db);
+        let overlays = TaskOverlays::new(db, limits.pool.clone());
         let failed = |scope: &str, e| OperatorError {
             operator: scope.into(),
             call: Call::Init,

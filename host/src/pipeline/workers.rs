@@ -4,9 +4,12 @@
 //! ([`Workers::spawn`]; they send their tasks' output themselves), and runs barriers and timers
 //! as rounds on every thread at once ([`Workers::run`]), so a barrier reaches every thread.
 
-use std::sync::mpsc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use crate::wasm::ResourcePool;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -17,11 +20,13 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` threads (at least one), named `weir-worker-<n>`.
+    /// Starts `count` threads (at least one), named `weir-worker-<n>`. With a `pool`, each job
+    /// is metered in its CPU share ([`ResourcePool::meter`]): guest calls and the host work
+    /// around them alike; a job waits for the pool's share until `stop` is set.
     ///
     /// # Errors
     /// When the operating system refuses a thread.
-    pub fn start(count: usize) -> std::io::Result<Self> {
+    pub fn start(count: usize, pool: Option<Arc<ResourcePool>>, stop: &Arc<AtomicBool>) -> std::io::Result<Self> {
         let mut lanes = Vec::new();
         let mut threads = Vec::new();
         for n in 0..count.max(1) {
@@ -29,9 +34,11 @@ impl Workers {
             // The starting thread's span (`weir serve` names the pipeline in it) covers the
             // workers' log lines too.
             let span = tracing::Span::current();
+            let (pool, stop) = (pool.clone(), stop.clone());
             threads.push(std::thread::Builder::new().name(format!("weir-worker-{n}")).spawn(move || {
                 let _span = span.enter();
                 for job in inbox {
+                    let _meter = pool.as_ref().map(|pool| pool.meter(Some(&*stop)));
                     job();
                 }
             })?);
@@ -136,7 +143,7 @@ mod tests {
 
     #[test]
     fn results_come_back_in_item_order_and_each_lane_keeps_one_thread() {
-        let workers = Workers::start(3).unwrap();
+        let workers = Workers::start(3, None, &Arc::default()).unwrap();
         let items: Vec<(usize, u32)> = (0..20).map(|i| (i % 3, i as u32)).collect();
         let results = workers.run(items, |i| (i, std::thread::current().name().unwrap().to_owned()));
         assert_eq!(results.iter().map(|(i, _)| *i).collect::<Vec<_>>(), (0..20).collect::<Vec<_>>());
@@ -147,7 +154,7 @@ mod tests {
 
     #[test]
     fn spawned_jobs_run_in_order_per_lane_and_lanes_run_apart() {
-        let workers = Workers::start(2).unwrap();
+        let workers = Workers::start(2, None, &Arc::default()).unwrap();
         let (results, done) = mpsc::channel();
         // Lane 0's first job waits until lane 1 has run both of its jobs: lanes do not wait
         // for each other's earlier jobs.
@@ -171,7 +178,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "a worker thread panicked")]
     fn waiting_for_a_job_whose_thread_panicked_panics() {
-        let workers = Workers::start(1).unwrap();
+        let workers = Workers::start(1, None, &Arc::default()).unwrap();
         let (_results, done) = mpsc::channel::<()>();
         workers.spawn(0, || panic!("boom"));
         workers.wait(&done);
@@ -179,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_bounded_wait_gives_up_without_a_result_and_takes_one_that_comes() {
-        let workers = Workers::start(1).unwrap();
+        let workers = Workers::start(1, None, &Arc::default()).unwrap();
         let (results, done) = mpsc::channel();
         let (gate_tx, gate) = mpsc::channel::<()>();
         workers.spawn(0, move || {
@@ -194,7 +201,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "a worker thread panicked")]
     fn a_bounded_wait_for_a_job_whose_thread_panicked_panics() {
-        let workers = Workers::start(1).unwrap();
+        let workers = Workers::start(1, None, &Arc::default()).unwrap();
         let (_results, done) = mpsc::channel::<()>();
         workers.spawn(0, || panic!("boom"));
         // Until the thread has ended, a bounded wait may give up: wait until it panics.
@@ -203,7 +210,7 @@ mod tests {
 
     #[test]
     fn an_empty_round_returns_nothing() {
-        let workers = Workers::start(0).unwrap();
+        let workers = Workers::start(0, None, &Arc::default()).unwrap();
         assert_eq!(workers.len(), 1);
         assert!(workers.run(Vec::<(usize, ())>::new(), |()| ()).is_empty());
     }

@@ -192,6 +192,7 @@ fn parsed<'a, T: serde::de::DeserializeOwned>(values: &'a Values, prefix: &'a st
 mod tests {
     use super::super::config::Quotas;
     use super::super::registry::{Desired, Registry, TransformVersion};
+    use super::super::store::Spool;
     use super::*;
 
     fn tenant(name: &str, id: &str, prefix: &str) -> Vec<u8> {
@@ -295,7 +296,9 @@ mod tests {
                 ("tenant/b", Some(tenant("b", "2", "acmf.")), Ok(())),
             ],
         );
-        let registry = Registry::load(&values, std::path::Path::new("/nonexistent")).expect("loads");
+        let spool = tempfile::tempdir().unwrap();
+        let registry = Registry::load(&values, std::path::Path::new("/nonexistent"), &Spool::for_test(spool.path()))
+            .expect("loads");
         assert_eq!(registry.retired_overlap("acme.y").map(|r| r.tenant.as_str()), Some("acme"));
     }
 

@@ -123,15 +123,18 @@ pub struct Quotas {
     /// may set lower). Default 1024.
     #[serde(default = "default_max_state_mb")]
     pub max_state_mb: u64,
-    /// Linear memory all the tenant's operator instances on a node may hold together, in MiB
-    /// (a growth past it fails the call like `memory_limit_mb` does). Default 512.
+    /// Memory all the tenant's pipelines on a node may hold together, in MiB: their operator
+    /// instances' linear memory (a growth past it fails the call like `memory_limit_mb` does),
+    /// uncommitted state and tables. Default 512.
     #[serde(default = "default_max_total_memory_mb")]
     pub max_total_memory_mb: u64,
-    /// CPU time the tenant's pipelines may use on a node (guest calls and the pipelines' own
-    /// threads, see [`crate::wasm::ResourcePool`]), in percent of one core (100 = one core);
-    /// their work waits while the tenant is over it. Default 100.
-    #[serde(default = "default_cpu_percent")]
-    pub cpu_percent: u32,
+    /// Most CPU time the tenant's pipelines may use on a node (their threads' work, see
+    /// [`crate::wasm::ResourcePool`]), in percent of one core (100 = one core); their work
+    /// waits while the tenant is over it. Default: none, a fair share (`FairShares` in
+    /// `server::supervisor`): the node's cores divided among the tenants using CPU on it, and
+    /// what the others leave unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<u32>,
     /// Transform versions the tenant may store, all its transforms together (every node keeps
     /// each one on disk). Default 50.
     #[serde(default = "default_max_transform_versions")]
@@ -161,9 +164,6 @@ fn default_max_state_mb() -> u64 {
 fn default_max_total_memory_mb() -> u64 {
     512
 }
-fn default_cpu_percent() -> u32 {
-    100
-}
 fn default_max_transform_versions() -> u32 {
     50
 }
@@ -190,7 +190,7 @@ impl Quotas {
             ("max_deadline_ms", self.max_deadline_ms, 1, 600_000),
             ("max_state_mb", self.max_state_mb, 1, 1 << 20),
             ("max_total_memory_mb", self.max_total_memory_mb, self.max_memory_mb, 1 << 20),
-            ("cpu_percent", self.cpu_percent.into(), 1, 100_000),
+            ("cpu_percent", self.cpu_percent.map_or(1, u64::from), 1, 100_000),
             ("max_transform_versions", self.max_transform_versions.into(), 1, 10_000),
             ("max_transform_mb", self.max_transform_mb, 1, 1 << 20),
             ("max_workers", self.max_workers.into(), 1, crate::config::MAX_WORKERS as u64),
@@ -210,7 +210,7 @@ impl Default for Quotas {
             max_deadline_ms: default_max_deadline_ms(),
             max_state_mb: default_max_state_mb(),
             max_total_memory_mb: default_max_total_memory_mb(),
-            cpu_percent: default_cpu_percent(),
+            cpu_percent: None,
             max_transform_versions: default_max_transform_versions(),
             max_transform_mb: default_max_transform_mb(),
             max_workers: default_max_workers(),

@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::registry::{Desired, Registry, component_path};
+use super::store::Spool;
 use super::{Server, spec};
 
 /// How often the follower reads the registry topic.
@@ -38,7 +39,7 @@ pub(super) fn spawn(
     mut end: i64,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let runtime = tokio::runtime::Handle::current();
-    forget_materialized(&mut values, &server.components);
+    forget_materialized(&mut values, &server.components, server.store.spool());
     std::thread::Builder::new().name("weir-registry".into()).spawn(move || {
         while !server.closing.load(Ordering::Relaxed) {
             // A request waiting for its write to be read back wakes it early.
@@ -60,7 +61,7 @@ pub(super) fn spawn(
                     tracing::error!(%error, "cannot apply the registry topic's changes; trying again at its next change");
                 }
             }
-            forget_materialized(&mut values, &server.components);
+            forget_materialized(&mut values, &server.components, server.store.spool());
         }
     })
 }
@@ -77,7 +78,7 @@ impl Server {
         if self.store.last_written() >= end {
             return Ok(false);
         }
-        let truth = Registry::load(values, &self.components)?;
+        let truth = Registry::load(values, &self.components, self.store.spool())?;
         // Each pipeline that differs, with the incarnation that ended, if one did.
         let mut changed: BTreeMap<(String, String), Option<spec::Derived>> = BTreeMap::new();
         for (tenant, entry) in &truth.tenants {
@@ -157,11 +158,14 @@ impl Server {
     }
 }
 
-/// Drops the chunks of components already written to `components`: only chunks of a
-/// component still to come stay in memory.
-fn forget_materialized(values: &mut BTreeMap<String, Vec<u8>>, components: &std::path::Path) {
+/// Forgets the chunks of components already written to `components`: only chunks of a
+/// component still to come stay in `spool`.
+fn forget_materialized(values: &mut BTreeMap<String, Vec<u8>>, components: &std::path::Path, spool: &Spool) {
     values.retain(|key, _| match key.strip_prefix("blob/").and_then(|rest| rest.split_once('/')) {
-        Some((sha256, _)) => !component_path(components, sha256).exists(),
-        None => true,
+        Some((sha256, _)) if component_path(components, sha256).exists() => {
+            spool.remove(key);
+            false
+        }
+        _ => true,
     });
 }

@@ -30,6 +30,7 @@ pub mod principals;
 pub mod purge;
 pub mod registry;
 mod scope;
+mod shares;
 pub mod spec;
 pub mod store;
 pub mod supervisor;
@@ -181,9 +182,10 @@ impl Server {
             cache_dir: Some(config.data_dir.join("compiled")),
             cache_max_bytes: config.compiled_cache_max_bytes,
         })?);
-        let store::Opened { store, values, end } = Store::open(&config.cluster, &config.registry_topic).await?;
+        let spool = config.data_dir.join("registry-chunks");
+        let store::Opened { store, values, end } = Store::open(&config.cluster, &config.registry_topic, spool).await?;
         let components = config.data_dir.join("components");
-        let registry = Registry::load(&values, &components)?;
+        let registry = Registry::load(&values, &components, store.spool())?;
         names::check_tenants(
             &config,
             registry.tenants.values().map(|e| (e.tenant.name.as_str(), e.tenant.topic_prefix.as_str())),

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::config::Quotas;
+use super::store::Spool;
 
 /// A tenant. `token_sha256` is never shown by the API.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -155,12 +156,13 @@ impl Registry {
     }
 
     /// Rebuilds the registry from the registry topic's last values, and writes each transform
-    /// version's component to `components` (`<sha256>.wasm`) when missing there.
+    /// version's component to `components` (`<sha256>.wasm`) when missing there, from its
+    /// chunks in `spool`.
     ///
     /// # Errors
     /// A value that does not parse, or a component whose chunks are missing or do not hash to
     /// its name: the registry topic was written by something else, or damaged.
-    pub fn load(values: &BTreeMap<String, Vec<u8>>, components: &Path) -> anyhow::Result<Self> {
+    pub fn load(values: &BTreeMap<String, Vec<u8>>, components: &Path, spool: &Spool) -> anyhow::Result<Self> {
         let mut registry = Registry::default();
         let parse_error =
             |key: &str, e: serde_json::Error| anyhow::anyhow!("registry record {key} does not parse: {e}");
@@ -184,7 +186,7 @@ impl Registry {
                 "transform" => {
                     let transform: Transform = serde_json::from_slice(value).map_err(|e| parse_error(key, e))?;
                     for version in &transform.versions {
-                        materialize(values, components, &version.sha256)?;
+                        materialize(values, components, spool, &version.sha256)?;
                     }
                     entry.transforms.insert(name.to_owned(), transform);
                 }
@@ -237,18 +239,23 @@ pub fn component_path(components: &Path, sha256: &str) -> std::path::PathBuf {
     components.join(format!("{sha256}.wasm"))
 }
 
-/// Writes blob `sha256` from its chunks in `values` to `components`, unless already there.
-fn materialize(values: &BTreeMap<String, Vec<u8>>, components: &Path, sha256: &str) -> anyhow::Result<()> {
+/// Writes blob `sha256` from its chunks (keys in `values`, bytes in `spool`) to `components`,
+/// unless already there.
+fn materialize(
+    values: &BTreeMap<String, Vec<u8>>,
+    components: &Path,
+    spool: &Spool,
+    sha256: &str,
+) -> anyhow::Result<()> {
     let path = component_path(components, sha256);
     if path.exists() {
         return Ok(());
     }
     let prefix = format!("blob/{sha256}/");
-    let bytes: Vec<u8> = values
-        .range(prefix.clone()..)
-        .take_while(|(k, _)| k.starts_with(&prefix))
-        .flat_map(|(_, v)| v.clone())
-        .collect();
+    let mut bytes = Vec::new();
+    for (key, _) in values.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+        bytes.extend(spool.get(key).unwrap_or_default());
+    }
     if super::auth::hash_bytes(&bytes) != sha256 {
         anyhow::bail!("the registry topic's chunks of component {sha256} are missing or damaged");
     }

@@ -7,6 +7,7 @@
 //! `max.message.bytes` (1 MiB).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -20,12 +21,16 @@ use crate::kafka::{Admin, TopicReader};
 pub const CHUNK_BYTES: usize = 512 * 1024;
 /// How long a write or the start-up read may wait for the broker.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// Most records read before they are applied: 8 MiB of blob chunks.
+const READ_BATCH: usize = 16;
 
 /// The registry topic: writes, the start-up read, and reads that follow it.
 pub struct Store {
     producer: FutureProducer,
     cluster: ClusterConfig,
     topic: String,
+    /// Where the blob chunks read are kept until their component is written.
+    spool: Spool,
     /// Offset of this node's last acknowledged write; -1 before the first.
     last_written: AtomicI64,
     /// The records [`super::admit::admit`] refused as they were read, by offset, with why; the
@@ -40,27 +45,31 @@ const MAX_REFUSALS: usize = 1024;
 pub struct Opened {
     /// The store, for writes and further reads.
     pub store: Store,
-    /// Each key's last value (tombstoned keys left out).
+    /// Each key's last value (tombstoned keys left out); a blob chunk's is empty, its bytes
+    /// are in the [`Spool`].
     pub values: BTreeMap<String, Vec<u8>>,
     /// The offset after the last record read.
     pub end: i64,
 }
 
 impl Store {
-    /// Creates the topic when missing (compacted, one partition) and reads it to its end.
+    /// Creates the topic when missing (compacted, one partition) and reads it to its end,
+    /// keeping blob chunks in a [`Spool`] in directory `spool` (emptied first).
     ///
     /// # Errors
-    /// When the cluster cannot be reached within 30 s or refuses the topic.
-    pub async fn open(cluster: &ClusterConfig, topic: &str) -> anyhow::Result<Opened> {
+    /// When the cluster cannot be reached within 30 s or refuses the topic, or the spool
+    /// directory cannot be written.
+    pub async fn open(cluster: &ClusterConfig, topic: &str, spool: PathBuf) -> anyhow::Result<Opened> {
         let none = BTreeMap::new();
         let down = |e| unreachable_topic(cluster, topic, e);
+        let spool = Spool::open(spool)?;
         let admin = Admin::new(cluster, &none).map_err(down)?;
         admin.create_topic_with(topic, 1, &[("cleanup.policy", "compact")]).await.map_err(down)?;
         let mut values = BTreeMap::new();
         // A topic just created may take a moment to reach the metadata of every broker.
         let started = std::time::Instant::now();
         let end = loop {
-            match read_after(cluster, topic, 0, &mut values, &mut |_, _| {}) {
+            match read_after(cluster, topic, 0, &mut values, &spool, &mut |_, _| {}) {
                 Ok(end) => break end,
                 Err(_) if started.elapsed() < TIMEOUT => std::thread::sleep(Duration::from_millis(200)),
                 Err(error) => return Err(error),
@@ -79,6 +88,7 @@ impl Store {
             producer,
             cluster: cluster.clone(),
             topic: topic.to_owned(),
+            spool,
             last_written: AtomicI64::new(-1),
             refusals: Mutex::default(),
         };
@@ -91,13 +101,18 @@ impl Store {
     /// # Errors
     /// When the broker cannot be reached within 30 s.
     pub fn read_after(&self, from: i64, values: &mut BTreeMap<String, Vec<u8>>) -> anyhow::Result<i64> {
-        read_after(&self.cluster, &self.topic, from, values, &mut |offset, why| {
+        read_after(&self.cluster, &self.topic, from, values, &self.spool, &mut |offset, why| {
             let mut refusals = self.refusals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             refusals.insert(offset, why);
             while refusals.len() > MAX_REFUSALS {
                 refusals.pop_first();
             }
         })
+    }
+
+    /// The blob chunks read and not yet forgotten.
+    pub fn spool(&self) -> &Spool {
+        &self.spool
     }
 
     /// Why the record at `offset` was refused as it was read ([`super::admit::admit`]); `None`
@@ -144,13 +159,14 @@ impl Store {
     }
 }
 
-/// Reads `topic` from `from` to its current end into `values`, passing each refused record's
-/// offset and why to `refused`; returns the end.
+/// Reads `topic` from `from` to its current end into `values` (blob chunks into `spool`),
+/// passing each refused record's offset and why to `refused`; returns the end.
 fn read_after(
     cluster: &ClusterConfig,
     topic: &str,
     from: i64,
     values: &mut BTreeMap<String, Vec<u8>>,
+    spool: &Spool,
     refused: &mut dyn FnMut(i64, String),
 ) -> anyhow::Result<i64> {
     let down = |e| unreachable_topic(cluster, topic, e);
@@ -159,7 +175,8 @@ fn read_after(
     let from = from.max(low);
     if high > from {
         let until = BTreeMap::from([(0, high)]);
-        reader.read(&BTreeMap::from([(0, from)]), &until, 1024, TIMEOUT, down, |_, batch, _| {
+        // Batches of a few records: each may be a blob chunk of CHUNK_BYTES.
+        reader.read(&BTreeMap::from([(0, from)]), &until, READ_BATCH, TIMEOUT, down, |_, batch, _| {
             for (key, value, offset) in batch {
                 let key = String::from_utf8_lossy(&key).into_owned();
                 if let Err(why) = super::admit::admit(values, &key, value.as_deref()) {
@@ -168,8 +185,15 @@ fn read_after(
                     continue;
                 }
                 match value {
+                    Some(value) if key.starts_with("blob/") => {
+                        spool.put(&key, &value)?;
+                        values.insert(key, Vec::new())
+                    }
                     Some(value) => values.insert(key, value),
-                    None => values.remove(&key),
+                    None => {
+                        spool.remove(&key);
+                        values.remove(&key)
+                    }
                 };
             }
             Ok(())
@@ -187,4 +211,55 @@ fn unreachable_topic(cluster: &ClusterConfig, topic: &str, error: rdkafka::error
 /// The key of chunk `index` of blob `sha256`.
 pub fn blob_key(sha256: &str, index: usize) -> String {
     format!("blob/{sha256}/{index:06}")
+}
+
+/// Blob chunks read from the registry topic, one file each in a directory of the node, until
+/// their component is written ([`super::registry::Registry::load`]) and they are forgotten: a
+/// node's memory does not grow with the components of every tenant it reads at start.
+pub struct Spool {
+    dir: PathBuf,
+}
+
+impl Spool {
+    /// An empty spool in `dir` (what it held is deleted: the registry topic is read again).
+    ///
+    /// # Errors
+    /// When the directory cannot be emptied or created.
+    fn open(dir: PathBuf) -> anyhow::Result<Self> {
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                anyhow::bail!("cannot empty {} (data_dir): {e}", dir.display())
+            }
+            _ => {}
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {} (data_dir): {e}", dir.display()))?;
+        Ok(Self { dir })
+    }
+
+    /// The file of chunk `key`: named by the key's hash, so no key can name a path.
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(super::auth::hash_bytes(key.as_bytes()))
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) -> anyhow::Result<()> {
+        let path = self.path(key);
+        std::fs::write(&path, bytes).map_err(|e| anyhow::anyhow!("cannot write {} (data_dir): {e}", path.display()))
+    }
+
+    /// Forgets chunk `key`.
+    pub fn remove(&self, key: &str) {
+        let _ = std::fs::remove_file(self.path(key));
+    }
+
+    /// The bytes of chunk `key`; `None` when it was not read (or forgotten).
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.path(key)).ok()
+    }
+
+    /// A spool in `dir` for tests.
+    #[cfg(test)]
+    pub fn for_test(dir: &std::path::Path) -> Self {
+        Self::open(dir.to_path_buf()).expect("a test spool")
+    }
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::registry::Tenant;
+use super::shares::{self, FairShares};
 use crate::config::PipelineConfig;
 use crate::failure::Disposition;
 use crate::metrics::{Metrics, PipelineLog};
@@ -40,7 +41,21 @@ impl Supervisor {
         instance: Option<String>,
         max_identical_failures: u32,
     ) -> Self {
-        Self { engine, metrics, instance, max_identical_failures, running: Mutex::default(), pools: Arc::default() }
+        let pools: Arc<Pools> = Arc::default();
+        // Until it is gone with the supervisor; without it, fair-share pools keep the whole node.
+        let weak = Arc::downgrade(&pools);
+        let spawned = std::thread::Builder::new().name("weir-cpu-shares".into()).spawn(move || {
+            let mut shares = FairShares::default();
+            while let Some(pools) = weak.upgrade() {
+                shares.update(pools.lock().iter().map(|(id, (_, pool))| (id, pool)));
+                drop(pools);
+                std::thread::sleep(shares::INTERVAL);
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start the thread that sets tenants' fair CPU shares; each may use the whole node");
+        }
+        Self { engine, metrics, instance, max_identical_failures, running: Mutex::default(), pools }
     }
 
     /// The metrics registry the pipelines report to.
@@ -49,14 +64,14 @@ impl Supervisor {
     }
 
     /// The pool `tenant`'s operators share on this node: its quotas `max_total_memory_mb` and
-    /// `cpu_percent`.
+    /// `cpu_percent` (by default a fair share, [`FairShares`]).
     pub fn pool(&self, tenant: &Tenant) -> Arc<ResourcePool> {
         let mut pools = self.pools.lock();
         let (_, pool) = pools.entry(tenant.id.clone()).or_insert_with(|| {
             let pool = ResourcePool::new(
                 format!("tenant `{}`", tenant.name),
                 (tenant.quotas.max_total_memory_mb << 20) as usize,
-                Some(f64::from(tenant.quotas.cpu_percent) / 100.0),
+                Some(shares::limit(tenant.quotas.cpu_percent)),
             );
             (tenant.name.clone(), Arc::new(pool))
         });
@@ -188,13 +203,13 @@ impl PoolMetrics {
             cpu: prometheus::CounterVec::new(
                 opts(
                     "weir_tenant_cpu_seconds_total",
-                    "Thread CPU time of the tenant's guest calls and pipeline rounds on this node, as its cpu_percent quota meters it.",
+                    "Thread CPU time of the tenant's pipeline rounds and worker jobs (guest calls included) on this node, as its CPU share meters it (failures' extra cost not included).",
                 ),
                 &by_tenant,
             )
             .expect("valid metric"),
             memory: prometheus::IntGaugeVec::new(
-                opts("weir_tenant_memory_bytes", "Linear memory of the tenant's live operator instances on this node."),
+                opts("weir_tenant_memory_bytes", "Memory of the tenant's pipelines on this node: their instances' linear memory, uncommitted state and tables."),
                 &by_tenant,
             )
             .expect("valid metric"),
@@ -219,7 +234,7 @@ impl prometheus::core::Collector for PoolMetrics {
         self.memory.reset();
         self.memory_limit.reset();
         for (name, pool) in pools.values() {
-            self.cpu.with_label_values(&[name]).inc_by(pool.cpu_charged().as_secs_f64());
+            self.cpu.with_label_values(&[name]).inc_by(pool.cpu_used().as_secs_f64());
             self.memory.with_label_values(&[name]).set(pool.memory_used() as i64);
             self.memory_limit.with_label_values(&[name]).set(pool.memory_limit() as i64);
         }

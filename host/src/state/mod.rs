@@ -61,7 +61,7 @@
 //! # fn main() -> Result<(), weir::state::StateError> {
 //! let db = Arc::new(StateDb::open("/var/lib/weir/orders".as_ref())?);
 //! let task = TaskId::new("orders", 0);
-//! let overlays = TaskOverlays::new(db.clone());
+//! let overlays = TaskOverlays::new(db.clone(), None);
 //! let mut state = OperatorState::new(overlays.clone(), "dedupe", &task)?;
 //! state.write(vec![(b"k".to_vec(), Some(b"v".to_vec()))])?;
 //!
@@ -156,6 +156,15 @@ pub enum StateError {
         /// `state.max_bytes`.
         limit: u64,
     },
+    /// A write batch would take the uncommitted state of a pool's pipelines (their epoch
+    /// overlays) past the memory the pool's guests and overlays share
+    /// ([`TaskOverlays`](crate::state::TaskOverlays); `max_total_memory_mb` under `weir serve`).
+    /// The pipeline starts again from its last checkpoint, which frees the memory. The message
+    /// names the pool, the batch's bytes, the bytes in use and the limit.
+    #[error(
+        "uncommitted state: {0}, so the pipeline starts again from its last checkpoint: write less state per call or lower checkpoint.max_epoch_bytes, or ask the operator for more memory"
+    )]
+    PoolMemory(String),
     /// A panic left the state's in-memory overlays behind a poisoned lock: a bug in Weir.
     #[error("a bug in Weir: {0}; please report it")]
     Poisoned(String),

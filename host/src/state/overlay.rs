@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::keys::state_prefix;
 use super::{Entries, StateDb, StateError, StateQuota, StateStore};
 use crate::types::{CheckpointId, TaskId};
+use crate::wasm::ResourcePool;
 
 /// Writes of one epoch: full state key → `Some(value)` (put) or `None` (delete).
 type Overlay = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -31,14 +32,24 @@ type Overlay = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 ///    state.
 /// 4. Recovery: the task's overlays are dropped with everything that was not committed (and
 ///    give their quota back); the task starts again over new ones.
+///
+/// # Memory
+/// With a [`ResourcePool`] (a tenant's under `weir serve`), the overlays' bytes of keys and
+/// values are memory of the pool, as its guests' linear memory is: granted as the current
+/// overlay grows, given back when a sealed overlay is committed or the task ends. A write batch
+/// the pool has no room for fails whole ([`StateError::PoolMemory`]).
 pub struct TaskOverlays {
     db: Arc<StateDb>,
     current: Overlay,
     /// Bytes of keys and values in `current`.
     current_bytes: usize,
     sealed: BTreeMap<CheckpointId, Overlay>,
+    /// Bytes of keys and values of each sealed overlay.
+    sealed_bytes: BTreeMap<CheckpointId, usize>,
     /// The database's `state.max_bytes`, if it has one, and what this task counts in it.
     quota: Option<(Arc<StateQuota>, QuotaShare)>,
+    /// The pool the overlays' bytes are memory of, if any.
+    pool: Option<Arc<ResourcePool>>,
 }
 
 /// A task's bytes in its pipeline's [`StateQuota`].
@@ -65,11 +76,20 @@ impl fmt::Debug for TaskOverlays {
 }
 
 impl TaskOverlays {
-    /// Empty overlays over `db`, ready to share with the task's operators.
+    /// Empty overlays over `db`, ready to share with the task's operators; their bytes are
+    /// memory of `pool`, if given.
     #[allow(clippy::new_ret_no_self)]
-    pub fn new(db: Arc<StateDb>) -> Arc<Mutex<Self>> {
+    pub fn new(db: Arc<StateDb>, pool: Option<Arc<ResourcePool>>) -> Arc<Mutex<Self>> {
         let quota = db.quota().map(|quota| (quota.clone(), QuotaShare::default()));
-        Arc::new(Mutex::new(Self { db, current: Overlay::new(), current_bytes: 0, sealed: BTreeMap::new(), quota }))
+        Arc::new(Mutex::new(Self {
+            db,
+            current: Overlay::new(),
+            current_bytes: 0,
+            sealed: BTreeMap::new(),
+            sealed_bytes: BTreeMap::new(),
+            quota,
+            pool,
+        }))
     }
 
     /// Bytes of keys and values written in the current epoch (a deleted key counts its key
@@ -95,7 +115,7 @@ impl TaskOverlays {
         }
         let writes = self.current.iter().map(|(key, value)| (key.clone(), value.clone())).collect();
         self.sealed.insert(id, std::mem::take(&mut self.current));
-        self.current_bytes = 0;
+        self.sealed_bytes.insert(id, std::mem::take(&mut self.current_bytes));
         if let Some((_, share)) = &mut self.quota {
             share.sealed.insert(id, std::mem::take(&mut share.current));
         }
@@ -105,9 +125,16 @@ impl TaskOverlays {
     /// Drops the sealed overlays of checkpoints up to `id`: call it once
     /// [`StateDb::apply`] of `id` succeeded.
     pub fn committed(&mut self, id: CheckpointId) {
-        match id.0.checked_add(1) {
-            Some(next) => self.sealed = self.sealed.split_off(&CheckpointId(next)),
-            None => self.sealed.clear(),
+        let later = match id.0.checked_add(1) {
+            Some(next) => {
+                (self.sealed.split_off(&CheckpointId(next)), self.sealed_bytes.split_off(&CheckpointId(next)))
+            }
+            None => Default::default(),
+        };
+        self.sealed = later.0;
+        let freed: usize = std::mem::replace(&mut self.sealed_bytes, later.1).into_values().sum();
+        if let Some(pool) = &self.pool {
+            pool.shrink(freed);
         }
         if let Some((_, share)) = &mut self.quota {
             share.sealed.retain(|sealed, _| *sealed > id);
@@ -129,14 +156,37 @@ impl TaskOverlays {
     /// or none.
     ///
     /// # Errors
-    /// When the batch would take the pipeline's state above its quota, or reading the old sizes
-    /// failed.
+    /// When the batch would take the pipeline's state above its quota or the overlays past
+    /// their pool's memory, or reading the old sizes failed.
     fn write_all(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StateError> {
         let delta = if self.quota.is_some() { Some(self.growth(&writes)?) } else { None };
+        let memory = self.pool.as_ref().map(|pool| (pool, self.current_growth(&writes)));
+        if let Some((pool, grow)) = memory
+            && grow > 0
+            && !pool.grow(grow as usize)
+        {
+            return Err(StateError::PoolMemory(format!(
+                "this batch adds {grow} bytes to the {} that the guests, uncommitted state and tables of {} hold on \
+                 this node, above its memory of {} bytes (max_total_memory_mb)",
+                pool.memory_used(),
+                pool.owner(),
+                pool.memory_limit()
+            )));
+        }
         if let (Some(delta), Some((quota, share))) = (delta, &mut self.quota) {
-            quota.change(delta)?;
+            if let Err(error) = quota.change(delta) {
+                if let Some((pool, grow)) = memory {
+                    pool.shrink(grow.max(0) as usize);
+                }
+                return Err(error);
+            }
             share.held = share.held.saturating_add_signed(delta);
             share.current += delta;
+        }
+        if let Some((pool, grow)) = memory
+            && grow < 0
+        {
+            pool.shrink(grow.unsigned_abs());
         }
         for (key, value) in writes {
             self.write(key, value);
@@ -161,6 +211,20 @@ impl TaskOverlays {
             delta += new - old;
         }
         Ok(delta)
+    }
+
+    /// Net bytes `writes` add to the current overlay (what [`write`](Self::write) counts).
+    fn current_growth(&self, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> isize {
+        let size = |key: &[u8], value: &Option<Vec<u8>>| (key.len() + value.as_ref().map_or(0, Vec::len)) as isize;
+        let mut batch: BTreeMap<&[u8], isize> = BTreeMap::new();
+        let mut delta = 0;
+        for (key, value) in writes {
+            let old = batch.get(key.as_slice()).copied().or_else(|| Some(size(key, self.current.get(key)?)));
+            let new = size(key, value);
+            batch.insert(key, new);
+            delta += new - old.unwrap_or(0);
+        }
+        delta
     }
 
     /// Records a write of the current epoch.
@@ -192,6 +256,9 @@ impl Drop for TaskOverlays {
     fn drop(&mut self) {
         if let Some((quota, share)) = &self.quota {
             quota.release(share.held);
+        }
+        if let Some(pool) = &self.pool {
+            pool.shrink(self.current_bytes + self.sealed_bytes.values().sum::<usize>());
         }
     }
 }
@@ -381,7 +448,7 @@ mod tests {
     fn setup() -> (tempfile::TempDir, Arc<StateDb>, Arc<Mutex<TaskOverlays>>) {
         let dir = tempfile::tempdir().unwrap();
         let db = Arc::new(StateDb::open(dir.path()).unwrap());
-        let overlays = TaskOverlays::new(db.clone());
+        let overlays = TaskOverlays::new(db.clone(), None);
         (dir, db, overlays)
     }
 
@@ -452,7 +519,7 @@ mod tests {
     #[test]
     fn operators_and_tasks_never_see_each_others_keys() {
         let (_dir, db, overlays) = setup();
-        let other_task = TaskOverlays::new(db.clone());
+        let other_task = TaskOverlays::new(db.clone(), None);
         let scopes = [
             (overlays.clone(), "op", task("a", 0)),
             (overlays.clone(), "op", task("ab", 0)),
@@ -518,7 +585,7 @@ mod tests {
         assert!(!writes3.is_empty());
         state.write(vec![put("d", "4")]).unwrap();
         drop((state, overlays));
-        let overlays = TaskOverlays::new(db.clone());
+        let overlays = TaskOverlays::new(db.clone(), None);
         let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 3)).unwrap();
         assert_eq!(overlays.lock().unwrap().current_bytes(), 0);
         assert_eq!(get(&mut state, "c"), None);
@@ -543,7 +610,7 @@ mod tests {
         // Full keys: "op\0t\0" + 4-byte partition + "\0" = 10 bytes of prefix.
         let db = Arc::new(StateDb::open(dir.path()).unwrap().with_quota(Some(100)));
         let quota = db.quota().unwrap().clone();
-        let first = TaskOverlays::new(db.clone());
+        let first = TaskOverlays::new(db.clone(), None);
         let mut state = OperatorState::new(first.clone(), "op", &task("t", 0)).unwrap();
         state.write(vec![put("a", "12345"), put("b", "12345")]).unwrap();
         assert_eq!(quota.used(), 2 * (11 + 5));
@@ -552,7 +619,7 @@ mod tests {
         state.write(vec![put("a", "1"), put("a", "123")]).unwrap();
         assert_eq!(quota.used(), 32 - 2);
         // A second task shares the quota; a batch past it fails whole.
-        let second = TaskOverlays::new(db.clone());
+        let second = TaskOverlays::new(db.clone(), None);
         let mut other = OperatorState::new(second.clone(), "op", &task("t", 1)).unwrap();
         let error = other.write(vec![put("x", "1"), put("y", &"v".repeat(75))]).unwrap_err();
         assert!(matches!(error, StateError::QuotaExceeded { limit: 100, .. }), "{error:?}");
@@ -570,8 +637,43 @@ mod tests {
         drop(state);
         drop(first);
         assert_eq!(quota.used(), 0);
-        let _reopened = OperatorState::new(TaskOverlays::new(db.clone()), "op", &task("t", 0)).unwrap();
+        let _reopened = OperatorState::new(TaskOverlays::new(db.clone(), None), "op", &task("t", 0)).unwrap();
         assert_eq!(quota.used(), 14);
+    }
+
+    #[test]
+    fn a_pool_holds_the_overlays_bytes_until_their_checkpoint_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(StateDb::open(dir.path()).unwrap());
+        // Full keys are 10 bytes of prefix + the key: 11 + 5 bytes per entry below.
+        let pool = Arc::new(ResourcePool::new("tenant `a`", 100, None));
+        let overlays = TaskOverlays::new(db.clone(), Some(pool.clone()));
+        let mut state = OperatorState::new(overlays.clone(), "op", &task("t", 0)).unwrap();
+        state.write(vec![put("a", "12345"), put("b", "12345")]).unwrap();
+        assert_eq!(pool.memory_used(), 32);
+        // Overwriting in the same epoch counts the difference; a delete keeps its key.
+        state.write(vec![put("a", "1"), delete("b")]).unwrap();
+        assert_eq!(pool.memory_used(), 12 + 11);
+        // A sealed overlay stays held until its checkpoint commits; a new epoch adds its own.
+        let sealed = overlays.lock().unwrap().seal(CheckpointId(1));
+        state.write(vec![put("c", &"v".repeat(40))]).unwrap();
+        assert_eq!(pool.memory_used(), 23 + 51);
+        // A batch past the pool fails whole, naming it, and holds nothing.
+        let error = state.write(vec![put("d", "1"), put("e", &"v".repeat(20))]).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, StateError::PoolMemory(_)), "{error:?}");
+        for part in ["adds 43 bytes to the 74", "of tenant `a`", "memory of 100 bytes (max_total_memory_mb)"] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
+        assert_eq!(get(&mut state, "d"), None, "nothing of the refused batch was written");
+        assert_eq!(pool.memory_used(), 74);
+        // The commit frees the sealed overlay; a task that ends frees the rest.
+        db.apply(&Checkpoint { id: CheckpointId(1), writes: sealed, ..Checkpoint::default() }).unwrap();
+        overlays.lock().unwrap().committed(CheckpointId(1));
+        assert_eq!(pool.memory_used(), 51);
+        drop(state);
+        drop(overlays);
+        assert_eq!(pool.memory_used(), 0);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! table holds gets the value in the header `weir.table.<name>`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -16,6 +17,7 @@ use crate::config::{SourceConfig, TableConfig};
 use crate::error::PipelineError;
 use crate::kafka::{ReadBatch, TopicReader};
 use crate::record::RecordBatch;
+use crate::wasm::ResourcePool;
 
 /// Prefix of the header a joined record gets; the table's name follows.
 pub const HEADER_PREFIX: &str = "weir.table.";
@@ -41,17 +43,25 @@ struct Rows {
     values: HashMap<Vec<u8>, Vec<u8>>,
     /// Bytes of keys and values in `values`.
     bytes: usize,
+    /// The pool `bytes` are memory of, if any (a tenant's under `weir serve`).
+    pool: Option<Arc<ResourcePool>>,
 }
 
 impl Tables {
     /// Reads every table of `source` to its last stable offset, then starts following them,
     /// with readers in the pipeline's consumer group `group` ([`TopicReader::new`]: never
-    /// joined). `timeout` bounds the wait for a partition's leader and for each fetch.
+    /// joined). `timeout` bounds the wait for a partition's leader and for each fetch. The
+    /// tables' keys and values are memory of `pool`, if given.
     ///
     /// # Errors
     /// [`PipelineError::Refused`] when a table's topic does not exist or the table outgrows
-    /// its `max_mb`; a Kafka error when reading fails.
-    pub fn load(source: &SourceConfig, group: &str, timeout: Duration) -> Result<Self, PipelineError> {
+    /// its `max_mb` or the pool's memory; a Kafka error when reading fails.
+    pub fn load(
+        source: &SourceConfig,
+        group: &str,
+        timeout: Duration,
+        pool: Option<&Arc<ResourcePool>>,
+    ) -> Result<Self, PipelineError> {
         let mut tables = Vec::with_capacity(source.tables.len());
         for config in &source.tables {
             let reader = TopicReader::new(&source.cluster, &source.consumer, &config.topic, group)
@@ -59,7 +69,7 @@ impl Tables {
             let mut table = Table {
                 header: format!("{HEADER_PREFIX}{}", config.name),
                 reader,
-                rows: Rows { config: config.clone(), values: HashMap::new(), bytes: 0 },
+                rows: Rows { config: config.clone(), values: HashMap::new(), bytes: 0, pool: pool.cloned() },
             };
             table.load(timeout)?;
             tables.push(table);
@@ -70,7 +80,7 @@ impl Tables {
     /// Applies the table records fetched since the last call, without waiting.
     ///
     /// # Errors
-    /// A failed fetch, or a table outgrowing its `max_mb`.
+    /// A failed fetch, or a table outgrowing its `max_mb` or its pool's memory.
     pub fn poll(&mut self) -> Result<(), PipelineError> {
         for table in &mut self.tables {
             while let Some(record) = table.reader.next_now() {
@@ -159,6 +169,7 @@ impl Rows {
     /// Applies one table record: the latest value of its key, or its deletion.
     fn apply(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) -> Result<(), PipelineError> {
         let key_len = key.len();
+        let before = self.bytes;
         let old = match value {
             Some(value) => {
                 self.bytes += key_len + value.len();
@@ -179,7 +190,34 @@ impl Rows {
                 self.config.topic
             )));
         }
+        if let Some(pool) = &self.pool {
+            if self.bytes < before {
+                pool.shrink(before - self.bytes);
+            } else if !pool.grow(self.bytes - before) {
+                // What the pool granted, which the drop gives back: the pipeline stops.
+                self.bytes = before;
+                return Err(PipelineError::Refused(format!(
+                    "table {} holds {} bytes of keys and values, more than the memory {} has left on this node \
+                     ({} of {} MiB max_total_memory_mb used by its guests, uncommitted state and tables); keep \
+                     fewer keys in topic {}, or ask the operator for more memory",
+                    self.config.name,
+                    self.bytes,
+                    pool.owner(),
+                    pool.memory_used() >> 20,
+                    pool.memory_limit() >> 20,
+                    self.config.topic
+                )));
+            }
+        }
         Ok(())
+    }
+}
+
+impl Drop for Rows {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.shrink(self.bytes);
+        }
     }
 }
 

@@ -1,9 +1,11 @@
 //! The data of one operator instance's `Store`, and the host side of its imports.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use wasmtime::UpdateDeadline;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -40,6 +42,9 @@ pub(crate) struct HostState {
     pub(crate) watermark: Option<i64>,
     /// End of the current call's deadline; host calls past it trap.
     pub(crate) deadline: Option<Instant>,
+    /// Set when the pipeline is asked to stop ([`super::OperatorLimits::stop`]): ends a wait
+    /// for CPU at once.
+    stop: Option<Arc<AtomicBool>>,
     /// Largest changelog record a write may make ([`super::OperatorLimits::max_state_record`]).
     max_state_record: RecordLimit,
 }
@@ -49,6 +54,7 @@ impl HostState {
         operator: Arc<str>,
         limiter: MemoryLimiter,
         max_state_record: RecordLimit,
+        stop: Option<Arc<AtomicBool>>,
         state: Box<dyn StateStore>,
         timers: Box<dyn StateStore>,
     ) -> Self {
@@ -73,8 +79,23 @@ impl HostState {
             timer_writes: BTreeMap::new(),
             watermark: None,
             deadline: None,
+            stop,
             max_state_record,
         }
+    }
+
+    /// Runs at every epoch tick (10 ms) of guest code: [`pace`](super::pool::pace)s the call's
+    /// CPU time, moving its deadline by the wait (time spent waiting for the tenant's CPU share
+    /// is not the guest's), and traps once the deadline has passed.
+    pub(crate) fn epoch_tick(&mut self) -> wasmtime::Result<UpdateDeadline> {
+        let waited = super::pool::pace(self.stop.as_deref());
+        if let Some(deadline) = &mut self.deadline {
+            *deadline += waited;
+            if Instant::now() >= *deadline {
+                return Err(HostTrap::DeadlineExceeded.into());
+            }
+        }
+        Ok(UpdateDeadline::Continue(1))
     }
 
     /// Applies the current call's writes and timers to the operator's stores. Both stores write

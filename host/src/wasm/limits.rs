@@ -26,9 +26,10 @@ pub struct OperatorLimits {
     /// bytes; by default 64 MiB.
     pub memory_bytes: usize,
     /// Deadline of one guest call (`init`, `process`, `snapshot`, `restore`), measured in
-    /// wall-clock time from the start of the call; by default 1 s. Guest code is interrupted
-    /// (wasmtime epoch interruption), every host call checks it, and WASI waits (sleeps, polls,
-    /// blocking stream calls) end at it, so time spent in the host counts.
+    /// wall-clock time from the start of the call, less the time it waited for its `pool`'s CPU
+    /// share; by default 1 s. Guest code is interrupted (wasmtime epoch interruption, checked
+    /// every 10 ms), every host call checks it, and WASI waits (sleeps, polls, blocking stream
+    /// calls) end at it, so time spent in the host counts.
     pub deadline: Duration,
     /// Largest output record ([`record_size`]); by default librdkafka's default
     /// `message.max.bytes`. A pipeline sets the smallest of its producer's and its sink topics'

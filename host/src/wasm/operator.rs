@@ -1,19 +1,19 @@
 //! One transform placed in a pipeline's chain for one task.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 
 use super::bindings::Guest;
 use super::bindings::Version;
 use super::component::TransformComponent;
-use super::engine::EPOCH_TICK;
 use super::error::{BatchOffsets, Call, ErrorKind, HostTrap, OperatorError};
 use super::host::HostState;
 use super::host::clock;
 use super::limits::{MemoryLimiter, OperatorLimits, Refusal};
 use super::outputs::NegativeTimestamp;
+use super::pool::thread_cpu_time;
 use super::{InputRecord, OutputRecord, TimeDomain, Timer};
 use crate::record::{MalformedBatch, Outputs, RecordBatch, changelog_record_size};
 use crate::state::StateStore;
@@ -41,6 +41,8 @@ pub struct Operator {
     memory_at_start: usize,
     /// The task's watermark, for the guest's `timers.watermark` and for due event-time timers.
     watermark: Option<i64>,
+    /// Thread CPU time of the last guest call (zero without a pool).
+    last_call_cpu: Duration,
 }
 
 /// Either a live instance, or the state waiting for the next one.
@@ -83,6 +85,7 @@ impl Operator {
             snapshot: Vec::new(),
             instance: Instance::Idle(state, timers),
             memory_at_start: 0,
+            last_call_cpu: Duration::ZERO,
             watermark: None,
         };
         operator.ensure_live()?;
@@ -361,7 +364,8 @@ impl Operator {
             unreachable!("this is a bug in Weir: ensure_live left no live instance")
         };
         store.data_mut().watermark = self.watermark;
-        let result = metered(store, &self.limits, |store| f(bindings, store));
+        let (result, cpu) = metered(store, &self.limits, |store| f(bindings, store));
+        self.last_call_cpu = cpu;
         store.data_mut().deadline = None;
         let result = result.map_err(|error| classify(&error, store, &self.limits));
         result.map_err(|kind| self.fail(call, offsets, kind))
@@ -382,12 +386,14 @@ impl Operator {
                 self.name.clone(),
                 MemoryLimiter::new(&self.limits),
                 self.limits.max_state_record.clone(),
+                self.limits.stop.clone(),
                 state,
                 timers,
             ),
         ));
         store.limiter(|host| &mut host.limiter);
-        let started = metered(&mut store, &self.limits, |store| {
+        store.epoch_deadline_callback(|mut store| store.data_mut().epoch_tick());
+        let (started, cpu) = metered(&mut store, &self.limits, |store| {
             let bindings = self.component.pre.instantiate(&mut *store).map_err(|e| (Call::Init, Err(e)))?;
             match bindings.call_init(&mut *store, &self.config) {
                 Ok(Ok(())) => {}
@@ -416,6 +422,7 @@ impl Operator {
                 };
                 let host = store.into_data();
                 self.instance = Instance::Idle(host.state, host.timers);
+                self.charge_failure(cpu);
                 Err(self.error(call, None, kind))
             }
         }
@@ -424,8 +431,17 @@ impl Operator {
     /// Drops the instance after a failed call and builds the error.
     fn fail(&mut self, call: Call, offsets: Option<BatchOffsets>, kind: ErrorKind) -> OperatorError {
         self.recycle();
+        self.charge_failure(self.last_call_cpu);
         tracing::warn!(operator = %self.name, %call, error = %kind, "operator call failed; the next call runs on a fresh instance");
         self.error(call, offsets, kind)
+    }
+
+    /// Charges a failed call that used `cpu` to the pool again
+    /// ([`ResourcePool::charge_failure`](super::ResourcePool::charge_failure)).
+    fn charge_failure(&self, cpu: Duration) {
+        if let Some(pool) = &self.limits.pool {
+            pool.charge_failure(cpu);
+        }
     }
 
     fn error(&self, call: Call, offsets: Option<BatchOffsets>, kind: ErrorKind) -> OperatorError {
@@ -466,10 +482,10 @@ impl Operator {
     }
 }
 
-/// Starts a call's deadline: epoch ticks for guest code, an instant for host calls.
+/// Starts a call's deadline, which guest code meets at its next epoch tick
+/// ([`HostState::epoch_tick`]) and host calls check.
 fn arm(store: &mut Store<HostState>, limits: &OperatorLimits) {
-    let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
-    store.set_epoch_deadline(ticks.max(1));
+    store.set_epoch_deadline(1);
     store.data_mut().deadline = Some(Instant::now() + limits.deadline);
     store.data_mut().limiter.refused = None;
     store.data_mut().clear_writes();
@@ -522,15 +538,23 @@ fn memory_error(refusal: Refusal, limits: &OperatorLimits) -> ErrorKind {
 }
 
 /// Runs a guest call: waits for the pool's CPU share (before the deadline starts), [`arm`]s the
-/// call, and charges its thread CPU time to the pool.
+/// call, and meters its thread CPU time into the pool (the worker job around it usually does).
+/// Returns the call's result and, with a pool, its thread CPU time (for
+/// [`Operator::fail`] to charge a failure).
 fn metered<R>(
     store: &mut Store<HostState>,
     limits: &OperatorLimits,
     call: impl FnOnce(&mut Store<HostState>) -> R,
-) -> R {
-    let _meter = limits.pool.as_ref().map(|pool| pool.meter(limits.stop.as_deref()));
+) -> (R, Duration) {
+    let Some(pool) = &limits.pool else {
+        arm(store, limits);
+        return (call(store), Duration::ZERO);
+    };
+    let _meter = pool.meter(limits.stop.as_deref());
     arm(store, limits);
-    call(store)
+    let started = thread_cpu_time();
+    let result = call(store);
+    (result, thread_cpu_time().saturating_sub(started))
 }
 
 fn batch_offsets(batch: &RecordBatch) -> Option<BatchOffsets> {

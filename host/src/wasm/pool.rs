@@ -1,7 +1,8 @@
 //! Limits shared by the operators of several pipelines: under `weir serve`, one tenant's.
 
-use std::sync::Mutex;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest one guest call waits for its pool's CPU share, so that even an extreme setting (1 %
@@ -9,23 +10,43 @@ use std::time::{Duration, Instant};
 const MAX_CPU_WAIT: Duration = Duration::from_secs(30);
 /// CPU time a pool may bank while idle, in seconds of its share: a burst above the share.
 const CPU_BURST: Duration = Duration::from_millis(100);
+/// How many times its CPU time a failed guest call costs its pool in all (see
+/// [`ResourcePool::charge_failure`]).
+const FAILURE_WEIGHT: u32 = 10;
+/// Least a failed guest call costs its pool, on top of its own CPU time.
+const FAILURE_MIN_CHARGE: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// The pool metering the calling thread now, and the thread CPU time charged to it so far
+    /// (the outermost [`CpuMeter`] of the thread sets it).
+    static METERED: RefCell<Option<(Arc<ResourcePool>, Duration)>> = const { RefCell::new(None) };
+}
 
 /// Linear memory and CPU time that several operators share, on top of each operator's own
 /// [`OperatorLimits`](super::OperatorLimits).
 ///
-/// - **Memory**: the linear memory granted to every live instance in the pool together stays
-///   within `memory_bytes`; a growth past it is refused like one past the operator's own limit
-///   (the call fails with [`ErrorKind::PoolMemory`](super::ErrorKind::PoolMemory)).
-/// - **CPU**: the pool's metered work runs for at most `cpu_cores` seconds of thread CPU time
-///   per second of wall time (a token bucket refilled at that rate, holding at most 100 ms of
-///   it). Metered work ([`ResourcePool::meter`]) starts only when the pool is not in debt; its
-///   thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) is charged after it. Operators meter every
-///   guest call; a pipeline's runner meters each round of its own thread (polling, dead
-///   letters, checkpoints). Worker threads' host work outside guest calls, librdkafka's own
+/// - **Memory**: the linear memory granted to every live instance in the pool, the
+///   uncommitted state of their pipelines (epoch overlays, see
+///   [`TaskOverlays`](crate::state::TaskOverlays)) and their tables (`source.tables`) together
+///   stay within `memory_bytes`. A growth past it is refused like one past the operator's own
+///   limit (the call fails with [`ErrorKind::PoolMemory`](super::ErrorKind::PoolMemory)); a
+///   state write past it stops the pipeline until its last checkpoint
+///   (`StateError::PoolMemory`), and a pipeline checkpoints early before that happens; a table
+///   past it stops the pipeline.
+/// - **CPU**: the pool's metered work runs for at most its [`CpuLimit`] in seconds of thread
+///   CPU time per second of wall time (a token bucket refilled at that rate, holding at most
+///   100 ms of it); a failed guest call costs ten times its CPU time
+///   ([`ResourcePool::charge_failure`]). Metered work ([`ResourcePool::meter`]) starts only when the pool is not in debt, and
+///   is charged its thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) whenever it [`pace`]s and at
+///   its end. A pipeline's runner meters each round of its own thread (polling, dead letters,
+///   checkpoints), its workers each job (guest calls and the host work around them), and a
+///   guest call paces at every epoch tick (10 ms), so a long call waits out its pool's debt
+///   in the middle instead of running a whole deadline past its share. librdkafka's own
 ///   threads and the broker are not counted.
 ///
 /// `weir serve` gives each tenant one pool per node from its quotas `max_total_memory_mb` and
-/// `cpu_percent`, so one tenant's busy or hungry guests cannot take the node from another's.
+/// `cpu_percent` (by default a fair share), so one tenant's busy or hungry guests cannot take
+/// the node from another's.
 #[derive(Debug)]
 pub struct ResourcePool {
     owner: String,
@@ -34,35 +55,67 @@ pub struct ResourcePool {
     cpu: Option<CpuBucket>,
 }
 
+/// How much CPU time a [`ResourcePool`]'s metered work may use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CpuLimit {
+    /// At most this many cores (CPU seconds per wall second): `cpu_percent` / 100.
+    Cores(f64),
+    /// A fair share of the node's cores, which starts at `.0` cores and is set again from time
+    /// to time ([`ResourcePool::set_fair_share`]).
+    FairShare(f64),
+}
+
 #[derive(Debug)]
 struct CpuBucket {
-    /// CPU seconds per wall second.
-    cores: f64,
-    /// The bucket: banked CPU time and what was charged.
+    fair: bool,
+    /// The bucket: its rate, banked CPU time and what was charged.
     balance: Mutex<Bucket>,
 }
 
 #[derive(Debug)]
 struct Bucket {
+    /// CPU seconds per wall second.
+    cores: f64,
     /// Banked CPU time in nanoseconds as of `at`; negative: debt.
     balance: f64,
     at: Instant,
-    /// All CPU time charged.
+    /// All CPU time charged: what was used, and failures' extra cost.
     charged: Duration,
+    /// All CPU time used.
+    used: Duration,
 }
 
 impl ResourcePool {
-    /// A pool for `owner` (named in errors, e.g. ``tenant `acme` ``) of `memory_bytes` of linear
-    /// memory in total and `cpu_cores` cores of metered CPU time (`None`: no CPU limit).
-    pub fn new(owner: impl Into<String>, memory_bytes: usize, cpu_cores: Option<f64>) -> Self {
+    /// A pool for `owner` (named in errors, e.g. ``tenant `acme` ``) of `memory_bytes` of
+    /// memory in total and `cpu` of metered CPU time (`None`: no CPU limit).
+    pub fn new(owner: impl Into<String>, memory_bytes: usize, cpu: Option<CpuLimit>) -> Self {
+        let bucket = |cores: f64, fair: bool| CpuBucket {
+            fair,
+            balance: Mutex::new(Bucket {
+                cores,
+                balance: 0.0,
+                at: Instant::now(),
+                charged: Duration::ZERO,
+                used: Duration::ZERO,
+            }),
+        };
         Self {
             owner: owner.into(),
             memory_bytes,
             memory_used: AtomicUsize::new(0),
-            cpu: cpu_cores.map(|cores| CpuBucket {
-                cores,
-                balance: Mutex::new(Bucket { balance: 0.0, at: Instant::now(), charged: Duration::ZERO }),
+            cpu: cpu.map(|cpu| match cpu {
+                CpuLimit::Cores(cores) => bucket(cores, false),
+                CpuLimit::FairShare(cores) => bucket(cores, true),
             }),
+        }
+    }
+
+    /// Sets the rate of a [`CpuLimit::FairShare`] pool to `cores`; nothing for another pool.
+    pub fn set_fair_share(&self, cores: f64) {
+        if let Some(cpu) = self.cpu.as_ref().filter(|cpu| cpu.fair) {
+            let mut bucket = cpu.lock();
+            cpu.refill(&mut bucket);
+            bucket.cores = cores;
         }
     }
 
@@ -76,13 +129,13 @@ impl ResourcePool {
         self.memory_bytes
     }
 
-    /// Linear memory granted to the pool's live instances now, in bytes.
+    /// Memory granted now (linear memory and uncommitted state), in bytes.
     pub fn memory_used(&self) -> usize {
         self.memory_used.load(Ordering::Relaxed)
     }
 
-    /// Grants `bytes` more linear memory if the pool has room.
-    pub(super) fn grow(&self, bytes: usize) -> bool {
+    /// Grants `bytes` more memory if the pool has room.
+    pub(crate) fn grow(&self, bytes: usize) -> bool {
         self.memory_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(bytes).filter(|total| *total <= self.memory_bytes)
@@ -90,70 +143,118 @@ impl ResourcePool {
             .is_ok()
     }
 
-    /// Gives back `bytes` of linear memory (an instance that was dropped).
-    pub(super) fn shrink(&self, bytes: usize) {
+    /// Gives back `bytes` of memory (an instance dropped, a checkpoint committed).
+    pub(crate) fn shrink(&self, bytes: usize) {
         let _ = self
             .memory_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| Some(used.saturating_sub(bytes)));
     }
 
-    /// CPU time charged to the pool so far (zero without a CPU limit).
+    /// CPU time charged to the pool so far, failures' extra cost included (zero without a CPU
+    /// limit).
     pub fn cpu_charged(&self) -> Duration {
         self.cpu.as_ref().map_or(Duration::ZERO, |cpu| cpu.lock().charged)
     }
 
-    /// Starts metering the calling thread's CPU time: waits, up to [`MAX_CPU_WAIT`] and no
-    /// longer than until `stop` is set, for the pool to pay off its CPU debt; the returned meter
-    /// charges the thread's CPU time from now until it is dropped. Meters on one thread must not
-    /// nest (their time would count twice).
-    pub fn meter(&self, stop: Option<&AtomicBool>) -> CpuMeter<'_> {
-        self.admit(stop);
-        CpuMeter { pool: self, start: thread_cpu_time() }
+    /// Thread CPU time the pool's metered work used so far (zero without a CPU limit).
+    pub fn cpu_used(&self) -> Duration {
+        self.cpu.as_ref().map_or(Duration::ZERO, |cpu| cpu.lock().used)
     }
 
-    /// Waits, up to [`MAX_CPU_WAIT`] and until `stop` is set, for the pool to pay off its debt.
-    fn admit(&self, stop: Option<&AtomicBool>) {
-        let Some(cpu) = &self.cpu else { return };
-        let debt = {
+    /// Starts metering the calling thread's CPU time into the pool until the returned meter is
+    /// dropped, then [`pace`]s: waits for the pool to pay off its CPU debt. A meter inside
+    /// another on the same thread (a guest call inside a metered worker job) only paces: the
+    /// outermost one charges the thread's time, into its own pool.
+    pub fn meter(self: &Arc<Self>, stop: Option<&AtomicBool>) -> CpuMeter {
+        let outermost = METERED.with_borrow_mut(|metered| {
+            metered.is_none().then(|| *metered = Some((self.clone(), thread_cpu_time()))).is_some()
+        });
+        pace(stop);
+        CpuMeter { outermost }
+    }
+
+    /// Waits, up to [`MAX_CPU_WAIT`] and until `stop` is set, for the pool to pay off its debt;
+    /// returns how long it waited.
+    fn admit(&self, stop: Option<&AtomicBool>) -> Duration {
+        let Some(cpu) = &self.cpu else { return Duration::ZERO };
+        let (debt, cores) = {
             let mut bucket = cpu.lock();
             cpu.refill(&mut bucket);
-            -bucket.balance
+            (-bucket.balance, bucket.cores)
         };
         if debt <= 0.0 {
-            return;
+            return Duration::ZERO;
         }
-        let until = Instant::now() + Duration::from_nanos((debt / cpu.cores) as u64).min(MAX_CPU_WAIT);
+        let start = Instant::now();
+        let until = start + Duration::from_secs_f64(debt / 1e9 / cores).min(MAX_CPU_WAIT);
         // In slices, so that a stop gets through at once.
         while let Some(left) = until.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
             if stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
-                return;
+                break;
             }
             std::thread::sleep(left.min(Duration::from_millis(50)));
         }
+        start.elapsed()
     }
 
-    /// Charges `spent` CPU time to the pool.
+    /// Charges a failed guest call that used `spent` CPU time (already charged as it ran) again:
+    /// `FAILURE_WEIGHT - 1` times `spent`, and at least `FAILURE_MIN_CHARGE`. A failure
+    /// produces nothing but costs the node a call and the host work after it (a dead letter, a
+    /// new instance, a retry); so a tenant whose calls keep failing — loops run to their
+    /// deadline, memory bombs, guests that refuse every record — runs at a tenth of its CPU share
+    /// at most, and at most 1,000 failures per second of it (so 1,000 dead letters), rather than
+    /// taking its whole share from its neighbours. Nothing without a CPU limit.
+    pub(crate) fn charge_failure(&self, spent: Duration) {
+        self.debit((spent * (FAILURE_WEIGHT - 1)).max(FAILURE_MIN_CHARGE), Duration::ZERO);
+    }
+
+    /// Charges `spent` CPU time, used, to the pool.
     fn charge(&self, spent: Duration) {
+        self.debit(spent, spent);
+    }
+
+    /// Takes `cost` from the bucket, of which `used` was CPU time used.
+    fn debit(&self, cost: Duration, used: Duration) {
         let Some(cpu) = &self.cpu else { return };
         let mut bucket = cpu.lock();
         cpu.refill(&mut bucket);
-        bucket.balance -= spent.as_nanos() as f64;
-        bucket.charged += spent;
+        bucket.balance -= cost.as_nanos() as f64;
+        bucket.charged += cost;
+        bucket.used += used;
     }
 }
 
-/// Charges the CPU time of its thread to a [`ResourcePool`] when dropped (see
+/// Charges the CPU time of its thread to a [`ResourcePool`] until dropped (see
 /// [`ResourcePool::meter`]).
-#[must_use = "the meter charges when dropped"]
-pub struct CpuMeter<'a> {
-    pool: &'a ResourcePool,
-    start: Duration,
+#[must_use = "the meter charges until dropped"]
+pub struct CpuMeter {
+    /// Whether this meter set the thread's pool (and so charges and clears it when dropped).
+    outermost: bool,
 }
 
-impl Drop for CpuMeter<'_> {
+impl Drop for CpuMeter {
     fn drop(&mut self) {
-        self.pool.charge(thread_cpu_time().saturating_sub(self.start));
+        if self.outermost
+            && let Some((pool, charged)) = METERED.take()
+        {
+            pool.charge(thread_cpu_time().saturating_sub(charged));
+        }
     }
+}
+
+/// Charges the calling thread's CPU time since its last charge to the pool metering the thread
+/// ([`ResourcePool::meter`]), then waits, up to [`MAX_CPU_WAIT`] and no longer than until
+/// `stop` is set, for that pool to pay off its CPU debt. Returns how long it waited: zero on a
+/// thread no pool meters, and for a pool without a CPU limit.
+pub fn pace(stop: Option<&AtomicBool>) -> Duration {
+    let pool = METERED.with_borrow_mut(|metered| {
+        let (pool, charged) = metered.as_mut()?;
+        let now = thread_cpu_time();
+        pool.charge(now.saturating_sub(*charged));
+        *charged = now;
+        Some(pool.clone())
+    });
+    pool.map_or(Duration::ZERO, |pool| pool.admit(stop))
 }
 
 impl CpuBucket {
@@ -164,14 +265,14 @@ impl CpuBucket {
 
     fn refill(&self, bucket: &mut Bucket) {
         let now = Instant::now();
-        let burst = CPU_BURST.as_nanos() as f64 * self.cores;
-        bucket.balance = (bucket.balance + now.duration_since(bucket.at).as_nanos() as f64 * self.cores).min(burst);
+        let burst = CPU_BURST.as_nanos() as f64 * bucket.cores;
+        bucket.balance = (bucket.balance + now.duration_since(bucket.at).as_nanos() as f64 * bucket.cores).min(burst);
         bucket.at = now;
     }
 }
 
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
-fn thread_cpu_time() -> Duration {
+pub(crate) fn thread_cpu_time() -> Duration {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `clock_gettime` writes one `timespec` through a valid pointer; it cannot fail for
     // this clock on Linux, and a failure would leave zeros (no charge).
@@ -200,7 +301,7 @@ mod tests {
         // Half a core: the next metered work starts only once the wall time since the pool
         // began pays for twice the CPU time charged.
         let created = Instant::now();
-        let pool = ResourcePool::new("tenant `a`", 0, Some(0.5));
+        let pool = Arc::new(ResourcePool::new("tenant `a`", 0, Some(CpuLimit::Cores(0.5))));
         {
             let _meter = pool.meter(None);
             let start = thread_cpu_time();
@@ -212,7 +313,7 @@ mod tests {
         let elapsed = created.elapsed();
         assert!(elapsed.as_secs_f64() >= 0.99 * charged.as_secs_f64() / 0.5, "{elapsed:?} for {charged:?}");
         // Without a CPU limit nothing is charged.
-        let free = ResourcePool::new("tenant `b`", 0, None);
+        let free = Arc::new(ResourcePool::new("tenant `b`", 0, None));
         drop(free.meter(None));
         assert_eq!(free.cpu_charged(), Duration::ZERO);
         // A stop ends the wait at once, however deep the debt (here 200 s of wall time).
@@ -221,5 +322,60 @@ mod tests {
         let start = Instant::now();
         drop(pool.meter(Some(&stopped)));
         assert!(start.elapsed() < MAX_CPU_WAIT, "waited {:?}", start.elapsed());
+    }
+
+    #[test]
+    fn a_failure_costs_ten_times_its_cpu_and_at_least_a_millisecond() {
+        let pool = ResourcePool::new("tenant `a`", 0, Some(CpuLimit::Cores(1.0)));
+        pool.charge_failure(Duration::from_millis(5));
+        assert_eq!(pool.cpu_charged(), Duration::from_millis(45), "9 times more: 10 in all with the call's own");
+        pool.charge_failure(Duration::from_micros(10));
+        assert_eq!(pool.cpu_charged(), Duration::from_millis(46));
+        assert_eq!(pool.cpu_used(), Duration::ZERO, "a failure's extra cost is not CPU time used");
+        let free = ResourcePool::new("tenant `b`", 0, None);
+        free.charge_failure(Duration::from_secs(1));
+        assert_eq!(free.cpu_charged(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_fair_share_pool_pays_its_debt_at_the_share_last_set_and_a_capped_one_at_its_cap() {
+        let fair = ResourcePool::new("tenant `a`", 0, Some(CpuLimit::FairShare(0.1)));
+        let capped = ResourcePool::new("tenant `b`", 0, Some(CpuLimit::Cores(0.5)));
+        for pool in [&fair, &capped] {
+            pool.set_fair_share(4.0);
+            pool.charge(Duration::from_millis(200));
+        }
+        // 200 ms of debt at 4 cores is 50 ms; at half a core, 400 ms.
+        let waited = fair.admit(None);
+        assert!(waited < Duration::from_millis(150), "{waited:?}");
+        let waited = capped.admit(None);
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        assert_eq!(fair.cpu_used(), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_nested_meter_only_paces_and_pacing_charges_as_it_goes() {
+        let burn = |cpu: Duration| {
+            let start = thread_cpu_time();
+            while thread_cpu_time() < start + cpu {}
+        };
+        let pool = Arc::new(ResourcePool::new("tenant `a`", 0, Some(CpuLimit::Cores(0.5))));
+        let outer = pool.meter(None);
+        burn(Duration::from_millis(30));
+        // A guest call inside a worker job: its time is the job's, counted once.
+        drop(pool.meter(None));
+        assert!(pool.cpu_charged() >= Duration::from_millis(30), "the inner meter paced (charged so far)");
+        burn(Duration::from_millis(30));
+        // Pacing in the middle of the work charges it and waits out the debt at half a core.
+        let waited = pace(None);
+        assert!(pool.cpu_charged() >= Duration::from_millis(60), "{:?}", pool.cpu_charged());
+        assert!(waited >= Duration::from_millis(10), "a pool 60 ms in debt at half a core waits: {waited:?}");
+        drop(outer);
+        let charged = pool.cpu_charged();
+        assert!(charged < Duration::from_millis(90), "nothing counted twice: {charged:?}");
+        // Once the outermost meter is gone, nothing meters the thread.
+        burn(Duration::from_millis(5));
+        assert_eq!(pace(None), Duration::ZERO);
+        assert_eq!(pool.cpu_charged(), charged);
     }
 }
