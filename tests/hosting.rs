@@ -639,8 +639,8 @@ async fn noisy_guests_fail_for_good_while_a_neighbour_stays_exact() {
 /// A tenant's uncommitted state is memory of its pool (issue 44 item 6): a pipeline whose epoch
 /// would hold more state than `max_total_memory_mb` (here 96 MiB, with `checkpoint.interval_ms`
 /// at 10 min and `max_epoch_bytes` at 1 GiB, so only the pool ends its epochs) checkpoints early
-/// and waits for each commit. Its output arrives long before the interval, and the tenant's
-/// memory, overlays included, stays within the quota while it runs.
+/// and waits for each commit. More output than fits the quota at once arrives long before the
+/// interval, and the tenant's memory, overlays included, stays within the quota while it runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenants_uncommitted_state_counts_against_its_memory_quota() {
     const LIMIT_MB: u64 = 96;
@@ -649,12 +649,13 @@ async fn a_tenants_uncommitted_state_counts_against_its_memory_quota() {
     let token = serve.tenant("hoarder", &format!("{run}."), Some(json!({ "max_total_memory_mb": LIMIT_MB })));
     let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
     assert_eq!(serve.upload(&token, "misbehave", misbehave).0, 201);
-    // `fill` stores 64 KiB per record: 2,000 of them are 125 MiB of state.
-    let count = 2_000;
+    // `fill` stores 64 KiB per record: 3,000 of them are 188 MiB of state; batches of 8 keep
+    // what the workers hold at once (16 batches per worker) to 16 MiB.
+    let count = 3_000;
     let (source, sink) = (format!("{run}.fill-in"), format!("{run}.fill-out"));
     produce(&source, 1, &vec![(None, "fill".to_owned()); count]).await;
     let spec = format!(
-        "[source]\ntopics = [\"{source}\"]\nbatch_size = 32\n[[transforms]]\nname = \"m\"\n\
+        "[source]\ntopics = [\"{source}\"]\nbatch_size = 8\n[[transforms]]\nname = \"m\"\n\
          transform = \"misbehave\"\nmemory_limit_mb = 16\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n\
          transaction_timeout_ms = 800000\n[checkpoint]\ninterval_ms = 600000\nmax_epoch_bytes = 1073741824\n"
     );
@@ -678,11 +679,13 @@ async fn a_tenants_uncommitted_state_counts_against_its_memory_quota() {
             most
         });
         let mut reader = Reader::new(&sink, 1, Isolation::ReadCommitted);
-        let read = reader.read_until(count, RUN_TIMEOUT);
+        // 2,000 records hold 125 MiB of state: more than the quota.
+        reader.read_until(2_000, RUN_TIMEOUT);
         done.store(true, std::sync::atomic::Ordering::Relaxed);
-        (read, sampler.join().expect("the sampler"))
+        (reader, sampler.join().expect("the sampler"))
     });
-    assert_eq!(read, count, "the epochs did not end before checkpoint.interval_ms\n{}", serve.log());
+    let early = read.records.len();
+    assert!(early >= 2_000, "only {early} records before checkpoint.interval_ms\n{}", serve.log());
     let limit = (LIMIT_MB << 20) as f64;
     assert!(most <= limit, "the tenant held {most} bytes, above its {limit}");
     assert!(most > limit / 3.0, "the overlays were not counted: at most {most} bytes of {limit}");

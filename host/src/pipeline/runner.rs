@@ -257,9 +257,11 @@ impl<'a> Runner<'a> {
     /// Whether the pool's free memory is less than the current epoch's overlays hold: as much
     /// again would not fit, so the epoch ends now and the next waits for its commit, which
     /// frees its overlays (before a state write is refused, `StateError::PoolMemory`).
-    fn pool_is_short(&self) -> bool {
+    /// Reads every task's overlays, so it holds while the tasks are out on the workers too
+    /// (the stream stops polling then).
+    pub(super) fn pool_is_short(&self) -> bool {
         let Some(pool) = &self.options.pool else { return false };
-        let held: usize = self.tasks.iter().map(|t| t.epoch_bytes()).sum();
+        let held: usize = self.overlays.iter().map(|o| o.lock().map_or(0, |o| o.current_bytes())).sum();
         held > 0 && pool.memory_limit().saturating_sub(pool.memory_used()) < held
     }
 

@@ -100,7 +100,8 @@ impl Runner<'_> {
                 // every empty poll.
                 polls += 1;
                 dry = polled.is_none();
-                let on_time = (!dry && polls % batch_size != 0) || Instant::now() < until;
+                // So is the tenant's memory: the epoch ends early when its state would not fit.
+                let on_time = (!dry && polls % batch_size != 0) || (Instant::now() < until && !self.pool_is_short());
                 // The queue running dry (fetches in flight) ends the stretch only once every
                 // task is back: ending it at once had the runner wait for all the workers before
                 // its next poll, so a worker that was done sat idle. A rebalance event also
