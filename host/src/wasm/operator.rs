@@ -43,6 +43,8 @@ pub struct Operator {
     watermark: Option<i64>,
     /// Thread CPU time of the last guest call (zero without a pool).
     last_call_cpu: Duration,
+    /// Whether the last call failed: the next is charged as a failure as it runs.
+    failing: bool,
 }
 
 /// Either a live instance, or the state waiting for the next one.
@@ -86,6 +88,7 @@ impl Operator {
             instance: Instance::Idle(state, timers),
             memory_at_start: 0,
             last_call_cpu: Duration::ZERO,
+            failing: false,
             watermark: None,
         };
         operator.ensure_live()?;
@@ -364,8 +367,10 @@ impl Operator {
             unreachable!("this is a bug in Weir: ensure_live left no live instance")
         };
         store.data_mut().watermark = self.watermark;
-        let (result, cpu) = metered(store, &self.limits, |store| f(bindings, store));
+        let (result, cpu) = metered(store, &self.limits, self.failing, |store| f(bindings, store));
         self.last_call_cpu = cpu;
+        // Until a guest error or a bad output makes it fail after all.
+        self.failing &= result.is_err();
         store.data_mut().deadline = None;
         let result = result.map_err(|error| classify(&error, store, &self.limits));
         result.map_err(|kind| self.fail(call, offsets, kind))
@@ -393,7 +398,7 @@ impl Operator {
         ));
         store.limiter(|host| &mut host.limiter);
         store.epoch_deadline_callback(|mut store| store.data_mut().epoch_tick());
-        let (started, cpu) = metered(&mut store, &self.limits, |store| {
+        let (started, cpu) = metered(&mut store, &self.limits, self.failing, |store| {
             let bindings = self.component.pre.instantiate(&mut *store).map_err(|e| (Call::Init, Err(e)))?;
             match bindings.call_init(&mut *store, &self.config) {
                 Ok(Ok(())) => {}
@@ -438,10 +443,12 @@ impl Operator {
 
     /// Charges a failed call that used `cpu` to the pool again
     /// ([`ResourcePool::charge_failure`](super::ResourcePool::charge_failure)).
-    fn charge_failure(&self, cpu: Duration) {
+    fn charge_failure(&mut self, cpu: Duration) {
         if let Some(pool) = &self.limits.pool {
-            pool.charge_failure(cpu);
+            // A call charged as a failure as it ran owes only the least a failure costs.
+            pool.charge_failure(if self.failing { Duration::ZERO } else { cpu });
         }
+        self.failing = true;
     }
 
     fn error(&self, call: Call, offsets: Option<BatchOffsets>, kind: ErrorKind) -> OperatorError {
@@ -540,10 +547,12 @@ fn memory_error(refusal: Refusal, limits: &OperatorLimits) -> ErrorKind {
 /// Runs a guest call: waits for the pool's CPU share (before the deadline starts), [`arm`]s the
 /// call, and meters its thread CPU time into the pool (the worker job around it usually does).
 /// Returns the call's result and, with a pool, its thread CPU time (for
-/// [`Operator::fail`] to charge a failure).
+/// [`Operator::fail`] to charge a failure). The call of a `failing` operator (its last call
+/// failed) is charged as a failure as it runs ([`super::pool::weigh_as_failing`]).
 fn metered<R>(
     store: &mut Store<HostState>,
     limits: &OperatorLimits,
+    failing: bool,
     call: impl FnOnce(&mut Store<HostState>) -> R,
 ) -> (R, Duration) {
     let Some(pool) = &limits.pool else {
@@ -551,6 +560,7 @@ fn metered<R>(
         return (call(store), Duration::ZERO);
     };
     let _meter = pool.meter(limits.stop.as_deref());
+    let _weight = failing.then(super::pool::weigh_as_failing);
     arm(store, limits);
     let started = thread_cpu_time();
     let result = call(store);

@@ -17,9 +17,27 @@ const FAILURE_WEIGHT: u32 = 10;
 const FAILURE_MIN_CHARGE: Duration = Duration::from_millis(1);
 
 thread_local! {
-    /// The pool metering the calling thread now, and the thread CPU time charged to it so far
-    /// (the outermost [`CpuMeter`] of the thread sets it).
-    static METERED: RefCell<Option<(Arc<ResourcePool>, Duration)>> = const { RefCell::new(None) };
+    /// The pool metering the calling thread now (the outermost [`CpuMeter`] of the thread sets
+    /// it).
+    static METERED: RefCell<Option<Metered>> = const { RefCell::new(None) };
+}
+
+/// A thread's metering: its pool, the thread CPU time charged so far, and how many times its
+/// CPU time costs now ([`weigh`]).
+struct Metered {
+    pool: Arc<ResourcePool>,
+    charged: Duration,
+    weight: u32,
+}
+
+impl Metered {
+    /// Charges the thread CPU time since the last charge, at the current weight.
+    fn charge(&mut self) {
+        let now = thread_cpu_time();
+        let used = now.saturating_sub(self.charged);
+        self.pool.debit(used * self.weight, used);
+        self.charged = now;
+    }
 }
 
 /// Linear memory and CPU time that several operators share, on top of each operator's own
@@ -167,7 +185,10 @@ impl ResourcePool {
     /// outermost one charges the thread's time, into its own pool.
     pub fn meter(self: &Arc<Self>, stop: Option<&AtomicBool>) -> CpuMeter {
         let outermost = METERED.with_borrow_mut(|metered| {
-            metered.is_none().then(|| *metered = Some((self.clone(), thread_cpu_time()))).is_some()
+            metered
+                .is_none()
+                .then(|| *metered = Some(Metered { pool: self.clone(), charged: thread_cpu_time(), weight: 1 }))
+                .is_some()
         });
         pace(stop);
         CpuMeter { outermost }
@@ -209,6 +230,7 @@ impl ResourcePool {
     }
 
     /// Charges `spent` CPU time, used, to the pool.
+    #[cfg(test)]
     fn charge(&self, spent: Duration) {
         self.debit(spent, spent);
     }
@@ -235,9 +257,9 @@ pub struct CpuMeter {
 impl Drop for CpuMeter {
     fn drop(&mut self) {
         if self.outermost
-            && let Some((pool, charged)) = METERED.take()
+            && let Some(mut metered) = METERED.take()
         {
-            pool.charge(thread_cpu_time().saturating_sub(charged));
+            metered.charge();
         }
     }
 }
@@ -248,13 +270,41 @@ impl Drop for CpuMeter {
 /// thread no pool meters, and for a pool without a CPU limit.
 pub fn pace(stop: Option<&AtomicBool>) -> Duration {
     let pool = METERED.with_borrow_mut(|metered| {
-        let (pool, charged) = metered.as_mut()?;
-        let now = thread_cpu_time();
-        pool.charge(now.saturating_sub(*charged));
-        *charged = now;
-        Some(pool.clone())
+        let metered = metered.as_mut()?;
+        metered.charge();
+        Some(metered.pool.clone())
     });
     pool.map_or(Duration::ZERO, |pool| pool.admit(stop))
+}
+
+/// Until the returned guard is dropped, the calling thread's CPU time costs its pool
+/// `FAILURE_WEIGHT` times what it uses: a guest call of an operator whose last call failed pays a
+/// failure's price as it runs, paced every 10 ms, rather than all at once when it fails again
+/// (which let a looping guest take its whole share for a deadline at a time). Nothing on a thread
+/// no pool meters.
+pub fn weigh_as_failing() -> Weighed {
+    METERED.with_borrow_mut(|metered| {
+        if let Some(metered) = metered {
+            metered.charge();
+            metered.weight = FAILURE_WEIGHT;
+        }
+    });
+    Weighed(())
+}
+
+/// Restores the thread's weight when dropped (see [`weigh_as_failing`]).
+#[must_use = "the weight holds until dropped"]
+pub struct Weighed(());
+
+impl Drop for Weighed {
+    fn drop(&mut self) {
+        METERED.with_borrow_mut(|metered| {
+            if let Some(metered) = metered {
+                metered.charge();
+                metered.weight = 1;
+            }
+        });
+    }
 }
 
 impl CpuBucket {
