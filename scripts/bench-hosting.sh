@@ -7,7 +7,8 @@
 # `on_error = "dead-letter"`, so they never stop failing (no back-off between records). Tenant A
 # gets `cpu_percent` = each value in $NOISY_CPU_PERCENT (space-separated; "default", the
 # default, leaves the quota at its default) and each prints one row: B's records/s alone and
-# beside A, the ratio, and the CPU time each tenant's pool metered while B ran.
+# beside A, the ratio, and the CPU time each tenant's pool metered while B ran. $NOISY_WORDS picks
+# A's pipelines (default "loop alloc error").
 # Needs the broker (scripts/kafka.sh) on WEIR_KAFKA_PORT (9092).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,8 @@ run="bench-hosting-$stamp"
 work="$root/target/bench-hosting/$run"
 mkdir -p "$work"
 copies="${HOSTING_COPIES:-3}"
+# A's misbehaving words, one pipeline each.
+words="${NOISY_WORDS:-loop alloc error}"
 flights=$((336776 * copies))
 
 cat > "$work/serve.toml" <<EOF
@@ -105,7 +108,7 @@ for percent in ${NOISY_CPU_PERCENT:-default}; do
     b_solo=$(python3 -c "print($(metered "$tb") - $b_before)")
 
     WEIR_TOKEN="$a" "$weir" hosted-transforms push misbehave "$root/target/plugins/misbehave.wasm" > /dev/null
-    for word in loop alloc error; do
+    for word in $words; do
         python3 -c "print('\\n'.join(['\"$word\"'] * 100000))" > "$work/$word.jsonl"
         "$weir" produce --topic "$ta.$word-in" --partitions 2 "$work/$word.jsonl" > /dev/null
         cat > "$work/$word.toml" <<EOF
@@ -128,7 +131,7 @@ EOF
     a_before=$(metered "$ta") b_before=$(metered "$tb")
     beside=$(delays "$b" "$tb" beside "$flights")
     a_after=$(metered "$ta") b_after=$(metered "$tb")
-    for word in loop alloc error; do WEIR_TOKEN="$a" "$weir" pipelines rm "$word" > /dev/null; done
+    for word in $words; do WEIR_TOKEN="$a" "$weir" pipelines rm "$word" > /dev/null; done
     # Alone again once A is gone: B alone is the mean of the runs before and after, so that a
     # machine (or broker) that speeds up or slows down over the round does not pass for A.
     after=$(delays "$b" "$tb" after "$flights")
