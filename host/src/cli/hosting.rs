@@ -84,7 +84,8 @@ pub struct QuotaArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     max_total_memory_mb: Option<u64>,
-    /// CPU time of its pipelines (guest calls, pipeline threads) on a node, in percent of one core.
+    /// Most CPU time of its pipelines on a node, in percent of one core (default: none, a fair
+    /// share of the node).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_percent: Option<u32>,
