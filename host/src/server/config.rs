@@ -131,8 +131,9 @@ pub struct Quotas {
     /// Most CPU time the tenant's pipelines may use on a node (their threads' work, see
     /// [`crate::wasm::ResourcePool`]), in percent of one core (100 = one core); their work
     /// waits while the tenant is over it. Default: none, a fair share (`FairShares` in
-    /// `server::supervisor`): the node's cores divided among the tenants using CPU on it, and
-    /// what the others leave unused.
+    /// `server::shares`): the node's cores divided among the tenants using CPU on it, weighted
+    /// by the part of their charge that bought work (failures cost tenfold), or what the node
+    /// leaves idle, whichever is more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_percent: Option<u32>,
     /// Transform versions the tenant may store, all its transforms together (every node keeps

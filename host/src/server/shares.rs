@@ -1,17 +1,24 @@
 //! Fair shares of a node's CPU: the default `cpu_percent` of a tenant ([`CpuLimit::FairShare`]).
 //!
 //! Every [`INTERVAL`], each tenant's CPU use since the last look (its pool's metered thread CPU
-//! time, [`ResourcePool::cpu_used`]) is smoothed into a rate, and each fair-share pool's rate is
-//! set to the larger of
-//! - its fair share: the node's cores divided among the tenants using CPU (itself counted), and
-//! - what the others leave: the node's cores less their rates.
+//! time, [`ResourcePool::cpu_used`]) and what it was charged for it
+//! ([`ResourcePool::cpu_charged`]: failed calls cost tenfold) are smoothed into rates, and each
+//! fair-share pool's rate is set to the larger of
+//! - its fair share: the node's cores divided among the tenants using CPU (itself counted), in
+//!   proportion to their weights. A tenant's weight is the part of its charge that bought work
+//!   (used ÷ charged): 1 for one whose calls succeed, a tenth for one whose calls all fail. So
+//!   beside a busy neighbour a failing tenant gets a tenth of an even split, and pays tenfold
+//!   for it;
+//! - what the node leaves: its own use plus the node's idle CPU (`/proc/stat`, so the work no
+//!   pool meters — Kafka clients, a broker on the same machine — counts), but no more than the
+//!   node's cores less the other tenants' use.
 //!
 //! So a tenant alone uses the whole node, two busy tenants get half each, and a tenant beside
-//! one that uses little (an idle one, or one whose calls keep failing, which
-//! [`ResourcePool::charge_failure`] holds to a tenth of its share) gets nearly everything.
-//! Tenants with a `cpu_percent` are held to it and count as the others do.
+//! an idle one gets nearly everything. Tenants with a `cpu_percent` are held to it and count as
+//! the others do.
 
 use std::collections::HashMap;
+use std::fs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,11 +45,34 @@ pub fn limit(cpu_percent: Option<u32>) -> CpuLimit {
     }
 }
 
-/// Each tenant's CPU use as last seen, by tenant id: its pool's `cpu_used` then, and its smoothed
-/// rate in cores.
+/// Least weight of a tenant. One whose every call fails is charged ten times its use
+/// ([`ResourcePool::charge_failure`]), so its weight settles near a tenth; this floor only keeps a
+/// tenant that used nothing for its charge from a weight of zero.
+const MIN_WEIGHT: f64 = 0.01;
+
+/// A pool's meters at the last look and their smoothed rates, in cores.
+#[derive(Clone, Copy, Default, Debug)]
+struct Seen {
+    used: Duration,
+    charged: Duration,
+    used_rate: f64,
+    charged_rate: f64,
+}
+
+impl Seen {
+    /// Share of the charge that bought work: 1 when nothing failed.
+    fn weight(&self) -> f64 {
+        if self.charged_rate <= 0.0 { 1.0 } else { (self.used_rate / self.charged_rate).clamp(MIN_WEIGHT, 1.0) }
+    }
+}
+
+/// Each tenant's CPU use as last seen, by tenant id, and the node's idle CPU.
 #[derive(Default)]
 pub struct FairShares {
-    seen: HashMap<String, (Duration, f64)>,
+    seen: HashMap<String, Seen>,
+    /// The node's idle CPU time at the last look (`None` where `/proc/stat` cannot be read) and
+    /// its smoothed rate, in cores.
+    idle: Option<(Duration, f64)>,
     at: Option<Instant>,
 }
 
@@ -52,34 +82,69 @@ impl FairShares {
         let now = Instant::now();
         let elapsed = self.at.replace(now).map_or(0.0, |at| now.duration_since(at).as_secs_f64());
         let pools: Vec<_> = pools.into_iter().collect();
-        let mut rates = HashMap::with_capacity(pools.len());
+        let mut seen = HashMap::with_capacity(pools.len());
         for (id, pool) in &pools {
-            let used = pool.cpu_used();
-            let rate = match self.seen.get(*id) {
-                Some(&(before, rate)) if elapsed > 0.0 => {
-                    let now = used.saturating_sub(before).as_secs_f64() / elapsed;
-                    SMOOTHING * now + (1.0 - SMOOTHING) * rate
-                }
-                _ => 0.0,
+            let (used, charged) = (pool.cpu_used(), pool.cpu_charged());
+            let now = match self.seen.get(*id) {
+                Some(before) if elapsed > 0.0 => Seen {
+                    used,
+                    charged,
+                    used_rate: smooth(before.used_rate, used.saturating_sub(before.used), elapsed),
+                    charged_rate: smooth(before.charged_rate, charged.saturating_sub(before.charged), elapsed),
+                },
+                _ => Seen { used, charged, ..Seen::default() },
             };
-            rates.insert((*id).clone(), (used, rate));
+            seen.insert((*id).clone(), now);
         }
+        let idle = idle_cpu().map(|idle| match self.idle {
+            Some((before, rate)) if elapsed > 0.0 => (idle, smooth(rate, idle.saturating_sub(before), elapsed)),
+            _ => (idle, 0.0),
+        });
         let cores = node_cores();
-        let total: f64 = rates.values().map(|(_, rate)| rate).sum();
-        let busy = rates.values().filter(|(_, rate)| *rate >= IDLE_CORES).count();
+        let busy: Vec<&Seen> = seen.values().filter(|tenant| tenant.used_rate >= IDLE_CORES).collect();
+        let total_used: f64 = seen.values().map(|tenant| tenant.used_rate).sum();
+        let busy_weight: f64 = busy.iter().map(|tenant| tenant.weight()).sum();
         for (id, pool) in &pools {
-            let own = rates[*id].1;
-            let sharing = busy + usize::from(own < IDLE_CORES);
-            pool.set_fair_share(share(cores, sharing, total - own));
+            let own = seen[*id];
+            // An idle tenant counts among the sharers too: it is asking for its share now.
+            let sharing = busy_weight + if own.used_rate < IDLE_CORES { own.weight() } else { 0.0 };
+            let others = total_used - own.used_rate;
+            pool.set_fair_share(share(
+                cores,
+                own.weight() / sharing,
+                others,
+                own.used_rate,
+                idle.map(|(_, idle)| idle),
+            ));
         }
-        self.seen = rates;
+        self.seen = seen;
+        self.idle = idle;
     }
 }
 
-/// A fair-share pool's rate in cores: `cores` divided among `sharing` tenants, or what `others`
-/// (cores in use by the other tenants) leave, whichever is more.
-fn share(cores: f64, sharing: usize, others: f64) -> f64 {
-    (cores / sharing.max(1) as f64).max(cores - others)
+/// A fair-share pool's rate in cores: its `part` (its weight ÷ the sharers' weights, itself
+/// counted) of the node's `cores`, or what the node leaves, whichever is more. What the node
+/// leaves is its `own` use plus the node's `idle` cores, but at most the `cores` less the `others`'
+/// use (without `idle`, just that).
+fn share(cores: f64, part: f64, others: f64, own: f64, idle: Option<f64>) -> f64 {
+    let left = cores - others;
+    (cores * part.min(1.0)).max(idle.map_or(left, |idle| left.min(own + idle)))
+}
+
+/// A rate in cores: `spent` over `elapsed` seconds, smoothed into `rate`.
+fn smooth(rate: f64, spent: Duration, elapsed: f64) -> f64 {
+    SMOOTHING * spent.as_secs_f64() / elapsed + (1.0 - SMOOTHING) * rate
+}
+
+/// The node's idle CPU time so far, summed over its cores: the `idle` and `iowait` columns of
+/// `/proc/stat`'s `cpu` line (in `USER_HZ` ticks, proc(5)). `None` off Linux.
+fn idle_cpu() -> Option<Duration> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).map_while(|n| n.parse().ok()).collect();
+    let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
+    // SAFETY: sysconf reads a constant of the system.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| Duration::from_secs_f64(idle as f64 / per_second as f64))
 }
 
 #[cfg(test)]
@@ -87,14 +152,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_share_is_an_even_split_or_what_the_others_leave() {
+    fn a_share_is_a_weighted_split_or_what_the_node_leaves() {
         // Alone: the whole node.
-        assert_eq!(share(2.0, 1, 0.0), 2.0);
+        assert_eq!(share(2.0, 1.0, 0.0, 0.0, Some(2.0)), 2.0);
         // Two busy tenants: half each, however much the other takes.
-        assert_eq!(share(2.0, 2, 1.9), 1.0);
-        // Beside one using a tenth of a core: the rest.
-        assert_eq!(share(2.0, 2, 0.1), 1.9);
-        assert_eq!(share(8.0, 4, 1.0), 7.0);
+        assert_eq!(share(2.0, 0.5, 1.9, 0.1, Some(0.0)), 1.0);
+        // Beside one using a tenth of a core, with the node otherwise busy: all but that.
+        assert_eq!(share(2.0, 0.5, 0.1, 1.0, Some(0.9)), 1.9);
+        // ... but only what is idle when work no pool meters (a broker) takes the rest.
+        assert_eq!(share(2.0, 0.5, 0.1, 1.0, Some(0.4)), 1.4);
+        // Without /proc/stat: what the other tenants leave.
+        assert_eq!(share(8.0, 0.25, 1.0, 0.0, None), 7.0);
+        // A tenant whose calls all fail (weight 0.1) beside a busy one (weight 1): a tenth of
+        // an even split, unless the node is idle.
+        let part = 0.1 / 1.1;
+        assert!((share(2.0, part, 1.8, 0.01, Some(0.0)) - 2.0 * part).abs() < 1e-9);
+        assert_eq!(share(2.0, part, 0.8, 0.01, Some(0.99)), 1.0);
+    }
+
+    #[test]
+    fn a_weight_is_the_part_of_the_charge_that_bought_work() {
+        let seen = |used_rate, charged_rate| Seen { used_rate, charged_rate, ..Seen::default() };
+        assert_eq!(seen(0.0, 0.0).weight(), 1.0);
+        assert_eq!(seen(0.5, 0.5).weight(), 1.0);
+        assert!((seen(0.1, 1.0).weight() - 0.1).abs() < 1e-9);
+        assert_eq!(seen(0.0, 1.0).weight(), MIN_WEIGHT);
     }
 
     #[test]
@@ -110,7 +192,7 @@ mod tests {
         while start.elapsed() < Duration::from_millis(60) {}
         drop(meter);
         shares.update([(&ids[0], &busy), (&ids[1], &idle)]);
-        let rate = |id: &str| shares.seen[id].1;
+        let rate = |id: &str| shares.seen[id].used_rate;
         assert!(rate("busy") > IDLE_CORES && rate("idle") == 0.0, "{:?}", shares.seen);
     }
 }

@@ -160,7 +160,7 @@ impl TaskOverlays {
     /// their pool's memory, or reading the old sizes failed.
     fn write_all(&mut self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StateError> {
         let delta = if self.quota.is_some() { Some(self.growth(&writes)?) } else { None };
-        let memory = self.pool.as_ref().map(|pool| (pool, self.current_growth(&writes)));
+        let memory = self.pool.as_ref().map(|pool| (pool, self.current_growth(&writes) as isize));
         if let Some((pool, grow)) = memory
             && grow > 0
             && !pool.grow(grow as usize)
@@ -194,37 +194,22 @@ impl TaskOverlays {
         Ok(())
     }
 
-    /// Net bytes `writes` add to the stored state: each entry's new size minus the size it
-    /// replaces (an earlier write of the batch, an overlay, or RocksDB).
+    /// Net bytes `writes` add to the stored state: a deleted entry stores nothing, and each
+    /// write replaces the newest of an earlier write of the batch, an overlay, or RocksDB.
     fn growth(&self, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<i64, StateError> {
-        let size = |key: &[u8], value: Option<&[u8]>| value.map_or(0, |v| (key.len() + v.len()) as i64);
-        let mut batch: BTreeMap<&[u8], i64> = BTreeMap::new();
-        let mut delta = 0;
-        for (key, value) in writes {
-            let old = match (batch.get(key.as_slice()), self.lookup(key)) {
-                (Some(&size), _) => size,
-                (None, Some(value)) => size(key, value),
-                (None, None) => size(key, self.db.get(key)?.as_deref()),
-            };
-            let new = size(key, value.as_deref());
-            batch.insert(key, new);
-            delta += new - old;
-        }
-        Ok(delta)
+        let stored = |key: &[u8], value: Option<&[u8]>| value.map_or(0, |v| (key.len() + v.len()) as i64);
+        net_growth(writes, stored, |key| match self.lookup(key) {
+            Some(value) => Ok(stored(key, value)),
+            None => Ok(stored(key, self.db.get(key)?.as_deref())),
+        })
     }
 
-    /// Net bytes `writes` add to the current overlay (what [`write`](Self::write) counts).
-    fn current_growth(&self, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> isize {
-        let size = |key: &[u8], value: &Option<Vec<u8>>| (key.len() + value.as_ref().map_or(0, Vec::len)) as isize;
-        let mut batch: BTreeMap<&[u8], isize> = BTreeMap::new();
-        let mut delta = 0;
-        for (key, value) in writes {
-            let old = batch.get(key.as_slice()).copied().or_else(|| Some(size(key, self.current.get(key)?)));
-            let new = size(key, value);
-            batch.insert(key, new);
-            delta += new - old.unwrap_or(0);
-        }
-        delta
+    /// Net bytes `writes` add to the current overlay (what [`write`](Self::write) counts: a
+    /// deletion holds its key), replacing earlier writes of the batch or the overlay's entries.
+    fn current_growth(&self, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> i64 {
+        let held = |key: &[u8], value: Option<&[u8]>| (key.len() + value.map_or(0, <[u8]>::len)) as i64;
+        let replaced = |key: &[u8]| Ok(self.current.get(key).map_or(0, |value| held(key, value.as_deref())));
+        net_growth(writes, held, replaced).unwrap_or_else(|never: std::convert::Infallible| match never {})
     }
 
     /// Records a write of the current epoch.
@@ -416,6 +401,27 @@ fn range_prefix<'a>(
     overlay
         .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
         .take_while(move |(key, _)| key.starts_with(prefix))
+}
+
+/// Net bytes `writes` add, in order: each write's `size` less the size of what it replaces, an
+/// earlier write of the batch or else `before(key)`.
+fn net_growth<E>(
+    writes: &[(Vec<u8>, Option<Vec<u8>>)],
+    size: impl Fn(&[u8], Option<&[u8]>) -> i64,
+    mut before: impl FnMut(&[u8]) -> Result<i64, E>,
+) -> Result<i64, E> {
+    let mut batch: BTreeMap<&[u8], i64> = BTreeMap::new();
+    let mut delta = 0;
+    for (key, value) in writes {
+        let old = match batch.get(key.as_slice()) {
+            Some(&old) => old,
+            None => before(key)?,
+        };
+        let new = size(key, value.as_deref());
+        batch.insert(key, new);
+        delta += new - old;
+    }
+    Ok(delta)
 }
 
 #[cfg(test)]
