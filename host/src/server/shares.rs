@@ -6,12 +6,14 @@
 //! fair-share pool's rate is set to the larger of
 //! - its fair share: the node's cores divided among the tenants using CPU (itself counted), in
 //!   proportion to their weights. A tenant's weight is the part of its charge that bought work
-//!   (used ÷ charged): 1 for one whose calls succeed, a tenth for one whose calls all fail. So
-//!   beside a busy neighbour a failing tenant gets a tenth of an even split, and pays tenfold
+//!   (used ÷ charged; 1 for one whose calls succeed, nearly 1 for one with rare failures, a
+//!   tenth or less for one whose calls all fail: [`Seen::weight`]). So beside a busy healthy
+//!   neighbour a failing tenant gets about a tenth of what the neighbour gets, and pays tenfold
 //!   for it;
 //! - what the node leaves: its own use plus the node's idle CPU (`/proc/stat`, so the work no
 //!   pool meters — Kafka clients, a broker on the same machine — counts), but no more than the
-//!   node's cores less the other tenants' use.
+//!   node's cores less the other tenants' use. Where `/proc/stat` does not describe the node (a
+//!   container limited to some of its host's cores), just the latter.
 //!
 //! So a tenant alone uses the whole node, two busy tenants get half each, and a tenant beside
 //! an idle one gets nearly everything. Tenants with a `cpu_percent` are held to it and count as
@@ -45,10 +47,18 @@ pub fn limit(cpu_percent: Option<u32>) -> CpuLimit {
     }
 }
 
-/// Least weight of a tenant. One whose every call fails is charged ten times its use
-/// ([`ResourcePool::charge_failure`]), so its weight settles near a tenth; this floor only keeps a
-/// tenant that used nothing for its charge from a weight of zero.
+/// Least weight of a tenant. One whose every call fails is charged ten times its use and at
+/// least 1 ms a call ([`ResourcePool::charge_failure`]), so its weight is a tenth or less (less
+/// when its calls are cheap); this floor keeps it from zero.
 const MIN_WEIGHT: f64 = 0.01;
+
+/// Part of its charge that a tenant must spend on work (used ÷ charged) to keep a weight of 1.
+/// Between a tenth (every call fails) and this, the weight rises linearly from a tenth to 1, so
+/// that a tenant with rare failures (a malformed record now and then, each charged at least
+/// 1 ms) keeps nearly its whole weight while one that fails all the time drops to a tenth.
+const FULL_WEIGHT_AT: f64 = 0.5;
+/// The weight of a tenant whose calls all fail, where the linear rise starts.
+const FAILING_WEIGHT: f64 = 0.1;
 
 /// A pool's meters at the last look and their smoothed rates, in cores.
 #[derive(Clone, Copy, Default, Debug)]
@@ -60,9 +70,21 @@ struct Seen {
 }
 
 impl Seen {
-    /// Share of the charge that bought work: 1 when nothing failed.
+    /// The tenant's weight, from the part of its charge that bought work (`used ÷ charged`, 1
+    /// when nothing failed): that part itself up to a tenth, then rising to 1 at
+    /// [`FULL_WEIGHT_AT`]. A tenant that went idle keeps its last weight for the second or so its
+    /// rates take to catch up with what it does next.
     fn weight(&self) -> f64 {
-        if self.charged_rate <= 0.0 { 1.0 } else { (self.used_rate / self.charged_rate).clamp(MIN_WEIGHT, 1.0) }
+        if self.charged_rate <= 0.0 {
+            return 1.0;
+        }
+        let bought = self.used_rate / self.charged_rate;
+        let weight = if bought <= FAILING_WEIGHT {
+            bought
+        } else {
+            FAILING_WEIGHT + (bought - FAILING_WEIGHT) * (1.0 - FAILING_WEIGHT) / (FULL_WEIGHT_AT - FAILING_WEIGHT)
+        };
+        weight.clamp(MIN_WEIGHT, 1.0)
     }
 }
 
@@ -96,10 +118,14 @@ impl FairShares {
             };
             seen.insert((*id).clone(), now);
         }
-        let idle = idle_cpu().map(|idle| match self.idle {
-            Some((before, rate)) if elapsed > 0.0 => (idle, smooth(rate, idle.saturating_sub(before), elapsed)),
-            _ => (idle, 0.0),
-        });
+        // A read that fails keeps the last figure rather than starting the smoothing again.
+        let idle = match (idle_cpu(), self.idle) {
+            (Some(idle), Some((before, rate))) if elapsed > 0.0 => {
+                Some((idle, smooth(rate, idle.saturating_sub(before), elapsed)))
+            }
+            (Some(idle), _) => Some((idle, 0.0)),
+            (None, last) => last,
+        };
         let cores = node_cores();
         let busy: Vec<&Seen> = seen.values().filter(|tenant| tenant.used_rate >= IDLE_CORES).collect();
         let total_used: f64 = seen.values().map(|tenant| tenant.used_rate).sum();
@@ -137,9 +163,15 @@ fn smooth(rate: f64, spent: Duration, elapsed: f64) -> f64 {
 }
 
 /// The node's idle CPU time so far, summed over its cores: the `idle` and `iowait` columns of
-/// `/proc/stat`'s `cpu` line (in `USER_HZ` ticks, proc(5)). `None` off Linux.
+/// `/proc/stat`'s `cpu` line (in `USER_HZ` ticks, proc(5)). `None` off Linux, and where the
+/// machine has other cores than [`node_cores`] (a container limited to some of its host's
+/// cores): there the host's idle CPU is not the node's.
 fn idle_cpu() -> Option<Duration> {
     let stat = fs::read_to_string("/proc/stat").ok()?;
+    let cpus = stat.lines().filter(|line| line.starts_with("cpu") && !line.starts_with("cpu ")).count();
+    if cpus as f64 != node_cores() {
+        return None;
+    }
     let ticks: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).map_while(|n| n.parse().ok()).collect();
     let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
     // SAFETY: sysconf reads a constant of the system.
@@ -164,7 +196,7 @@ mod tests {
         // Without /proc/stat: what the other tenants leave.
         assert_eq!(share(8.0, 0.25, 1.0, 0.0, None), 7.0);
         // A tenant whose calls all fail (weight 0.1) beside a busy one (weight 1): a tenth of
-        // an even split, unless the node is idle.
+        // what the other gets, unless the node is idle.
         let part = 0.1 / 1.1;
         assert!((share(2.0, part, 1.8, 0.01, Some(0.0)) - 2.0 * part).abs() < 1e-9);
         assert_eq!(share(2.0, part, 0.8, 0.01, Some(0.99)), 1.0);
@@ -175,8 +207,15 @@ mod tests {
         let seen = |used_rate, charged_rate| Seen { used_rate, charged_rate, ..Seen::default() };
         assert_eq!(seen(0.0, 0.0).weight(), 1.0);
         assert_eq!(seen(0.5, 0.5).weight(), 1.0);
+        // Every call failing: the part bought, at least MIN_WEIGHT.
         assert!((seen(0.1, 1.0).weight() - 0.1).abs() < 1e-9);
+        assert!((seen(0.05, 1.0).weight() - 0.05).abs() < 1e-9);
         assert_eq!(seen(0.0, 1.0).weight(), MIN_WEIGHT);
+        // Rare failures (1 % of 10 µs calls, each charged 1 ms: about half the charge bought
+        // work) keep nearly the whole weight; half way between, half way up.
+        assert!(seen(0.48, 1.0).weight() > 0.95);
+        assert!((seen(0.3, 1.0).weight() - 0.55).abs() < 1e-9);
+        assert_eq!(seen(0.6, 1.0).weight(), 1.0);
     }
 
     #[test]
