@@ -692,6 +692,70 @@ async fn a_tenants_uncommitted_state_counts_against_its_memory_quota() {
     assert_eq!(serve.ok("GET", "/v1/pipelines/hoards", &token, None)["state"], "running");
 }
 
+/// Records a tenant's pipelines read and have not processed yet are memory of its pool (issue 44
+/// item 6): a pipeline whose guests run at 2 % of a core, over 60 MiB of 256 KiB records, with
+/// batches of up to 1,000 of them (which let 32,000 records, 8 GiB, wait by number alone) and a
+/// librdkafka queue of 64 MiB that fills while the guests work (so each round finds more records
+/// at hand than the bound: about 64 MiB, as the same test with a 1 GiB quota read), reads until
+/// they hold a quarter of the tenant's 64 MiB, and no further. Its output is exact, and once it
+/// is done nothing stays counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_records_read_ahead_count_against_its_memory_quota() {
+    const LIMIT_MB: u64 = 64;
+    const RECORD: usize = 256 << 10;
+    const COUNT: usize = 240;
+    let serve = Serve::start("");
+    let run = unique_name("weir-readahead");
+    let quotas = json!({ "max_total_memory_mb": LIMIT_MB, "cpu_percent": 2 });
+    let token = serve.tenant("reader", &format!("{run}."), Some(quotas));
+    let misbehave = std::fs::read(plugin("misbehave")).expect("misbehave.wasm");
+    assert_eq!(serve.upload(&token, "misbehave", misbehave).0, 201);
+    let (source, sink) = (format!("{run}.big-in"), format!("{run}.big-out"));
+    let records: Vec<_> = (0..COUNT).map(|i| (Some(format!("k{i}")), format!("{i:06}").repeat(RECORD / 6))).collect();
+    produce(&source, 2, &records).await;
+    let spec = format!(
+        "[source]\ntopics = [\"{source}\"]\nbatch_size = 1000\n[source.consumer]\n\
+         \"queued.max.messages.kbytes\" = \"65536\"\n\"max.partition.fetch.bytes\" = \"4194304\"\n[[transforms]]\nname = \"m\"\n\
+         transform = \"misbehave\"\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n[runtime]\nworkers = 2\n"
+    );
+    serve.ok("PUT", "/v1/pipelines/reads", &token, toml_body(&spec));
+
+    let gauge = |name: &str| {
+        let metrics = serve.ok("GET", "/metrics", ADMIN, None);
+        let prefix = format!("{name}{{tenant=\"reader\"}} ");
+        metrics.as_str().expect("metrics text").lines().find_map(|line| line.strip_prefix(&prefix)?.parse::<f64>().ok())
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (read, (most_read, most_memory)) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let (mut read, mut memory) = (0f64, 0f64);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                read = read.max(gauge("weir_tenant_read_bytes").unwrap_or(0.0));
+                memory = memory.max(gauge("weir_tenant_memory_bytes").unwrap_or(0.0));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (read, memory)
+        });
+        let mut reader = Reader::new(&sink, 2, Isolation::ReadCommitted);
+        reader.read_until(COUNT, RUN_TIMEOUT);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (reader, sampler.join().expect("the sampler"))
+    });
+    let mut values: Vec<_> = read.records.iter().map(|record| record.value.clone()).collect();
+    values.sort();
+    let mut sent: Vec<_> = records.into_iter().map(|(_, value)| Some(value)).collect();
+    sent.sort();
+    assert!(values == sent, "{} records out of {COUNT}, or not the ones sent\n{}", values.len(), serve.log());
+    let (limit, quarter) = ((LIMIT_MB << 20) as f64, (LIMIT_MB << 20) as f64 / 4.0);
+    // The reads reached the bound (the scenario happened) and stopped there: past it by at most
+    // a batch (a sixteenth of the pool, its buffers doubling) and a record.
+    assert!(most_read >= quarter, "the reads never held a quarter of the pool: at most {most_read} bytes");
+    let over = limit / 16.0 + (RECORD << 2) as f64;
+    assert!(most_read <= quarter + over, "the reads held {most_read} bytes, above {quarter} and a batch");
+    assert!(most_memory <= limit, "the tenant held {most_memory} bytes, above its {limit}");
+    eventually("the reads all given back", || gauge("weir_tenant_read_bytes") == Some(0.0), &|| serve.log());
+}
+
 /// A node's memory at start does not grow with the components it reads (issue 44 item 6): a
 /// second node reads 160 MiB of components from the registry topic, keeping their chunks on
 /// disk until it writes each component, and its peak resident memory stays below what it read.

@@ -158,6 +158,21 @@ impl RecordBatch {
         self.parts(index).1
     }
 
+    /// Heap memory the batch holds, in bytes: its buffers' capacities. What the records it
+    /// holds cost a tenant's memory pool while they wait to be processed.
+    pub(crate) fn memory(&self) -> usize {
+        let columns = &self.columns;
+        let times = columns.offsets.capacity()
+            + columns.timestamps.capacity()
+            + columns.event_times.capacity()
+            + columns.watermarks.capacity();
+        columns.topic.capacity()
+            + times * size_of::<i64>()
+            + columns.data.capacity()
+            + columns.lengths.capacity() * size_of::<u32>()
+            + self.starts.capacity() * size_of::<Start>()
+    }
+
     /// Key and value bytes of all the records: what `weir_bytes_in_total` counts.
     pub fn bytes(&self) -> u64 {
         let lengths = &self.columns.lengths;

@@ -185,12 +185,13 @@ impl Pools {
     }
 }
 
-/// `weir_tenant_cpu_seconds_total`, `weir_tenant_memory_bytes` and
+/// `weir_tenant_cpu_seconds_total`, `weir_tenant_memory_bytes`, `weir_tenant_read_bytes` and
 /// `weir_tenant_memory_limit_bytes`, by `tenant`: read from the pools at each scrape.
 struct PoolMetrics {
     pools: Arc<Pools>,
     cpu: prometheus::CounterVec,
     memory: prometheus::IntGaugeVec,
+    read: prometheus::IntGaugeVec,
     memory_limit: prometheus::IntGaugeVec,
 }
 
@@ -209,7 +210,12 @@ impl PoolMetrics {
             )
             .expect("valid metric"),
             memory: prometheus::IntGaugeVec::new(
-                opts("weir_tenant_memory_bytes", "Memory of the tenant's pipelines on this node: their instances' linear memory, uncommitted state and tables."),
+                opts("weir_tenant_memory_bytes", "Memory of the tenant's pipelines on this node: their instances' linear memory, uncommitted state, tables and records read and not yet processed."),
+                &by_tenant,
+            )
+            .expect("valid metric"),
+            read: prometheus::IntGaugeVec::new(
+                opts("weir_tenant_read_bytes", "Memory of the records the tenant's pipelines on this node read and have not processed yet (part of weir_tenant_memory_bytes)."),
                 &by_tenant,
             )
             .expect("valid metric"),
@@ -224,7 +230,11 @@ impl PoolMetrics {
 
 impl prometheus::core::Collector for PoolMetrics {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        [&self.cpu.desc(), &self.memory.desc(), &self.memory_limit.desc()].into_iter().flatten().copied().collect()
+        [&self.cpu.desc(), &self.memory.desc(), &self.read.desc(), &self.memory_limit.desc()]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect()
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
@@ -232,12 +242,14 @@ impl prometheus::core::Collector for PoolMetrics {
         // Only the pools there are now: a deleted tenant's series go with its pool.
         self.cpu.reset();
         self.memory.reset();
+        self.read.reset();
         self.memory_limit.reset();
         for (name, pool) in pools.values() {
             self.cpu.with_label_values(&[name]).inc_by(pool.cpu_used().as_secs_f64());
             self.memory.with_label_values(&[name]).set(pool.memory_used() as i64);
+            self.read.with_label_values(&[name]).set(pool.read_used() as i64);
             self.memory_limit.with_label_values(&[name]).set(pool.memory_limit() as i64);
         }
-        [self.cpu.collect(), self.memory.collect(), self.memory_limit.collect()].concat()
+        [self.cpu.collect(), self.memory.collect(), self.read.collect(), self.memory_limit.collect()].concat()
     }
 }

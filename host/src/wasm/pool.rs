@@ -15,6 +15,13 @@ const CPU_BURST: Duration = Duration::from_millis(100);
 const FAILURE_WEIGHT: u32 = 10;
 /// Least a failed guest call costs its pool, on top of its own CPU time.
 const FAILURE_MIN_CHARGE: Duration = Duration::from_millis(1);
+/// The pool's memory divided by this is the most that records read and not yet processed may
+/// hold together ([`ResourcePool::may_read`]): a quarter, so that they never crowd out the guests'
+/// memory and the uncommitted state, which fail or end an epoch when the pool is full.
+const READ_SHARE: usize = 4;
+/// The pool's memory divided by this is the most one batch of records read may hold
+/// ([`ResourcePool::read_batch_bytes`]), and the room [`ResourcePool::may_read`] wants left.
+const READ_BATCH_SHARE: usize = 16;
 
 thread_local! {
     /// The pool metering the calling thread now (the outermost [`CpuMeter`] of the thread sets
@@ -50,7 +57,9 @@ impl Metered {
 ///   limit (the call fails with [`ErrorKind::PoolMemory`](super::ErrorKind::PoolMemory)); a
 ///   state write past it stops the pipeline until its last checkpoint
 ///   (`StateError::PoolMemory`), and a pipeline checkpoints early before that happens; a table
-///   past it stops the pipeline.
+///   past it stops the pipeline. Records read from the source and not yet processed count too
+///   ([`ResourcePool::hold_read`]): a pipeline reads only while they hold less than a quarter
+///   of the pool and a batch's worth is left ([`ResourcePool::may_read`]).
 /// - **CPU**: the pool's metered work runs for at most its [`CpuLimit`] in seconds of thread
 ///   CPU time per second of wall time (a token bucket refilled at that rate, holding at most
 ///   100 ms of it); a failed guest call costs ten times its CPU time
@@ -70,6 +79,8 @@ pub struct ResourcePool {
     owner: String,
     memory_bytes: usize,
     memory_used: AtomicUsize,
+    /// The part of `memory_used` that records read and not yet processed hold.
+    read_used: AtomicUsize,
     cpu: Option<CpuBucket>,
 }
 
@@ -121,6 +132,7 @@ impl ResourcePool {
             owner: owner.into(),
             memory_bytes,
             memory_used: AtomicUsize::new(0),
+            read_used: AtomicUsize::new(0),
             cpu: cpu.map(|cpu| match cpu {
                 CpuLimit::Cores(cores) => bucket(cores, false),
                 CpuLimit::FairShare(cores) => bucket(cores, true),
@@ -147,7 +159,7 @@ impl ResourcePool {
         self.memory_bytes
     }
 
-    /// Memory granted now (linear memory and uncommitted state), in bytes.
+    /// Memory granted now (linear memory, uncommitted state, tables and records read), in bytes.
     pub fn memory_used(&self) -> usize {
         self.memory_used.load(Ordering::Relaxed)
     }
@@ -166,6 +178,43 @@ impl ResourcePool {
         let _ = self
             .memory_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| Some(used.saturating_sub(bytes)));
+    }
+
+    /// Memory of the records read and not yet processed now ([`ResourcePool::hold_read`]), in
+    /// bytes: part of [`ResourcePool::memory_used`].
+    pub fn read_used(&self) -> usize {
+        self.read_used.load(Ordering::Relaxed)
+    }
+
+    /// Whether the pool's pipelines may read more records from their sources: the records they
+    /// read and have not processed yet hold less than a quarter of the pool ([`READ_SHARE`]), and the
+    /// pool has a batch's worth of room left ([`ResourcePool::read_batch_bytes`]). A pipeline
+    /// that holds no record reads one all the same, so that each goes on, a record at a time.
+    pub(crate) fn may_read(&self) -> bool {
+        self.read_used.load(Ordering::Relaxed) < self.memory_bytes / READ_SHARE
+            && self.memory_used().saturating_add(self.read_batch_bytes()) <= self.memory_bytes
+    }
+
+    /// Most bytes one batch of records read may hold: a sixteenth of the pool
+    /// ([`READ_BATCH_SHARE`]), so that one batch cannot take the pool's room at once (a batch's
+    /// buffers double as they grow).
+    pub(crate) fn read_batch_bytes(&self) -> usize {
+        self.memory_bytes / READ_BATCH_SHARE
+    }
+
+    /// Counts `bytes` of records read into memory, room or not: they are there already
+    /// ([`ResourcePool::may_read`] is what stops the reads).
+    pub(crate) fn hold_read(&self, bytes: usize) {
+        self.read_used.fetch_add(bytes, Ordering::Relaxed);
+        self.memory_used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Gives back `bytes` of records read ([`ResourcePool::hold_read`]), once processed or
+    /// dropped.
+    pub(crate) fn release_read(&self, bytes: usize) {
+        let _ =
+            self.read_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| Some(used.saturating_sub(bytes)));
+        self.shrink(bytes);
     }
 
     /// CPU time charged to the pool so far, failures' extra cost included (zero without a CPU
@@ -344,6 +393,28 @@ mod tests {
         assert_eq!(pool.memory_used(), 30);
         pool.shrink(500);
         assert_eq!(pool.memory_used(), 0);
+    }
+
+    #[test]
+    fn records_read_hold_at_most_a_quarter_of_the_pool_and_leave_a_batchs_room() {
+        let pool = ResourcePool::new("tenant `a`", 1600, None);
+        assert_eq!(pool.read_batch_bytes(), 100);
+        assert!(pool.may_read());
+        pool.hold_read(399);
+        assert!(pool.may_read());
+        pool.hold_read(1);
+        assert!(!pool.may_read(), "a quarter of the pool is read");
+        pool.release_read(100);
+        assert_eq!((pool.memory_used(), pool.read_used()), (300, 300));
+        assert!(pool.may_read());
+        // The guests' memory leaves less than a batch's room.
+        assert!(pool.grow(1201));
+        assert!(!pool.may_read());
+        assert!(!pool.grow(100), "reads counted are memory the pool granted");
+        pool.shrink(1);
+        assert!(pool.may_read());
+        pool.release_read(300);
+        assert_eq!((pool.memory_used(), pool.read_used()), (1200, 0));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! tasks' worker threads (which send the output), and bring every task back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::RDKafkaErrorCode;
@@ -14,6 +14,7 @@ use crate::kafka::record_headers;
 use crate::pipeline::output::{Input, Out};
 use crate::pipeline::task::Task;
 use crate::record::{Fields, RecordBatch};
+use crate::wasm::ResourcePool;
 
 /// How long one poll waits for the first record.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -65,17 +66,23 @@ impl Runner<'_> {
     /// order (what arrives meanwhile waits for it); a task's output, and its order, do not
     /// depend on the number of workers. At most [`READ_AHEAD_BATCHES`] × `batch_size` × workers
     /// records are out at once, which bounds both the memory they hold and how long the tasks
-    /// take to come back once the poll is over.
+    /// take to come back once the poll is over. Under a tenant's pool they are its memory too:
+    /// the runner polls only while the pool lets it ([`ResourcePool::may_read`]), and a batch
+    /// holds at most [`ResourcePool::read_batch_bytes`].
     pub(super) fn stream(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
-        let batch_size = self.config.source.batch_size;
-        let most = READ_AHEAD_BATCHES * batch_size * self.workers.len();
+        let pool = self.options.pool.clone();
+        let limit = BatchLimit {
+            records: self.config.source.batch_size,
+            bytes: pool.as_ref().map_or(usize::MAX, |pool| pool.read_batch_bytes()),
+        };
+        let (batch_size, most) = (limit.records, READ_AHEAD_BATCHES * limit.records * self.workers.len());
         // Up to the checkpoint that is due, but long enough to take what the consumer holds.
         let until = Instant::now()
             + STREAM_WINDOW
                 .min(self.config.checkpoint.interval.saturating_sub(self.coordinator.epoch().started.elapsed()))
                 .max(MIN_STREAM_WINDOW);
         let out = self.out();
-        let mut flow = Flow::new(std::mem::take(&mut self.tasks));
+        let mut flow = Flow::new(std::mem::take(&mut self.tasks), pool);
         let (done_tx, done) = mpsc::channel::<Finished>();
         let (mut polling, mut polls) = (true, 0usize);
         let mut timeout = POLL_TIMEOUT;
@@ -88,7 +95,7 @@ impl Runner<'_> {
                 flow.settle(finished);
                 returned = true;
             }
-            if polling && flow.failed.is_none() && flow.out_records < most {
+            if polling && flow.failed.is_none() && flow.out_records < most && flow.may_read() {
                 // Only a poll that may wait is timed: the rest take what the consumer holds.
                 let waiting = (!timeout.is_zero()).then(Instant::now);
                 let polled = self.source.consumer().poll(timeout);
@@ -119,14 +126,16 @@ impl Runner<'_> {
                 match polled {
                     Some(Ok(message)) => match self.task_of(&message, &mut last) {
                         Ok(index) => {
-                            flow.out_records += 1;
                             let batches = &mut flow.waiting[index];
-                            if batches.last().is_none_or(|batch| batch.len() >= batch_size) {
+                            if batches.last().is_none_or(|batch| limit.full(batch)) {
                                 batches.push(RecordBatch::default());
                             }
                             let batch = batches.last_mut().expect("a batch was pushed");
+                            let before = batch.memory();
                             push_message(batch, &message);
-                            let full = batch.len() >= batch_size && flow.home[index].is_some();
+                            let full = limit.full(batch) && flow.home[index].is_some();
+                            let grown = batch.memory() - before;
+                            flow.hold(grown);
                             if polling && !full && !returned {
                                 continue;
                             }
@@ -153,19 +162,23 @@ impl Runner<'_> {
             }
             // Each task at home takes what waits for it: at once when a batch is full, the
             // rest once the poll is over, the queue is dry or too much is out.
-            let flush = !polling || dry || flow.out_records >= most;
+            let flush = !polling || dry || flow.out_records >= most || !flow.may_read();
             for index in 0..flow.home.len() {
-                let Some(mut batches) = flow.ready(index, flush, batch_size) else { continue };
+                let Some(mut batches) = flow.ready(index, flush, limit) else { continue };
                 let mut task = flow.home[index].take().expect("a ready task is home");
+                // What was held for them, before a table's columns join them.
+                let given = Given {
+                    records: batches.iter().map(RecordBatch::len).sum(),
+                    bytes: batches.iter().map(RecordBatch::memory).sum(),
+                };
                 for batch in &mut batches {
                     self.tables.join(batch);
                 }
-                let records = batches.iter().map(RecordBatch::len).sum();
                 let (done_tx, out) = (done_tx.clone(), out.clone());
                 self.workers.spawn(self.lanes[task.id()], move || {
                     let result = run_batches(&mut task, batches, &out);
                     // The receiver outlives the job: a failed send means the runner is gone.
-                    let _ = done_tx.send((index, task, records, result));
+                    let _ = done_tx.send((index, task, given, result));
                 });
                 flow.away += 1;
             }
@@ -184,8 +197,11 @@ impl Runner<'_> {
             }
         }
         self.coordinator.processed(flow.records, flow.output_bytes);
-        self.tasks = flow.home.into_iter().map(|t| t.expect("every task comes back from its worker")).collect();
-        flow.failed.map_or(Ok(()), Err)
+        self.tasks = std::mem::take(&mut flow.home)
+            .into_iter()
+            .map(|t| t.expect("every task comes back from its worker"))
+            .collect();
+        flow.failed.take().map_or(Ok(()), Err)
     }
 
     /// Runs `work` on each task named in `inputs` (task index, input) on the task's worker
@@ -219,9 +235,30 @@ impl Runner<'_> {
     }
 }
 
-/// A task back from its worker ([`Runner::stream`]): its index, itself, the records it was
-/// given, and the records and output bytes it processed (or why it failed).
-type Finished = (usize, Task, usize, Result<(u64, u64), PipelineError>);
+/// A task back from its worker ([`Runner::stream`]): its index, itself, what it was given,
+/// and the records and output bytes it processed (or why it failed).
+type Finished = (usize, Task, Given, Result<(u64, u64), PipelineError>);
+
+/// The records handed to a task, and the memory their batches held ([`RecordBatch::memory`]).
+#[derive(Debug, Clone, Copy)]
+struct Given {
+    records: usize,
+    bytes: usize,
+}
+
+/// When a batch of records polled is full: at `source.batch_size` records, or at
+/// [`ResourcePool::read_batch_bytes`] of memory under a tenant's pool.
+#[derive(Debug, Clone, Copy)]
+struct BatchLimit {
+    records: usize,
+    bytes: usize,
+}
+
+impl BatchLimit {
+    fn full(self, batch: &RecordBatch) -> bool {
+        batch.len() >= self.records || batch.memory() >= self.bytes
+    }
+}
 
 /// The task of the partition the last record came from, within one [`Runner::stream`] (the
 /// tasks do not change during it). librdkafka hands out a partition's fetched records together,
@@ -240,9 +277,12 @@ struct Flow {
     home: Vec<Option<Task>>,
     /// Per task: batches polled and not yet handed to it, full ones then the one filling.
     waiting: Vec<Vec<RecordBatch>>,
-    /// Tasks out, and records polled and not yet processed.
+    /// Tasks out, and records polled and not yet processed, and the memory they hold.
     away: usize,
     out_records: usize,
+    out_bytes: usize,
+    /// The tenant's pool, which `out_bytes` are held from.
+    pool: Option<Arc<ResourcePool>>,
     /// Records and output bytes processed, for the epoch.
     records: u64,
     output_bytes: u64,
@@ -250,20 +290,43 @@ struct Flow {
 }
 
 impl Flow {
-    fn new(tasks: Vec<Task>) -> Self {
+    fn new(tasks: Vec<Task>, pool: Option<Arc<ResourcePool>>) -> Self {
         let waiting = tasks.iter().map(|_| Vec::new()).collect();
         let home = tasks.into_iter().map(Some).collect();
-        Self { home, waiting, away: 0, out_records: 0, records: 0, output_bytes: 0, failed: None }
+        Self { home, waiting, away: 0, out_records: 0, out_bytes: 0, pool, records: 0, output_bytes: 0, failed: None }
+    }
+
+    /// Whether the runner may poll another record: always when it holds none (so every pipeline
+    /// goes on), else when the pool, if any, lets it.
+    fn may_read(&self) -> bool {
+        self.out_records == 0 || self.pool.as_ref().is_none_or(|pool| pool.may_read())
+    }
+
+    /// Counts a record polled, whose batch grew by `bytes`.
+    fn hold(&mut self, bytes: usize) {
+        self.out_records += 1;
+        self.out_bytes += bytes;
+        if let Some(pool) = self.pool.as_ref().filter(|_| bytes > 0) {
+            pool.hold_read(bytes);
+        }
+    }
+
+    /// Gives `bytes` of the records held back to the pool.
+    fn release(&mut self, bytes: usize) {
+        self.out_bytes -= bytes;
+        if let Some(pool) = self.pool.as_ref().filter(|_| bytes > 0) {
+            pool.release_read(bytes);
+        }
     }
 
     /// Takes the batches waiting for task `index` if it is home: the full ones, and the one
     /// filling too when `flush`; none once a task failed.
-    fn ready(&mut self, index: usize, flush: bool, batch_size: usize) -> Option<Vec<RecordBatch>> {
+    fn ready(&mut self, index: usize, flush: bool, limit: BatchLimit) -> Option<Vec<RecordBatch>> {
         if self.failed.is_some() || self.home[index].is_none() {
             return None;
         }
         let waiting = &mut self.waiting[index];
-        let filling = waiting.last().is_some_and(|batch| batch.len() < batch_size) && !flush;
+        let filling = waiting.last().is_some_and(|batch| !limit.full(batch)) && !flush;
         let ready = waiting.len() - usize::from(filling);
         (ready > 0).then(|| waiting.drain(..ready).collect())
     }
@@ -271,7 +334,8 @@ impl Flow {
     fn settle(&mut self, (index, task, given, result): Finished) {
         self.home[index] = Some(task);
         self.away -= 1;
-        self.out_records -= given;
+        self.out_records -= given.records;
+        self.release(given.bytes);
         match result {
             Ok((records, output_bytes)) => {
                 self.records += records;
@@ -281,6 +345,13 @@ impl Flow {
                 self.failed.get_or_insert(error);
             }
         }
+    }
+}
+
+impl Drop for Flow {
+    /// Batches a failure left waiting are dropped with the flow: their memory goes back too.
+    fn drop(&mut self) {
+        self.release(self.out_bytes);
     }
 }
 
