@@ -16,8 +16,9 @@ const FAILURE_WEIGHT: u32 = 10;
 /// Least a failed guest call costs its pool, on top of its own CPU time.
 const FAILURE_MIN_CHARGE: Duration = Duration::from_millis(1);
 /// The pool's memory divided by this is the most that records read and not yet processed may
-/// hold together ([`ResourcePool::may_read`]): a quarter, so that they never crowd out the guests'
-/// memory and the uncommitted state, which fail or end an epoch when the pool is full.
+/// hold together ([`ResourcePool::may_read`]): a quarter, so that they leave most of the pool to
+/// the guests' memory and the uncommitted state, which fail or end an epoch when it is full
+/// (records read can wait; a guest's growth cannot).
 const READ_SHARE: usize = 4;
 /// The pool's memory divided by this is the most one batch of records read may hold
 /// ([`ResourcePool::read_batch_bytes`]), and the room [`ResourcePool::may_read`] wants left.
@@ -59,7 +60,8 @@ impl Metered {
 ///   (`StateError::PoolMemory`), and a pipeline checkpoints early before that happens; a table
 ///   past it stops the pipeline. Records read from the source and not yet processed count too
 ///   ([`ResourcePool::hold_read`]): a pipeline reads only while they hold less than a quarter
-///   of the pool and a batch's worth is left ([`ResourcePool::may_read`]).
+///   of the pool and a batch's worth is left ([`ResourcePool::may_read`]), or while it holds
+///   less than 1 MiB of them itself (so it goes on when the pool is short).
 /// - **CPU**: the pool's metered work runs for at most its [`CpuLimit`] in seconds of thread
 ///   CPU time per second of wall time (a token bucket refilled at that rate, holding at most
 ///   100 ms of it); a failed guest call costs ten times its CPU time
@@ -188,16 +190,16 @@ impl ResourcePool {
 
     /// Whether the pool's pipelines may read more records from their sources: the records they
     /// read and have not processed yet hold less than a quarter of the pool ([`READ_SHARE`]), and the
-    /// pool has a batch's worth of room left ([`ResourcePool::read_batch_bytes`]). A pipeline
-    /// that holds no record reads one all the same, so that each goes on, a record at a time.
+    /// pool has a batch's worth of room left ([`ResourcePool::read_batch_bytes`]). (A pipeline
+    /// reads a little all the same: the runner's `READ_FLOOR`.)
     pub(crate) fn may_read(&self) -> bool {
         self.read_used.load(Ordering::Relaxed) < self.memory_bytes / READ_SHARE
             && self.memory_used().saturating_add(self.read_batch_bytes()) <= self.memory_bytes
     }
 
-    /// Most bytes one batch of records read may hold: a sixteenth of the pool
-    /// ([`READ_BATCH_SHARE`]), so that one batch cannot take the pool's room at once (a batch's
-    /// buffers double as they grow).
+    /// Bytes at which a batch of records read is full: a sixteenth of the pool
+    /// ([`READ_BATCH_SHARE`]), so that one batch cannot take the pool's room at once. A batch's
+    /// buffers double as they grow, so it may end up to twice that, and a record more.
     pub(crate) fn read_batch_bytes(&self) -> usize {
         self.memory_bytes / READ_BATCH_SHARE
     }

@@ -23,6 +23,10 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// out together (one fetch's worth: a few thousand flights with the default
 /// `max.partition.fetch.bytes`) to other partitions' records, for the other workers.
 const READ_AHEAD_BATCHES: usize = 16;
+/// Memory of the records polled and not yet processed that a pipeline may always hold, whatever
+/// its tenant's pool has left ([`Flow::may_read`]): enough for batches of a few thousand flights
+/// where one record at a time would cost a guest call each, and little beside a pool.
+const READ_FLOOR: usize = 1 << 20;
 /// How long the runner waits for a task to come back after a poll found the consumer's queue
 /// dry while tasks are out, before it polls again ([`Runner::stream`]).
 const DRY_POLL_WAIT: Duration = Duration::from_millis(1);
@@ -108,7 +112,9 @@ impl Runner<'_> {
                 polls += 1;
                 dry = polled.is_none();
                 // So is the tenant's memory: the epoch ends early when its state would not fit.
-                let on_time = (!dry && polls % batch_size != 0) || (Instant::now() < until && !self.pool_is_short());
+                // And after a task came back: a runner the pool lets read little polls seldom.
+                let on_time =
+                    (!dry && !returned && polls % batch_size != 0) || (Instant::now() < until && !self.pool_is_short());
                 // The queue running dry (fetches in flight) ends the stretch only once every
                 // task is back: ending it at once had the runner wait for all the workers before
                 // its next poll, so a worker that was done sat idle. A rebalance event also
@@ -296,10 +302,11 @@ impl Flow {
         Self { home, waiting, away: 0, out_records: 0, out_bytes: 0, pool, records: 0, output_bytes: 0, failed: None }
     }
 
-    /// Whether the runner may poll another record: always when it holds none (so every pipeline
-    /// goes on), else when the pool, if any, lets it.
+    /// Whether the runner may poll another record: always while it holds less than
+    /// [`READ_FLOOR`] (so every pipeline goes on, in batches of that much at least, when its
+    /// tenant's memory is short), else when the pool, if any, lets it.
     fn may_read(&self) -> bool {
-        self.out_records == 0 || self.pool.as_ref().is_none_or(|pool| pool.may_read())
+        self.out_bytes < READ_FLOOR || self.pool.as_ref().is_none_or(|pool| pool.may_read())
     }
 
     /// Counts a record polled, whose batch grew by `bytes`.
