@@ -99,8 +99,14 @@ pub struct FairShares {
 }
 
 impl FairShares {
-    /// Measures each pool's use since the last call and sets every fair-share pool's rate.
-    pub fn update<'a>(&mut self, pools: impl IntoIterator<Item = (&'a String, &'a Arc<ResourcePool>)>) {
+    /// Measures each pool's use since the last call and sets every fair-share pool's rate;
+    /// `idle_now` is the node's idle CPU time so far ([`idle_cpu`], read before the pools are
+    /// locked).
+    pub fn update<'a>(
+        &mut self,
+        pools: impl IntoIterator<Item = (&'a String, &'a Arc<ResourcePool>)>,
+        idle_now: Option<Duration>,
+    ) {
         let now = Instant::now();
         let elapsed = self.at.replace(now).map_or(0.0, |at| now.duration_since(at).as_secs_f64());
         let pools: Vec<_> = pools.into_iter().collect();
@@ -119,7 +125,7 @@ impl FairShares {
             seen.insert((*id).clone(), now);
         }
         // A read that fails keeps the last figure rather than starting the smoothing again.
-        let idle = match (idle_cpu(), self.idle) {
+        let idle = match (idle_now, self.idle) {
             (Some(idle), Some((before, rate))) if elapsed > 0.0 => {
                 Some((idle, smooth(rate, idle.saturating_sub(before), elapsed)))
             }
@@ -127,9 +133,9 @@ impl FairShares {
             (None, last) => last,
         };
         let cores = node_cores();
-        let busy: Vec<&Seen> = seen.values().filter(|tenant| tenant.used_rate >= IDLE_CORES).collect();
         let total_used: f64 = seen.values().map(|tenant| tenant.used_rate).sum();
-        let busy_weight: f64 = busy.iter().map(|tenant| tenant.weight()).sum();
+        let busy_weight: f64 =
+            seen.values().filter(|tenant| tenant.used_rate >= IDLE_CORES).map(|tenant| tenant.weight()).sum();
         for (id, pool) in &pools {
             let own = seen[*id];
             // An idle tenant counts among the sharers too: it is asking for its share now.
@@ -166,13 +172,15 @@ fn smooth(rate: f64, spent: Duration, elapsed: f64) -> f64 {
 /// `/proc/stat`'s `cpu` line (in `USER_HZ` ticks, proc(5)). `None` off Linux, and where the
 /// machine has other cores than [`node_cores`] (a container limited to some of its host's
 /// cores): there the host's idle CPU is not the node's.
-fn idle_cpu() -> Option<Duration> {
+pub fn idle_cpu() -> Option<Duration> {
     let stat = fs::read_to_string("/proc/stat").ok()?;
-    let cpus = stat.lines().filter(|line| line.starts_with("cpu") && !line.starts_with("cpu ")).count();
-    if cpus as f64 != node_cores() {
+    // The first line sums every core; one line per core follows.
+    let mut cpu_lines = stat.lines().take_while(|line| line.starts_with("cpu"));
+    let total = cpu_lines.next()?;
+    if cpu_lines.count() as f64 != node_cores() {
         return None;
     }
-    let ticks: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).map_while(|n| n.parse().ok()).collect();
+    let ticks: Vec<u64> = total.split_whitespace().skip(1).map_while(|n| n.parse().ok()).collect();
     let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
     // SAFETY: sysconf reads a constant of the system.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -224,13 +232,13 @@ mod tests {
         let (busy, idle) = (pool(node_cores()), pool(node_cores()));
         let ids = ["busy".to_owned(), "idle".to_owned()];
         let mut shares = FairShares::default();
-        shares.update([(&ids[0], &busy), (&ids[1], &idle)]);
+        shares.update([(&ids[0], &busy), (&ids[1], &idle)], idle_cpu());
         // Use that only the busy one's meter sees.
         let meter = busy.meter(None);
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(60) {}
         drop(meter);
-        shares.update([(&ids[0], &busy), (&ids[1], &idle)]);
+        shares.update([(&ids[0], &busy), (&ids[1], &idle)], idle_cpu());
         let rate = |id: &str| shares.seen[id].used_rate;
         assert!(rate("busy") > IDLE_CORES && rate("idle") == 0.0, "{:?}", shares.seen);
     }

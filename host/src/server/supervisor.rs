@@ -47,7 +47,8 @@ impl Supervisor {
         let spawned = std::thread::Builder::new().name("weir-cpu-shares".into()).spawn(move || {
             let mut shares = FairShares::default();
             while let Some(pools) = weak.upgrade() {
-                shares.update(pools.lock().iter().map(|(id, (_, pool))| (id, pool)));
+                let idle = shares::idle_cpu();
+                shares.update(pools.lock().iter().map(|(id, (_, pool))| (id, pool)), idle);
                 drop(pools);
                 std::thread::sleep(shares::INTERVAL);
             }
