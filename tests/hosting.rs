@@ -448,6 +448,27 @@ async fn every_route_refuses_missing_bad_and_foreign_tokens_and_bad_specs() {
         assert_eq!(answer["field"], field, "{answer}");
         assert!(answer["message"].as_str().unwrap_or_default().contains(words), "{field}: {answer}");
     }
+    // An answer quotes little of what was sent (a 100 KB key came back whole, twice): the field
+    // is cut with a marker before the message names it, so the message still says what is wrong.
+    let long_key = good.replace("batch_size = 64", &format!("batch_size = 64\n{} = 1", "k".repeat(100_000)));
+    let (status, answer) = serve.call("PUT", "/v1/pipelines/p", Some(&a), toml_body(&long_key));
+    let (text, message) = (answer.to_string(), answer["message"].as_str().unwrap_or_default());
+    assert_eq!(status, 400, "{}", &text[..text.len().min(1000)]);
+    assert!(text.len() < 2048, "an answer of {} bytes: {}", text.len(), &text[..text.len().min(1000)]);
+    assert!(message.contains("[truncated: ") && message.contains("unknown key"), "{message}");
+    // A spec within the body limit whose registry record is not: 413 naming the record, not
+    // 503 as if the broker were down; the spec deployed stays.
+    let note = "x".repeat(1_010_000);
+    let bulky = good.replace(
+        "transform = \"flight-delays\"\n",
+        &format!("transform = \"flight-delays\"\nconfig = {{ note = '{note}' }}\n"),
+    );
+    assert!(bulky.len() < 1 << 20, "within the body limit");
+    let (status, answer) = serve.call("PUT", "/v1/pipelines/p", Some(&a), toml_body(&bulky));
+    assert_eq!((status, answer["code"].as_str()), (413, Some("too_large")), "{answer}");
+    assert!(answer["message"].as_str().unwrap_or_default().contains("pipeline/a/p"), "{answer}");
+    let deployed = serve.ok("GET", "/v1/pipelines/p", &a, None).to_string();
+    assert!(!deployed.contains("xxxxxxxx"), "the spec deployed stays");
     // Quotas out of range, and names that would read as options on the command line.
     for (request, field) in [
         (

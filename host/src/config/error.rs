@@ -3,6 +3,10 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// Longest key path an error quotes, in bytes: a key a file made up may be long, and is cut with
+/// a marker so that the error still says what is wrong after it.
+const MAX_QUOTED_KEY_BYTES: usize = 256;
+
 /// A pipeline file that cannot be used. Every variant but [`ConfigError::Read`] names the key at
 /// fault in TOML dotted form (`sink.guarantee`, `transforms[0].on_error`,
 /// `source.consumer."group.id"`), and the line of the file where it is when it is there.
@@ -117,7 +121,7 @@ impl ConfigError {
             ConfigError::Parse { key_path, line, message, .. } | ConfigError::Invalid { key_path, line, message } => {
                 let mut out = String::new();
                 if !key_path.is_empty() {
-                    out.push_str(&format!("`{key_path}`"));
+                    out.push_str(&format!("`{}`", crate::wasm::truncate_line(key_path, MAX_QUOTED_KEY_BYTES)));
                 }
                 if let Some(line) = line {
                     out.push_str(&format!(" (line {line})"));

@@ -283,6 +283,11 @@ fn unknown_key_names_its_path() {
     assert_eq!(key_path, "transforms[0].memory_limit");
     let (key_path, _) = parse_error(parse(&format!("{MINIMAL}\n[state]\ndirectory = \"x\"\n")));
     assert_eq!(key_path, "state.directory");
+    // A long made-up key is quoted cut, so that the message stays short and still says why.
+    let long = "k".repeat(100_000);
+    let (key_path, message) = parse_error(parse(&format!("{MINIMAL}\n[state]\n{long} = 1\n")));
+    assert_eq!(key_path.len(), "state.".len() + long.len(), "the key path itself is whole");
+    assert!(message.len() < 1024 && message.contains("more bytes]`") && message.contains("unknown key"), "{message}");
 }
 
 #[test]

@@ -363,7 +363,7 @@ async fn delete_transform(
 /// name at the same moment and came first.
 #[utoipa::path(put, path = "/v1/pipelines/{name}", params(("name" = String, Path)),
     request_body(content = String, content_type = "application/toml"),
-    responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody, description = "its transform or tenant was deleted through another node at the same moment")))]
+    responses((status = 201, body = PipelineStatus), (status = 200, body = PipelineStatus), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody, description = "its transform or tenant was deleted through another node at the same moment"), (status = 413, body = ErrorBody, description = "the body is above 1 MiB, or the spec as a registry record above 1,000,000 bytes"), (status = 503, body = ErrorBody)))]
 async fn deploy_pipeline(
     State(server): State<Arc<Server>>,
     Extension(caller): Extension<Caller>,

@@ -7,6 +7,14 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::spec::SpecError;
+use super::store::RecordTooLarge;
+use crate::wasm::truncate_line;
+
+/// Longest message an error answer carries, in bytes: it may quote what the caller sent (an
+/// unknown key, a value), which is cut there with a marker rather than sent back whole.
+const MAX_MESSAGE_BYTES: usize = 4096;
+/// Longest `field` an error answer names, in bytes (a key the caller made up may be long).
+const MAX_FIELD_BYTES: usize = 256;
 
 /// The body of every error answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -30,7 +38,8 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, body: ErrorBody { code, message: message.into(), field: None } }
+        let message = cut(message.into(), MAX_MESSAGE_BYTES);
+        Self { status, body: ErrorBody { code, message, field: None } }
     }
 
     /// 401: no token, or not a valid one.
@@ -60,7 +69,7 @@ impl ApiError {
     /// 400 about `field`.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         let mut error = Self::new(StatusCode::BAD_REQUEST, "invalid", message);
-        error.body.field = Some(field.into()).filter(|f: &String| !f.is_empty());
+        error.body.field = Some(cut(field.into(), MAX_FIELD_BYTES)).filter(|f| !f.is_empty());
         error
     }
 
@@ -86,6 +95,15 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{error:#}"))
     }
 
+    /// A failed write to the registry topic: 413 for a change too large for one of its records
+    /// ([`RecordTooLarge`]), else [`ApiError::unavailable`].
+    pub fn registry_write(error: anyhow::Error) -> Self {
+        match error.downcast_ref::<RecordTooLarge>() {
+            Some(too_large) => Self::too_large(too_large.to_string()),
+            None => Self::unavailable(error),
+        }
+    }
+
     /// 500: a bug or a local failure (disk).
     pub fn internal(error: impl std::fmt::Display) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
@@ -105,14 +123,49 @@ impl std::fmt::Display for ApiError {
 
 impl From<SpecError> for ApiError {
     fn from(error: SpecError) -> Self {
-        let message =
-            if error.field.is_empty() { error.message } else { format!("`{}`: {}", error.field, error.message) };
+        // Cut where it is quoted, so that the message keeps what is wrong.
+        let message = if error.field.is_empty() {
+            error.message
+        } else {
+            format!("`{}`: {}", truncate_line(&error.field, MAX_FIELD_BYTES), error.message)
+        };
         Self::invalid(error.field, message)
+    }
+}
+
+/// `text` cut to `max` bytes with a marker ([`truncate_line`]).
+fn cut(text: String, max: usize) -> String {
+    match truncate_line(&text, max) {
+        std::borrow::Cow::Borrowed(_) => text,
+        cut => cut.into_owned(),
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(self.body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_quotes_little_of_the_request_and_a_record_too_large_is_413() {
+        let spec = SpecError { field: format!("source.{}", "k".repeat(10_000)), message: "unknown key".into() };
+        let error = ApiError::from(spec);
+        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+        let field = error.body.field.as_deref().unwrap_or_default();
+        assert!(field.len() < MAX_FIELD_BYTES + 64 && field.ends_with("more bytes]"), "{field}");
+        assert!(error.body.message.ends_with("more bytes]`: unknown key"), "{}", error.body.message);
+        let long = ApiError::internal("é".repeat(10_000));
+        assert!(long.body.message.len() < MAX_MESSAGE_BYTES + 64, "{}", long.body.message.len());
+        let record = RecordTooLarge { key: "pipeline/a/p".into(), bytes: 2_000_000 };
+        let too_large = ApiError::registry_write(record.into());
+        assert_eq!((too_large.status(), too_large.body.code), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+        assert!(too_large.body.message.contains("pipeline/a/p"), "{}", too_large.body.message);
+        let down = ApiError::registry_write(anyhow::anyhow!("no broker"));
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

@@ -397,7 +397,7 @@ impl Server {
         let Some(why) = self.store.refusal(offset) else { return Ok(()) };
         let registry = self.registry.lock().await;
         let admitted = registry.value_of(key).map_err(ApiError::internal)?;
-        self.store.put(key, admitted.as_deref()).await.map_err(ApiError::unavailable)?;
+        self.store.put(key, admitted.as_deref()).await.map_err(ApiError::registry_write)?;
         Err(ApiError::conflict(format!(
             "{why}: a change made through another node at the same moment came first; look (GET) before trying again"
         )))
@@ -526,7 +526,7 @@ impl Server {
             }
             let key = Registry::tenant_key(tenant);
             let mut registry = self.registry.lock().await;
-            let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
+            let offset = self.store.put(&key, None).await.map_err(ApiError::registry_write)?;
             registry.tenants.remove(tenant);
             drop(registry);
             self.decided(&key, offset).await
@@ -538,7 +538,7 @@ impl Server {
                 for transform in &removed {
                     let value = serde_json::to_vec(transform).map_err(ApiError::internal)?;
                     let key = Registry::transform_key(tenant, &transform.name);
-                    self.store.put(&key, Some(&value)).await.map_err(ApiError::unavailable)?;
+                    self.store.put(&key, Some(&value)).await.map_err(ApiError::registry_write)?;
                 }
                 Err(lost)
             }
@@ -551,7 +551,7 @@ impl Server {
     async fn put_retired(&self, registry: &mut MutexGuard<'_, Registry>, retired: &Retired) -> Result<(), ApiError> {
         let value = serde_json::to_vec(retired).map_err(ApiError::internal)?;
         let key = Registry::retired_key(&retired.topic_prefix);
-        self.store.put(&key, Some(&value)).await.map_err(ApiError::unavailable)?;
+        self.store.put(&key, Some(&value)).await.map_err(ApiError::registry_write)?;
         registry.retired.insert(retired.topic_prefix.clone(), retired.clone());
         Ok(())
     }
@@ -559,7 +559,7 @@ impl Server {
     /// Unblocks `prefix` ([`Server::put_retired`]).
     async fn unblock(&self, prefix: &str) -> Result<(), ApiError> {
         let mut registry = self.registry.lock().await;
-        self.store.put(&Registry::retired_key(prefix), None).await.map_err(ApiError::unavailable)?;
+        self.store.put(&Registry::retired_key(prefix), None).await.map_err(ApiError::registry_write)?;
         registry.retired.remove(prefix);
         Ok(())
     }
@@ -616,7 +616,7 @@ impl Server {
 
     async fn put_tenant(&self, tenant: &Tenant) -> Result<i64, ApiError> {
         let value = serde_json::to_vec(tenant).map_err(ApiError::internal)?;
-        self.store.put(&Registry::tenant_key(&tenant.name), Some(&value)).await.map_err(ApiError::unavailable)
+        self.store.put(&Registry::tenant_key(&tenant.name), Some(&value)).await.map_err(ApiError::registry_write)
     }
 
     // --- transforms ---
@@ -664,11 +664,11 @@ impl Server {
         };
         transform.versions.push(version.clone());
         if !stored_before {
-            self.store.put_blob(&sha256, &bytes).await.map_err(ApiError::unavailable)?;
+            self.store.put_blob(&sha256, &bytes).await.map_err(ApiError::registry_write)?;
         }
         let value = serde_json::to_vec(&transform).map_err(ApiError::internal)?;
         let key = Registry::transform_key(tenant, name);
-        let offset = self.store.put(&key, Some(&value)).await.map_err(ApiError::unavailable)?;
+        let offset = self.store.put(&key, Some(&value)).await.map_err(ApiError::registry_write)?;
         entry.transforms.insert(name.to_owned(), transform);
         drop(registry);
         if let Err(lost) = self.decided(&key, offset).await {
@@ -769,7 +769,7 @@ impl Server {
     async fn remove_transform_record(&self, tenant: &str, name: &str) -> Result<Option<Transform>, ApiError> {
         let key = Registry::transform_key(tenant, name);
         let mut registry = self.registry.lock().await;
-        let offset = self.store.put(&key, None).await.map_err(ApiError::unavailable)?;
+        let offset = self.store.put(&key, None).await.map_err(ApiError::registry_write)?;
         let removed = registry.tenants.get_mut(tenant).and_then(|e| e.transforms.remove(name));
         drop(registry);
         self.decided(&key, offset).await?;
@@ -788,7 +788,7 @@ impl Server {
                     self.store
                         .put(&store::blob_key(&version.sha256, index), None)
                         .await
-                        .map_err(ApiError::unavailable)?;
+                        .map_err(ApiError::registry_write)?;
                 }
                 let _ = std::fs::remove_file(component_path(&self.components, &version.sha256));
             }
@@ -808,8 +808,9 @@ impl Server {
     /// # Errors
     /// 400 naming the field (see [`spec::resolve`]); 403 `quota` beyond `max_pipelines`; 409
     /// when another node's first deploy of the name, or a deletion of the tenant or of a
-    /// transform version it pins, came first; 503 when the registry topic
-    /// cannot be written, or not read back within [`REGISTRY_WAIT`].
+    /// transform version it pins, came first; 413 when its record would not fit the registry
+    /// topic ([`store::RecordTooLarge`]); 503 when the registry topic cannot be written, or not
+    /// read back within [`REGISTRY_WAIT`].
     pub async fn deploy(
         &self,
         tenant: &str,
@@ -887,7 +888,7 @@ impl Server {
         let entry = registry.tenants.get_mut(tenant).ok_or_else(|| no_tenant(tenant))?;
         let pipeline = entry.pipelines.get(name).ok_or_else(|| no_pipeline(name))?;
         let derived = spec::derived(&entry.tenant, name, &pipeline.id, &self.config);
-        self.store.put(&Registry::pipeline_key(tenant, name), None).await.map_err(ApiError::unavailable)?;
+        self.store.put(&Registry::pipeline_key(tenant, name), None).await.map_err(ApiError::registry_write)?;
         entry.pipelines.remove(name);
         drop(registry);
         self.end_incarnation(spec::qualified_name(tenant, name), &derived).await?;
@@ -1051,7 +1052,7 @@ impl Server {
         self.store
             .put(&Registry::pipeline_key(tenant, &pipeline.name), Some(&value))
             .await
-            .map_err(ApiError::unavailable)
+            .map_err(ApiError::registry_write)
     }
 
     /// Starts `run` (stopping its running predecessor first, which commits its open epoch).

@@ -19,6 +19,25 @@ use crate::kafka::{Admin, TopicReader};
 
 /// Largest value written to the registry topic.
 pub const CHUNK_BYTES: usize = 512 * 1024;
+/// Largest record the node writes to the registry topic, in bytes: its producer's
+/// `message.max.bytes` (librdkafka's default), below the broker's default `max.message.bytes`.
+const MAX_RECORD_BYTES: usize = 1_000_000;
+/// What a record adds to its key and value on the wire, at most: librdkafka refuses a record
+/// whose key, value and this (`rd_kafka_msg_max_wire_size`: a v2 record batch header and a
+/// record's varints) pass `message.max.bytes`.
+const RECORD_OVERHEAD: usize = 128;
+
+/// A change too large for one registry record ([`Store::put`]): the API answers it 413.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{key} would be {bytes} bytes as a registry record, above the {MAX_RECORD_BYTES} one may hold: make it smaller"
+)]
+pub struct RecordTooLarge {
+    /// The record's key.
+    pub key: String,
+    /// Its key, value and wire overhead, in bytes.
+    pub bytes: usize,
+}
 /// How long a write or the start-up read may wait for the broker.
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Most records read before they are applied: 8 MiB of blob chunks.
@@ -80,7 +99,7 @@ impl Store {
         let own = [
             ("enable.idempotence", "true"),
             ("acks", "all"),
-            ("message.max.bytes", "1000000"),
+            ("message.max.bytes", &MAX_RECORD_BYTES.to_string()),
             ("message.timeout.ms", timeout_ms.as_str()),
         ];
         let producer = crate::kafka::client_config(cluster, &[], &none, &own).create().map_err(down)?;
@@ -130,8 +149,13 @@ impl Store {
     /// returns the record's offset.
     ///
     /// # Errors
-    /// When the write is not acknowledged within 30 s.
+    /// [`RecordTooLarge`] when the record would pass [`MAX_RECORD_BYTES`] (nothing is written);
+    /// otherwise when the write is not acknowledged within 30 s.
     pub async fn put(&self, key: &str, value: Option<&[u8]>) -> anyhow::Result<i64> {
+        let bytes = key.len() + value.map_or(0, <[u8]>::len) + RECORD_OVERHEAD;
+        if bytes > MAX_RECORD_BYTES {
+            return Err(RecordTooLarge { key: key.to_owned(), bytes }.into());
+        }
         let mut record = FutureRecord::<str, [u8]>::to(&self.topic).key(key).partition(0);
         if let Some(value) = value {
             record = record.payload(value);
