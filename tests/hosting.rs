@@ -777,6 +777,55 @@ async fn a_tenants_records_read_ahead_count_against_its_memory_quota() {
     eventually("the reads all given back", || gauge("weir_tenant_read_bytes") == Some(0.0), &|| serve.log());
 }
 
+/// A table is memory of its tenant's pool (issue 44 item 6): a pipeline joining a table of
+/// 24 MiB (96 keys of 256 KiB, within its own `max_mb`) for a tenant of 16 MiB stops at start,
+/// naming the quota and the table, and gives back what the table had taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_larger_than_its_tenants_memory_stops_the_pipeline_naming_the_quota() {
+    let serve = Serve::start("");
+    let run = unique_name("weir-bigtable");
+    let quotas = json!({ "max_total_memory_mb": 16, "max_memory_mb": 16 });
+    let token = serve.tenant("joiner", &format!("{run}."), Some(quotas));
+    let passthrough = std::fs::read(plugin("passthrough")).expect("passthrough.wasm");
+    assert_eq!(serve.upload(&token, "passthrough", passthrough).0, 201);
+    let (source, table, sink) = (format!("{run}.in"), format!("{run}.rows"), format!("{run}.out"));
+    let rows: Vec<_> = (0..96).map(|i| (Some(format!("k{i}")), "r".repeat(256 << 10))).collect();
+    produce(&table, 1, &rows).await;
+    produce(&source, 1, &[(None, r#"{"id":"k1"}"#.to_owned())]).await;
+    let spec = format!(
+        "[source]\ntopics = [\"{source}\"]\n[[source.tables]]\nname = \"rows\"\ntopic = \"{table}\"\n\
+         key_fields = [\"id\"]\nmax_mb = 64\n[[transforms]]\nname = \"p\"\ntransform = \"passthrough\"\n\
+         memory_limit_mb = 8\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
+    );
+    serve.ok("PUT", "/v1/pipelines/joins", &token, toml_body(&spec));
+    let stopped = || {
+        let status = serve.ok("GET", "/v1/pipelines/joins", &token, None);
+        let error = status["last_error"].as_str().unwrap_or_default().to_owned();
+        error.contains("max_total_memory_mb").then_some(error)
+    };
+    let started = Instant::now();
+    let error = loop {
+        if let Some(error) = stopped() {
+            break error;
+        }
+        assert!(started.elapsed() < RUN_TIMEOUT, "the pipeline never stopped on its table\n{}", serve.log());
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(error.contains("table rows") && error.contains("tenant `joiner`"), "{error}");
+    let memory = || {
+        let metrics = serve.ok("GET", "/metrics", ADMIN, None);
+        metrics
+            .as_str()
+            .expect("metrics text")
+            .lines()
+            .find_map(|line| line.strip_prefix("weir_tenant_memory_bytes{tenant=\"joiner\"} ")?.parse::<f64>().ok())
+    };
+    // The rows read before the refusal went back with the table (the guest's memory may stay).
+    eventually("the table's memory given back", || memory().is_some_and(|bytes| bytes < 8.0 * 1048576.0), &|| {
+        serve.log()
+    });
+}
+
 /// A node's memory at start does not grow with the components it reads (issue 44 item 6): a
 /// second node reads 160 MiB of components from the registry topic, keeping their chunks on
 /// disk until it writes each component, and its peak resident memory stays below what it read.
