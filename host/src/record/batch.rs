@@ -184,7 +184,7 @@ impl RecordBatch {
     pub fn select(&self, mut keep: impl FnMut(usize) -> bool) -> Self {
         let mut batch = Self::default();
         for index in (0..self.len()).filter(|&index| keep(index)) {
-            batch.push_copy(self, index, []);
+            batch.push_copy(self, index);
         }
         batch
     }
@@ -195,19 +195,8 @@ impl RecordBatch {
     /// When `index` is out of bounds.
     pub fn one(&self, index: usize) -> Self {
         let mut batch = Self::default();
-        batch.push_copy(self, index, []);
+        batch.push_copy(self, index);
         batch
-    }
-
-    /// Adds to each record, after its own headers, those `extra` gives for its value (name,
-    /// value).
-    pub fn add_headers<'h>(&mut self, mut extra: impl FnMut(Option<&[u8]>) -> Vec<(&'h str, &'h [u8])>) {
-        let mut batch = Self::default();
-        for index in 0..self.len() {
-            let added = extra(self.value(index));
-            batch.push_copy(self, index, added.into_iter().map(|(name, value)| (name.as_bytes(), Some(value))));
-        }
-        *self = batch;
     }
 
     /// The batch in the packed world's layout, for `process-packed`.
@@ -215,13 +204,8 @@ impl RecordBatch {
         &self.columns
     }
 
-    /// Adds record `index` of `from`, with `extra` headers after its own.
-    fn push_copy<'h>(
-        &mut self,
-        from: &'h Self,
-        index: usize,
-        extra: impl IntoIterator<Item = (&'h [u8], Option<&'h [u8]>)>,
-    ) {
+    /// Adds a copy of record `index` of `from`.
+    fn push_copy(&mut self, from: &Self, index: usize) {
         let (key, value, headers) = from.parts(index);
         let columns = &from.columns;
         let fields = Fields {
@@ -234,7 +218,7 @@ impl RecordBatch {
             key,
             value,
         };
-        self.push(fields, headers.map(|(name, value)| (name.as_bytes(), value)).chain(extra));
+        self.push(fields, headers.map(|(name, value)| (name.as_bytes(), value)));
     }
 
     /// Record `index`'s key and value (`None` for a null) and its headers.

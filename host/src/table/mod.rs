@@ -16,7 +16,6 @@ use serde_json::Value;
 use crate::config::{SourceConfig, TableConfig};
 use crate::error::PipelineError;
 use crate::kafka::{ReadBatch, TopicReader};
-use crate::record::RecordBatch;
 use crate::wasm::ResourcePool;
 
 /// Prefix of the header a joined record gets; the table's name follows.
@@ -92,23 +91,22 @@ impl Tables {
         Ok(())
     }
 
-    /// Adds to each record of `batch` a header `weir.table.<name>` with the value of every table
-    /// that holds the record's lookup key.
-    pub fn join(&self, batch: &mut RecordBatch) {
+    /// The headers a source record of value `value` gets from the tables, after its own: per
+    /// table that holds the record's lookup key, `weir.table.<name>` with that key's value (name
+    /// and value bytes). None without tables, or for a value that is not a JSON object.
+    pub fn headers(&self, value: Option<&[u8]>) -> Vec<(&[u8], Option<&[u8]>)> {
         if self.tables.is_empty() {
-            return;
+            return Vec::new();
         }
-        batch.add_headers(|value| {
-            let Some(Value::Object(fields)) = value.and_then(|v| serde_json::from_slice(v).ok()) else {
-                return Vec::new();
-            };
-            let found = self.tables.iter().filter_map(|table| {
-                let key = lookup_key(&fields, &table.rows.config.key_fields)?;
-                let value = table.rows.values.get(key.as_bytes())?;
-                Some((table.header.as_str(), value.as_slice()))
-            });
-            found.collect()
+        let Some(Value::Object(fields)) = value.and_then(|v| serde_json::from_slice(v).ok()) else {
+            return Vec::new();
+        };
+        let found = self.tables.iter().filter_map(|table| {
+            let key = lookup_key(&fields, &table.rows.config.key_fields)?;
+            let value = table.rows.values.get(key.as_bytes())?;
+            Some((table.header.as_bytes(), Some(value.as_slice())))
         });
+        found.collect()
     }
 }
 

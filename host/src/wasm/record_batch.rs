@@ -124,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn selects_sets_times_and_adds_headers_in_place() {
+    fn selects_and_sets_times_in_place() {
         let mut batch =
             RecordBatch::from_records(&[input(0, None, Some("a"), &[]), sample()[0].clone(), sample()[1].clone()]);
         batch.set_time(2, 7, None);
@@ -132,17 +132,6 @@ mod tests {
         let mut expected = sample();
         (expected[1].event_time, expected[1].watermark) = (7, None);
         assert_eq!(debug(&kept.to_records()), debug(&expected));
-
-        let mut joined = kept;
-        joined.add_headers(|value| match value {
-            Some(_) => vec![("airport", &b"JFK"[..]), ("empty", &b""[..])],
-            None => Vec::new(),
-        });
-        expected[1].headers = vec![
-            Header { key: "airport".into(), value: Some(b"JFK".to_vec()) },
-            Header { key: "empty".into(), value: Some(Vec::new()) },
-        ];
-        assert_eq!(debug(&joined.to_records()), debug(&expected));
     }
 
     #[test]
@@ -175,10 +164,10 @@ mod tests {
         Fields { topic: "t", partition: 1, offset, timestamp: offset, event_time: offset, watermark: None, key, value }
     }
 
-    /// Null and empty keys, values, header names and values; headers added by a join after a
-    /// record's own; `select` of nothing and of everything; `one`; `bytes`.
+    /// Null and empty keys, values, header names and values; `select` of nothing and of
+    /// everything; `one`; `bytes`.
     #[test]
-    fn keeps_nulls_empties_and_headers_through_select_one_and_add_headers() {
+    fn keeps_nulls_empties_and_headers_through_select_and_one() {
         let mut batch = RecordBatch::default();
         batch.push(fields(0, None, None), []);
         batch.push(fields(1, Some(b""), Some(b"")), [(&b""[..], None), (&b""[..], Some(&b""[..]))]);
@@ -203,18 +192,6 @@ mod tests {
         for (index, record) in records.iter().enumerate() {
             assert_eq!(format!("{:?}", batch.one(index).to_records()), format!("{:?}", std::slice::from_ref(record)));
         }
-
-        let mut joined = batch.select(|_| true);
-        joined.add_headers(|value| match value {
-            Some(v) if v.starts_with(b"{") => vec![("weir.table.t", &b"row"[..])],
-            _ => Vec::new(),
-        });
-        let got = joined.to_records();
-        assert_eq!(format!("{:?}", &got[..2]), format!("{:?}", &records[..2]));
-        let headers: Vec<_> = got[2].headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
-        assert_eq!(headers, [("own", Some(&b"x"[..])), ("n", None), ("weir.table.t", Some(&b"row"[..]))]);
-        // The join copies; the batch before it is unchanged.
-        assert_eq!(format!("{:?}", batch.to_records()), format!("{records:?}"));
     }
 
     /// Stamping order: `set_time` on one record leaves the others' times, and `select` keeps them.

@@ -14,6 +14,7 @@ use crate::kafka::record_headers;
 use crate::pipeline::output::{Input, Out};
 use crate::pipeline::task::Task;
 use crate::record::{Fields, RecordBatch};
+use crate::table::Tables;
 use crate::wasm::ResourcePool;
 
 /// How long one poll waits for the first record.
@@ -138,7 +139,7 @@ impl Runner<'_> {
                             }
                             let batch = batches.last_mut().expect("a batch was pushed");
                             let before = batch.memory();
-                            push_message(batch, &message);
+                            push_message(batch, &message, &self.tables);
                             let full = limit.full(batch) && flow.home[index].is_some();
                             let grown = batch.memory() - before;
                             flow.hold(grown);
@@ -170,16 +171,12 @@ impl Runner<'_> {
             // rest once the poll is over, the queue is dry or too much is out.
             let flush = !polling || dry || flow.out_records >= most || !flow.may_read();
             for index in 0..flow.home.len() {
-                let Some(mut batches) = flow.ready(index, flush, limit) else { continue };
+                let Some(batches) = flow.ready(index, flush, limit) else { continue };
                 let mut task = flow.home[index].take().expect("a ready task is home");
-                // What was held for them, before a table's columns join them.
                 let given = Given {
                     records: batches.iter().map(RecordBatch::len).sum(),
                     bytes: batches.iter().map(RecordBatch::memory).sum(),
                 };
-                for batch in &mut batches {
-                    self.tables.join(batch);
-                }
                 let (done_tx, out) = (done_tx.clone(), out.clone());
                 self.workers.spawn(self.lanes[task.id()], move || {
                     let result = run_batches(&mut task, batches, &out);
@@ -377,8 +374,10 @@ fn run_batches(task: &mut Task, batches: Vec<RecordBatch>, out: &Out) -> Result<
     Ok((records, output_bytes))
 }
 
-/// Adds `message` to `batch`, copying its bytes once (its buffer is librdkafka's).
-fn push_message(batch: &mut RecordBatch, message: &BorrowedMessage<'_>) {
+/// Adds `message` to `batch`, copying its bytes once (its buffer is librdkafka's), with the
+/// headers `tables` join onto it after its own: so a joined row is memory of the batch as it
+/// fills, and counts towards its fullness like the record's own bytes.
+fn push_message(batch: &mut RecordBatch, message: &BorrowedMessage<'_>, tables: &Tables) {
     let timestamp = message.timestamp().to_millis().unwrap_or(0);
     let fields = Fields {
         topic: message.topic(),
@@ -392,5 +391,6 @@ fn push_message(batch: &mut RecordBatch, message: &BorrowedMessage<'_>) {
         value: message.payload(),
     };
     // Null header values stay null.
-    batch.push(fields, record_headers(message).into_iter().map(|h| (h.key, h.value)));
+    let own = record_headers(message).into_iter().map(|h| (h.key, h.value));
+    batch.push(fields, own.chain(tables.headers(message.payload())));
 }
