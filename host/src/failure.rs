@@ -133,13 +133,14 @@ fn operator(error: &OperatorError) -> Disposition {
         | ErrorKind::OutputRefused { .. }
         | ErrorKind::StateTooLarge { .. }
         | ErrorKind::EventTime { .. } => StopPipeline,
+        // The tenant's memory, which its other pipelines share: it may free up, even for an
+        // instance that could not start; `max_identical_failures` bounds the retries.
+        ErrorKind::PoolMemory { .. } | ErrorKind::State(StateError::PoolMemory(_)) => Retry { heals_itself: false },
         ErrorKind::State(error) => state(error, lasting),
         // A guest's trap, limit, panic or error: a new instance may get past it (a bug that
-        // depends on timing, a limit shared with other pipelines); `max_identical_failures`
-        // bounds the retries under `weir serve`.
+        // depends on timing); `max_identical_failures` bounds the retries under `weir serve`.
         ErrorKind::DeadlineExceeded { .. }
         | ErrorKind::MemoryLimit { .. }
-        | ErrorKind::PoolMemory { .. }
         | ErrorKind::GuestPanic { .. }
         | ErrorKind::Exit { .. }
         | ErrorKind::StackOverflow

@@ -159,8 +159,10 @@ fn table() -> Vec<(&'static str, PipelineError, Disposition)> {
     ];
     for kind in operator_kinds() {
         let expected = expected_in_a_call(&kind);
-        // An instance that cannot start will not start on a retry; a stop is a stop anywhere.
-        let at_init = if expected == RETRY { STOP } else { expected };
+        // An instance that cannot start will not start on a retry, unless the tenant's memory
+        // its other pipelines share was short; a stop is a stop anywhere.
+        let shared = matches!(kind, ErrorKind::PoolMemory { .. } | ErrorKind::State(StateError::PoolMemory(_)));
+        let at_init = if expected == RETRY && !shared { STOP } else { expected };
         rows.push(("operator init", operator(Call::Init, clone_kind(&kind)), at_init));
         for call in [Call::Process, Call::Snapshot, Call::Restore, Call::OnTimer] {
             rows.push(("operator call", operator(call, clone_kind(&kind)), expected));

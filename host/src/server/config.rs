@@ -125,7 +125,7 @@ pub struct Quotas {
     pub max_state_mb: u64,
     /// Memory all the tenant's pipelines on a node may hold together, in MiB: their operator
     /// instances' linear memory (a growth past it fails the call like `memory_limit_mb` does),
-    /// uncommitted state and tables. Default 512.
+    /// uncommitted state, tables and records read ([`crate::wasm::ResourcePool`]). Default 512.
     #[serde(default = "default_max_total_memory_mb")]
     pub max_total_memory_mb: u64,
     /// Most CPU time the tenant's pipelines may use on a node (their threads' work, see

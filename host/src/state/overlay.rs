@@ -166,10 +166,11 @@ impl TaskOverlays {
             && !pool.grow(grow as usize)
         {
             return Err(StateError::PoolMemory(format!(
-                "this batch adds {grow} bytes to the {} that the guests, uncommitted state and tables of {} hold on \
-                 this node, above its memory of {} bytes (max_total_memory_mb)",
+                "this batch adds {grow} bytes to the {} that {} holds on this node ({}), above its memory of {} \
+                 bytes (max_total_memory_mb)",
                 pool.memory_used(),
                 pool.owner(),
+                crate::wasm::MEMORY_USES,
                 pool.memory_limit()
             )));
         }
@@ -668,7 +669,7 @@ mod tests {
         let error = state.write(vec![put("d", "1"), put("e", &"v".repeat(20))]).unwrap_err();
         let message = error.to_string();
         assert!(matches!(error, StateError::PoolMemory(_)), "{error:?}");
-        for part in ["adds 43 bytes to the 74", "of tenant `a`", "memory of 100 bytes (max_total_memory_mb)"] {
+        for part in ["adds 43 bytes to the 74", "that tenant `a` holds", "memory of 100 bytes (max_total_memory_mb)"] {
             assert!(message.contains(part), "{part}: {message}");
         }
         assert_eq!(get(&mut state, "d"), None, "nothing of the refused batch was written");

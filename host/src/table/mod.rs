@@ -196,13 +196,14 @@ impl Rows {
                 self.bytes = before;
                 return Err(PipelineError::Refused(format!(
                     "table {} holds {} bytes of keys and values, more than the memory {} has left on this node \
-                     ({} of {} MiB max_total_memory_mb used by its guests, uncommitted state, tables and records read); keep \
+                     ({} of {} MiB max_total_memory_mb used by {}); keep \
                      fewer keys in topic {}, or ask the operator for more memory",
                     self.config.name,
                     self.bytes,
                     pool.owner(),
                     pool.memory_used() >> 20,
                     pool.memory_limit() >> 20,
+                    crate::wasm::MEMORY_USES,
                     self.config.topic
                 )));
             }

@@ -101,7 +101,8 @@ pub enum ErrorKind {
     /// The guests of the operator's [`ResourcePool`](super::ResourcePool) together needed more
     /// linear memory than the pool has (under `weir serve`, the tenant's `max_total_memory_mb`).
     #[error(
-        "memory quota exceeded: the operators of {owner} together asked for more than {limit_bytes} bytes of linear memory (its max_total_memory_mb); stop a pipeline, lower operators' `memory_limit_mb`, or ask for a larger quota"
+        "memory quota exceeded: an operator asked for linear memory past the {limit_bytes} bytes {owner} may hold ({}: its max_total_memory_mb); stop a pipeline, lower operators' `memory_limit_mb`, or ask for a larger quota",
+        super::pool::MEMORY_USES
     )]
     PoolMemory {
         /// Who the pool belongs to, e.g. ``tenant `acme` ``.

@@ -42,4 +42,4 @@ pub use error::{BatchOffsets, Call, ErrorKind, LoadError, OperatorError};
 pub use guest_log::truncate_line;
 pub use limits::{OperatorLimits, record_size};
 pub use operator::Operator;
-pub use pool::{CpuLimit, ResourcePool};
+pub use pool::{CpuLimit, MEMORY_USES, ResourcePool};

@@ -15,13 +15,15 @@ const CPU_BURST: Duration = Duration::from_millis(100);
 const FAILURE_WEIGHT: u32 = 10;
 /// Least a failed guest call costs its pool, on top of its own CPU time.
 const FAILURE_MIN_CHARGE: Duration = Duration::from_millis(1);
+/// What a pool's memory holds, as errors name it.
+pub const MEMORY_USES: &str = "its operators' linear memory, uncommitted state, tables and records read";
 /// The pool's memory divided by this is the most that records read and not yet processed may
-/// hold together ([`ResourcePool::may_read`]): a quarter, so that they leave most of the pool to
-/// the guests' memory and the uncommitted state, which fail or end an epoch when it is full
-/// (records read can wait; a guest's growth cannot).
+/// hold together, and the room they leave free ([`ResourcePool::may_read`]): a quarter, so that
+/// the guests' memory and the uncommitted state, which fail or end an epoch when the pool is
+/// full, keep room to grow (records read can wait; a guest's growth cannot).
 const READ_SHARE: usize = 4;
 /// The pool's memory divided by this is the most one batch of records read may hold
-/// ([`ResourcePool::read_batch_bytes`]), and the room [`ResourcePool::may_read`] wants left.
+/// ([`ResourcePool::read_batch_bytes`]).
 const READ_BATCH_SHARE: usize = 16;
 
 thread_local! {
@@ -60,7 +62,7 @@ impl Metered {
 ///   (`StateError::PoolMemory`), and a pipeline checkpoints early before that happens; a table
 ///   past it stops the pipeline. Records read from the source and not yet processed count too
 ///   ([`ResourcePool::hold_read`]): a pipeline reads only while they hold less than a quarter
-///   of the pool and a batch's worth is left ([`ResourcePool::may_read`]), or while it holds
+///   of the pool and a quarter is free ([`ResourcePool::may_read`]), or while it holds
 ///   less than 1 MiB of them itself (so it goes on when the pool is short).
 /// - **CPU**: the pool's metered work runs for at most its [`CpuLimit`] in seconds of thread
 ///   CPU time per second of wall time (a token bucket refilled at that rate, holding at most
@@ -189,12 +191,12 @@ impl ResourcePool {
     }
 
     /// Whether the pool's pipelines may read more records from their sources: the records they
-    /// read and have not processed yet hold less than a quarter of the pool ([`READ_SHARE`]), and the
-    /// pool has a batch's worth of room left ([`ResourcePool::read_batch_bytes`]). (A pipeline
-    /// reads a little all the same: the runner's `READ_FLOOR`.)
+    /// read and have not processed yet hold less than a quarter of the pool, and a quarter of it
+    /// is free ([`READ_SHARE`]). (A pipeline reads a little all the same: the runner's
+    /// `READ_FLOOR`.)
     pub(crate) fn may_read(&self) -> bool {
-        self.read_used.load(Ordering::Relaxed) < self.memory_bytes / READ_SHARE
-            && self.memory_used().saturating_add(self.read_batch_bytes()) <= self.memory_bytes
+        let share = self.memory_bytes / READ_SHARE;
+        self.read_used.load(Ordering::Relaxed) < share && self.memory_used().saturating_add(share) <= self.memory_bytes
     }
 
     /// Bytes at which a batch of records read is full: a sixteenth of the pool
@@ -398,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn records_read_hold_at_most_a_quarter_of_the_pool_and_leave_a_batchs_room() {
+    fn records_read_hold_at_most_a_quarter_of_the_pool_and_leave_a_quarter_free() {
         let pool = ResourcePool::new("tenant `a`", 1600, None);
         assert_eq!(pool.read_batch_bytes(), 100);
         assert!(pool.may_read());
@@ -409,14 +411,15 @@ mod tests {
         pool.release_read(100);
         assert_eq!((pool.memory_used(), pool.read_used()), (300, 300));
         assert!(pool.may_read());
-        // The guests' memory leaves less than a batch's room.
-        assert!(pool.grow(1201));
+        // The guests' memory leaves less than a quarter free.
+        assert!(pool.grow(901));
         assert!(!pool.may_read());
-        assert!(!pool.grow(100), "reads counted are memory the pool granted");
         pool.shrink(1);
         assert!(pool.may_read());
+        assert!(pool.grow(400));
+        assert!(!pool.grow(1), "reads counted are memory the pool granted");
         pool.release_read(300);
-        assert_eq!((pool.memory_used(), pool.read_used()), (1200, 0));
+        assert_eq!((pool.memory_used(), pool.read_used()), (1300, 0));
     }
 
     #[test]
