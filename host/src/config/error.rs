@@ -99,6 +99,22 @@ impl ConfigError {
         }
     }
 
+    /// The error without line numbers: for a configuration whose text is not what its author
+    /// wrote (`weir serve` rebuilds a spec from the body it was sent, with keys of its own), where
+    /// the lines would point elsewhere.
+    pub fn without_lines(self) -> Self {
+        match self {
+            ConfigError::Parse { path, key_path, message, .. } => {
+                ConfigError::Parse { path, key_path, line: None, message }
+            }
+            ConfigError::Invalid { key_path, message, .. } => ConfigError::Invalid { key_path, line: None, message },
+            ConfigError::Several { path, errors } => {
+                ConfigError::Several { path, errors: errors.into_iter().map(Self::without_lines).collect() }
+            }
+            read @ ConfigError::Read { .. } => read,
+        }
+    }
+
     /// Line of the key at fault in the file, when known.
     pub(crate) fn line(&self) -> Option<usize> {
         match self {

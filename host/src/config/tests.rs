@@ -291,6 +291,15 @@ fn unknown_key_names_its_path() {
 }
 
 #[test]
+fn an_operator_name_labels_metrics_so_it_is_short() {
+    let at_most = MINIMAL.replace("name = \"flight-delays\"\nwasm", &format!("name = \"{}\"\nwasm", "o".repeat(128)));
+    assert!(parse(&at_most).is_ok());
+    let (key_path, message) = invalid(parse(&at_most.replace(&"o".repeat(128), &"o".repeat(129))));
+    assert_eq!(key_path, "transforms[0].name");
+    assert!(message.contains("1 to 128 characters") && message.contains("metric labels"), "{message}");
+}
+
+#[test]
 fn bad_values_name_key_and_allowed_values() {
     let (key_path, message) = parse_error(parse_with("sink", "guarantee = \"exactly_once\""));
     assert_eq!(key_path, "sink.guarantee");

@@ -11,6 +11,9 @@ use super::raw::push_key;
 
 const MIB: usize = 1 << 20;
 const NAME_CHARS: &str = "ASCII letters, digits, '.', '_' and '-'";
+/// Longest operator or table name: each is a label of every metric series of its own (and an
+/// operator's prefixes its state keys), so a name a tenant made up must not be large.
+const MAX_LABEL_NAME_LEN: usize = 128;
 
 impl PipelineConfig {
     /// Checks every rule of the configuration reference (`docs/configuration.md`) and returns
@@ -114,8 +117,12 @@ impl PipelineConfig {
         let mut names = BTreeSet::new();
         for (i, table) in self.source.tables.iter().enumerate() {
             let key = |field: &str| format!("source.tables[{i}].{field}");
-            if broken.check(check_name(&key("name"), &table.name, None, "it names the header joined records get"))
-                && !names.insert(&table.name)
+            if broken.check(check_name(
+                &key("name"),
+                &table.name,
+                Some(MAX_LABEL_NAME_LEN),
+                "it names the header joined records get",
+            )) && !names.insert(&table.name)
             {
                 broken.push(key("name"), format!("{:?} names another table too", table.name));
             }
@@ -158,8 +165,12 @@ impl PipelineConfig {
         let mut seen = BTreeSet::new();
         for (i, t) in self.transforms.iter().enumerate() {
             let key = |field: &str| format!("transforms[{i}].{field}");
-            if broken.check(check_name(&key("name"), &t.name, None, "operators are named by it in state and logs"))
-                && !seen.insert(&t.name)
+            if broken.check(check_name(
+                &key("name"),
+                &t.name,
+                Some(MAX_LABEL_NAME_LEN),
+                "operators are named by it in state, logs and metric labels",
+            )) && !seen.insert(&t.name)
             {
                 broken.push(
                     key("name"),

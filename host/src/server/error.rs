@@ -10,8 +10,9 @@ use super::spec::SpecError;
 use super::store::RecordTooLarge;
 use crate::wasm::truncate_line;
 
-/// Longest message an error answer carries, in bytes: it may quote what the caller sent (an
-/// unknown key, a value), which is cut there with a marker rather than sent back whole.
+/// Longest message an error answer carries, in bytes, about: it may quote what the caller sent
+/// (an unknown key, a value), so a longer one is cut in its middle with a marker, keeping its end
+/// (what was expected, what to do) rather than sending the quote back whole.
 const MAX_MESSAGE_BYTES: usize = 4096;
 /// Longest `field` an error answer names, in bytes (a key the caller made up may be long).
 const MAX_FIELD_BYTES: usize = 256;
@@ -38,7 +39,7 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        let message = cut(message.into(), MAX_MESSAGE_BYTES);
+        let message = cut_middle(message.into(), MAX_MESSAGE_BYTES);
         Self { status, body: ErrorBody { code, message, field: None } }
     }
 
@@ -141,6 +142,17 @@ fn cut(text: String, max: usize) -> String {
     }
 }
 
+/// `text` cut to about `max` bytes by leaving out the middle (at character boundaries), with a
+/// marker saying how much: its first three quarters and its last quarter stay.
+fn cut_middle(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let head = text.floor_char_boundary(max / 4 * 3);
+    let tail = text.ceil_char_boundary(text.len() - max / 4);
+    format!("{} [cut: {} bytes] {}", &text[..head], tail - head, &text[tail..])
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(self.body)).into_response()
@@ -161,6 +173,17 @@ mod tests {
         assert!(error.body.message.ends_with("more bytes]`: unknown key"), "{}", error.body.message);
         let long = ApiError::internal("é".repeat(10_000));
         assert!(long.body.message.len() < MAX_MESSAGE_BYTES + 64, "{}", long.body.message.len());
+        // A long value quoted in the middle: what was expected, at the end, stays.
+        let quoted = ApiError::invalid(
+            "sink.partitions",
+            format!("invalid type: string {:?}, expected i32", "K".repeat(90_000)),
+        );
+        let message = &quoted.body.message;
+        assert!(
+            message.len() < MAX_MESSAGE_BYTES + 64 && message.starts_with("invalid type: string \"KKK"),
+            "{message}"
+        );
+        assert!(message.contains(" [cut: ") && message.ends_with("KKK\", expected i32"), "{message}");
         let record = RecordTooLarge { key: "pipeline/a/p".into(), bytes: 2_000_000 };
         let too_large = ApiError::registry_write(record.into());
         assert_eq!((too_large.status(), too_large.body.code), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));

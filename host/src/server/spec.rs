@@ -45,7 +45,9 @@ impl SpecError {
 }
 
 impl From<ConfigError> for SpecError {
+    /// Without line numbers: they would be of the spec as the server rebuilt it, not of the body.
     fn from(error: ConfigError) -> Self {
+        let error = error.without_lines();
         Self::new(error.key_path().unwrap_or_default(), error.to_string())
     }
 }
