@@ -151,6 +151,25 @@ async fn a_stop_during_a_record_by_record_replay_ends_it_and_aborts_the_epoch() 
     assert!(dead.records.is_empty(), "{} dead letters of the aborted epoch are visible", dead.records.len());
 }
 
+/// A batch ends at a quarter of its guests' `memory_limit_mb` as well as at `batch_size`: 40
+/// records of 400 KiB (16 MiB) in batches of up to 64 reach a guest of 8 MiB a few at a time,
+/// and all come out once; a batch of all of them failed every call for want of memory.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_records_are_batched_to_what_the_guests_memory_takes() {
+    let spec =
+        Spec { source: "batch_size = 64".into(), transform: "memory_limit_mb = 8".into(), ..Spec::new("misbehave") };
+    let pipeline = TestPipeline::new("weir-big-batch", &spec);
+    let records: Vec<_> = (0..40).map(|i| (None, format!("{i:04}").repeat(100 << 10))).collect();
+    produce(&pipeline.source, 1, &records).await;
+    let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
+    run_to_completion(&pipeline, &mut reader, records.len(), &[]);
+    reader.drain(Duration::from_secs(1));
+    let mut out: Vec<_> = reader.records.iter().filter_map(|record| record.value.clone()).collect();
+    out.sort();
+    let sent: Vec<_> = records.into_iter().map(|(_, value)| value).collect();
+    assert!(out == sent, "{} records out of 40, or not those sent:\n{}", out.len(), pipeline.log_text());
+}
+
 /// A counter kept in guest memory over `a, a, <poison>, a`, one record per batch, in one
 /// epoch: the poison record's failure must roll the guest back to the state before it (2), not
 /// to the epoch's start. Before, the output was 1, 2, 1.

@@ -28,6 +28,11 @@ const READ_AHEAD_BATCHES: usize = 16;
 /// its tenant's pool has left ([`Flow::may_read`]): enough for batches of a few thousand flights
 /// where one record at a time would cost a guest call each, and little beside a pool.
 const READ_FLOOR: usize = 1 << 20;
+/// The smallest `memory_limit_mb` of a pipeline's operators divided by this is the most memory a
+/// batch of records polled may hold ([`BatchLimit`]): a guest holds a batch's records as it is
+/// given them, and its output besides, so a batch of `source.batch_size` large records could
+/// fail every call for want of memory, however often it is retried.
+const GUEST_BATCH_SHARE: usize = 4;
 /// How long the runner waits for a task to come back after a poll found the consumer's queue
 /// dry while tasks are out, before it polls again ([`Runner::stream`]).
 const DRY_POLL_WAIT: Duration = Duration::from_millis(1);
@@ -72,13 +77,14 @@ impl Runner<'_> {
     /// depend on the number of workers. At most [`READ_AHEAD_BATCHES`] × `batch_size` × workers
     /// records are out at once, which bounds both the memory they hold and how long the tasks
     /// take to come back once the poll is over. Under a tenant's pool they are its memory too:
-    /// the runner polls only while the pool lets it ([`ResourcePool::may_read`]), and a batch
-    /// holds at most [`ResourcePool::read_batch_bytes`].
+    /// the runner polls only while the pool lets it ([`ResourcePool::may_read`]). A batch is
+    /// full at `batch_size` records or at what its guests' memory can take ([`BatchLimit`]).
     pub(super) fn stream(&mut self, shutdown: &AtomicBool) -> Result<(), PipelineError> {
         let pool = self.options.pool.clone();
+        let guest = self.config.transforms.iter().map(|t| t.memory_limit_bytes).min().unwrap_or(usize::MAX);
         let limit = BatchLimit {
             records: self.config.source.batch_size,
-            bytes: pool.as_ref().map_or(usize::MAX, |pool| pool.read_batch_bytes()),
+            bytes: (guest / GUEST_BATCH_SHARE).min(pool.as_ref().map_or(usize::MAX, |pool| pool.read_batch_bytes())),
         };
         let (batch_size, most) = (limit.records, READ_AHEAD_BATCHES * limit.records * self.workers.len());
         // Up to the checkpoint that is due, but long enough to take what the consumer holds.
@@ -249,8 +255,10 @@ struct Given {
     bytes: usize,
 }
 
-/// When a batch of records polled is full: at `source.batch_size` records, or at
-/// [`ResourcePool::read_batch_bytes`] of memory under a tenant's pool.
+/// When a batch of records polled is full: at `source.batch_size` records, or at a quarter of
+/// the smallest `memory_limit_mb` of the chain's operators ([`GUEST_BATCH_SHARE`]) or
+/// [`ResourcePool::read_batch_bytes`] under a tenant's pool, whichever is less, in memory.
+/// (A record larger than that is a batch alone.)
 #[derive(Debug, Clone, Copy)]
 struct BatchLimit {
     records: usize,
