@@ -22,7 +22,7 @@ use weir_tests::pipeline::{
     Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, http_get, poll_until, produce, run_to_completion, signal,
     wait_exit,
 };
-use weir_tests::{Isolation, create_topic, flight_rows};
+use weir_tests::{Isolation, create_topic, flight_rows, log_tail};
 
 /// Whether a test of this binary has its turn with the broker ([`broker_turn`]).
 static BROKER_TAKEN: Mutex<bool> = Mutex::new(false);
@@ -231,12 +231,8 @@ async fn flight_delays_is_exactly_once_under_kills_broker_restarts_and_timeouts(
         elapsed.as_secs_f64(),
         verdict.records_in as f64 / elapsed.as_secs_f64()
     );
-    assert!(read >= rows.len(), "only {read} outputs; log tail:\n{}", &log[log.len().saturating_sub(5000)..]);
-    assert!(
-        status.success(),
-        "the final run stops cleanly ({status}); log tail:\n{}",
-        &log[log.len().saturating_sub(8000)..]
-    );
+    assert!(read >= rows.len(), "only {read} outputs; log tail:\n{}", log_tail(&log, 5_000));
+    assert!(status.success(), "the final run stops cleanly ({status}); log tail:\n{}", log_tail(&log, 8_000));
     assert!(verdict.is_exactly_once(), "{verdict:?}");
     assert!(wiped >= kills / 3 && restores >= wiped, "every deleted state directory was restored: {restores} restores");
 }

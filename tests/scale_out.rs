@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use weir_tests::flights::verify;
 use weir_tests::pipeline::{Feeder, RUN_TIMEOUT, Reader, Spec, TestPipeline, keyed, produce, signal, wait_exit};
-use weir_tests::{Isolation, bootstrap, create_topic, flight_rows};
+use weir_tests::{Isolation, bootstrap, create_topic, flight_rows, log_tail};
 
 /// The group notices a process gone after 6 s (the broker's `group.min.session.timeout.ms`).
 const CONSUMER: &str = "[source.consumer]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"";
@@ -26,6 +26,11 @@ fn spec(plugin: &'static str) -> Spec {
     spec.sink = "transaction_timeout_ms = 20000".into();
     spec.checkpoint = "interval_ms = 100\ntimeout_ms = 10000".into();
     spec
+}
+
+/// The end of an instance's log, which a failure quotes.
+fn tail(log: &str) -> &str {
+    log_tail(log, 4_000)
 }
 
 /// How often `text` appears in the log of `instance`.
@@ -83,7 +88,11 @@ async fn a_zombie_past_the_session_timeout_commits_nothing() {
     let read = reader.read_until(sent, RUN_TIMEOUT);
     for (name, child) in [("a", &mut a), ("b", &mut b)] {
         let status = pipeline.stop(child, Duration::from_secs(60));
-        assert!(status.success(), "instance {name} stops cleanly; log:\n{}", pipeline.instance_log(name));
+        assert!(
+            status.success(),
+            "instance {name} stops cleanly ({status}); its log ends:\n{}",
+            tail(&pipeline.instance_log(name))
+        );
     }
     reader.drain(Duration::from_secs(2));
     let values: Vec<String> = reader.records.iter().filter_map(|r| r.value.clone()).collect();
@@ -166,7 +175,7 @@ async fn an_idle_instance_fenced_by_its_own_group_instance_id_rejoins_and_takes_
 
     // a leaves: its partition must go to b, whose new consumer took its instance id back.
     let status = pipeline.stop(&mut a, Duration::from_secs(60));
-    assert!(status.success(), "a stops cleanly; log:\n{}", pipeline.instance_log("a"));
+    assert!(status.success(), "a stops cleanly ({status}); its log ends:\n{}", tail(&pipeline.instance_log("a")));
     wait_for(&pipeline, "b", ASSIGNED, 0);
     wait_for(&pipeline, "b", COMMITTED, 0);
 
@@ -174,7 +183,7 @@ async fn an_idle_instance_fenced_by_its_own_group_instance_id_rejoins_and_takes_
     let mut reader = Reader::new(&pipeline.sink, 1, Isolation::ReadCommitted);
     let read = reader.read_until(sent, RUN_TIMEOUT);
     let status = pipeline.stop(&mut b, Duration::from_secs(60));
-    assert!(status.success(), "b stops cleanly; log:\n{}", pipeline.instance_log("b"));
+    assert!(status.success(), "b stops cleanly ({status}); its log ends:\n{}", tail(&pipeline.instance_log("b")));
     reader.drain(Duration::from_secs(2));
     let values: BTreeSet<String> = reader.records.iter().filter_map(|r| r.value.clone()).collect();
     assert_eq!(reader.records.len(), sent, "every input comes out once: {read} outputs of {sent} inputs");
@@ -230,9 +239,9 @@ async fn processes_killed_added_and_removed_keep_every_flight_exactly_once() {
                 let status = pipeline.stop(&mut process.child, Duration::from_secs(60));
                 assert!(
                     status.success(),
-                    "{} stops cleanly:\n{}",
+                    "{} stops cleanly ({status}); its log ends:\n{}",
                     process.instance,
-                    pipeline.instance_log(&process.instance)
+                    tail(&pipeline.instance_log(&process.instance))
                 );
                 log.push(format!("{step}: removed {}", process.instance));
             }
@@ -249,7 +258,12 @@ async fn processes_killed_added_and_removed_keep_every_flight_exactly_once() {
     let read = reader.read_until(rows.len(), RUN_TIMEOUT * 3);
     for process in &mut running {
         let status = pipeline.stop(&mut process.child, Duration::from_secs(60));
-        assert!(status.success(), "{} stops cleanly:\n{}", process.instance, pipeline.instance_log(&process.instance));
+        assert!(
+            status.success(),
+            "{} stops cleanly ({status}); its log ends:\n{}",
+            process.instance,
+            tail(&pipeline.instance_log(&process.instance))
+        );
     }
     reader.drain(Duration::from_secs(2));
     let verdict = verify(&rows, &reader.records, 15);

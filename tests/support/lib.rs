@@ -29,6 +29,19 @@ pub fn bootstrap() -> String {
 }
 
 /// A topic name no other test run uses.
+/// The end of `log`: at most its last `bytes` bytes, from a line's start. A failed test's
+/// message quotes it, because the error that ended a process is at the end of its log, and
+/// CI reports keep only the start and the end of a long failure.
+pub fn log_tail(log: &str, bytes: usize) -> &str {
+    let from = log.len().saturating_sub(bytes);
+    let from = (from..log.len()).find(|&at| log.is_char_boundary(at)).unwrap_or(log.len());
+    let tail = &log[from..];
+    match tail.find('\n') {
+        Some(newline) if from > 0 => &tail[newline + 1..],
+        _ => tail,
+    }
+}
+
 pub fn unique_name(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     format!("{prefix}-{}-{nanos}", std::process::id())
