@@ -882,6 +882,68 @@ async fn a_table_larger_than_its_tenants_memory_stops_the_pipeline_naming_the_qu
     });
 }
 
+/// An idle pipeline's guests give their memory to its tenant's busy one (issue 44 item 6): a
+/// tenant of 12 MiB runs a pipeline of 8 partitions (8 instances of `memory-counter`, which keeps
+/// a count per instance in memory) that goes idle holding most of it; a second such pipeline
+/// cannot start its instances until the first drops its own, which it does once the pool has
+/// refused memory. Then the first, fed again, waits for the idle second in turn, and its counts
+/// go on from its snapshots: each partition's second record is its `2`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_pipelines_guests_give_their_memory_to_the_tenants_busy_one() {
+    const PARTITIONS: i32 = 8;
+    let serve = Serve::start("");
+    let run = unique_name("weir-idle");
+    let quotas = json!({ "max_total_memory_mb": 12, "max_memory_mb": 12 });
+    let token = serve.tenant("idler", &format!("{run}."), Some(quotas));
+    let counter = std::fs::read(plugin("memory-counter")).expect("memory-counter.wasm");
+    assert_eq!(serve.upload(&token, "counter", counter).0, 201);
+    let memory = || {
+        let metrics = serve.ok("GET", "/metrics", ADMIN, None);
+        metrics
+            .as_str()
+            .expect("metrics text")
+            .lines()
+            .find_map(|line| line.strip_prefix("weir_tenant_memory_bytes{tenant=\"idler\"} ")?.parse::<f64>().ok())
+    };
+    // Deploys pipeline `name`, feeds each partition one record and waits for each to say
+    // `count`.
+    let feed = |name: &str, count: &str, reader: &mut Reader| {
+        let source = format!("{run}.{name}-in");
+        for partition in 0..PARTITIONS {
+            weir_tests::admin::produce_to(&source, partition, &[format!("{name}-{partition}")]);
+        }
+        let before = reader.records.len();
+        reader.read_until(before + PARTITIONS as usize, RUN_TIMEOUT);
+        let counts: Vec<_> = reader.records[before..].iter().filter_map(|r| r.value.as_deref()).collect();
+        assert!(
+            counts.len() == PARTITIONS as usize && counts.iter().all(|c| *c == count),
+            "{name}: counts {counts:?}, not one {count} per partition\n{}",
+            serve.log()
+        );
+    };
+    let mut readers = Vec::new();
+    for name in ["first", "second"] {
+        let (source, sink) = (format!("{run}.{name}-in"), format!("{run}.{name}-out"));
+        weir_tests::create_topic(&source, PARTITIONS).await;
+        let spec = format!(
+            "[source]\ntopics = [\"{source}\"]\n[[transforms]]\nname = \"c\"\ntransform = \"counter\"\n\
+             memory_limit_mb = 4\n[sink]\ntopic = \"{sink}\"\ncreate_topics = true\n"
+        );
+        serve.ok("PUT", &format!("/v1/pipelines/{name}"), &token, toml_body(&spec));
+        let mut reader = Reader::new(&sink, PARTITIONS, Isolation::ReadCommitted);
+        feed(name, "1", &mut reader);
+        if name == "first" {
+            // The scenario: the idle first pipeline holds more than the second can start beside.
+            let held = memory().unwrap_or(0.0);
+            assert!(held > 6.0 * 1048576.0, "the first pipeline holds only {held} bytes\n{}", serve.log());
+        }
+        readers.push(reader);
+    }
+    let log = serve.log();
+    assert!(log.contains("memory_wanted=true"), "the first pipeline gave its memory back for want of it\n{log}");
+    feed("first", "2", &mut readers[0]);
+}
+
 /// A node's memory at start does not grow with the components it reads (issue 44 item 6): a
 /// second node reads 160 MiB of components from the registry topic, keeping their chunks on
 /// disk until it writes each component, and its peak resident memory stays below what it read.

@@ -10,7 +10,7 @@ mod stream;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -37,6 +37,12 @@ use crate::wasm::{OperatorLimits, TransformComponent};
 /// Most timers counted per operator and task at a checkpoint (`weir_open_timers`): counting
 /// reads their keys, and a count beyond this says enough.
 const OPEN_TIMERS_CAP: usize = 1000;
+
+/// How long a pipeline under a resource pool may process nothing before its guests' instances
+/// are dropped ([`Task::recycle_instances`]), giving their linear memory back to the pool and the
+/// node: sooner, at its next checkpoint interval, when the pool refused one of its pipelines
+/// memory since the last look.
+const IDLE_INSTANCES_KEPT: Duration = Duration::from_secs(30);
 
 /// The chain of operators: each transform's component and configuration.
 pub(super) type Chain = [(Arc<TransformComponent>, TransformConfig)];
@@ -88,6 +94,9 @@ pub(super) struct Runner<'a> {
     reseeding: Option<String>,
     /// When tasks were last checked for idleness (it asks the broker for end offsets).
     last_idle_check: Instant,
+    /// The pool's [`refusals`](crate::wasm::ResourcePool::refusals) when this pipeline last
+    /// looked, idle.
+    refusals_seen: u64,
     /// When the group's ownership of the source partitions was last checked.
     last_ownership_check: Instant,
     /// The source partitions no member owned at that check.
@@ -186,6 +195,7 @@ impl<'a> Runner<'a> {
             loading_savepoint: false,
             reseeding: None,
             last_idle_check: Instant::now(),
+            refusals_seen: options.pool.as_ref().map_or(0, |pool| pool.refusals()),
             last_ownership_check: Instant::now(),
             unowned: Vec::new(),
             metrics: metrics.clone(),
@@ -233,12 +243,13 @@ impl<'a> Runner<'a> {
             if epoch.records > 0 {
                 inject(FaultPoint::MidEpoch, epoch.id);
             }
+            let open_for = epoch.started.elapsed();
             let max_bytes = self.config.checkpoint.max_epoch_bytes;
             let short = self.pool_is_short();
             let full = self.coordinator.rows_bytes() >= max_bytes
                 || self.tasks.iter().any(|t| t.epoch_bytes() >= max_bytes)
                 || short;
-            if full || epoch.started.elapsed() >= self.config.checkpoint.interval {
+            if full || open_for >= self.config.checkpoint.interval {
                 if self.has_work()? {
                     self.checkpoint()?;
                     if short {
@@ -248,10 +259,35 @@ impl<'a> Runner<'a> {
                     }
                 } else {
                     self.metrics.caught_up();
+                    self.recycle_if_idle(open_for);
                 }
             }
         }
         self.finish()
+    }
+
+    /// Drops the guests' instances of a pipeline under a pool that has processed nothing for
+    /// [`IDLE_INSTANCES_KEPT`], or since its last checkpoint when the pool has refused memory
+    /// since it last looked: an idle pipeline's guests would otherwise keep their memory from
+    /// the tenant's busy ones. Only when the open epoch has no work (so nothing was processed
+    /// since the last barrier's snapshots, which fresh instances restore).
+    fn recycle_if_idle(&mut self, idle_for: Duration) {
+        let Some(pool) = &self.options.pool else { return };
+        let refusals = pool.refusals();
+        let wanted = std::mem::replace(&mut self.refusals_seen, refusals) != refusals;
+        if !wanted && idle_for < IDLE_INSTANCES_KEPT {
+            return;
+        }
+        let dropped: usize = self.tasks.iter_mut().map(Task::recycle_instances).sum();
+        if dropped > 0 {
+            tracing::info!(
+                pipeline = %self.config.name,
+                instances = dropped,
+                idle_ms = idle_for.as_millis() as u64,
+                memory_wanted = wanted,
+                "idle: dropped the guests' instances, giving their memory back to the pool; the next record starts fresh ones"
+            );
+        }
     }
 
     /// Whether the pool's free memory is less than the current epoch's overlays hold: as much

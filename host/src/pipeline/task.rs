@@ -411,6 +411,21 @@ impl Task {
         let watermark = self.time.as_ref().and_then(TaskTime::watermark);
         Ok(TaskBarrier { task: self.id.clone(), next_offset: self.next_offset, snapshots, writes, watermark })
     }
+
+    /// Drops its operators' live instances, whose linear memory wasm never gives back; the next
+    /// call starts fresh ones, restored from the snapshots of the last barrier. Only for a task
+    /// that has processed nothing since (its guests' memory is then what those snapshots hold).
+    /// Returns how many instances it dropped.
+    pub fn recycle_instances(&mut self) -> usize {
+        let mut dropped = 0;
+        for step in &mut self.steps {
+            if step.operator.recycle() {
+                step.metrics.memory(0);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
 }
 
 fn overlay_poisoned() -> PipelineError {

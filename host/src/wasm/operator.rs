@@ -324,17 +324,18 @@ impl Operator {
     }
 
     /// Drops the current instance; the next call runs on a fresh one. A `Store` only frees its
-    /// memory when dropped, so long-running operators are recycled periodically.
-    pub fn recycle(&mut self) {
-        if let Instance::Live { .. } = self.instance {
-            self.instance = match std::mem::replace(&mut self.instance, Instance::Moving) {
-                Instance::Live { store, .. } => {
-                    let host = store.into_data();
-                    Instance::Idle(host.state, host.timers)
-                }
-                other => other,
-            };
-        }
+    /// memory when dropped, so long-running operators are recycled periodically. Returns whether
+    /// there was a live instance.
+    pub fn recycle(&mut self) -> bool {
+        let Instance::Live { .. } = self.instance else { return false };
+        self.instance = match std::mem::replace(&mut self.instance, Instance::Moving) {
+            Instance::Live { store, .. } => {
+                let host = store.into_data();
+                Instance::Idle(host.state, host.timers)
+            }
+            other => other,
+        };
+        true
     }
 
     /// The operator's state store.

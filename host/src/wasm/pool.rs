@@ -1,7 +1,7 @@
 //! Limits shared by the operators of several pipelines: under `weir serve`, one tenant's.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,8 @@ pub struct ResourcePool {
     memory_used: AtomicUsize,
     /// The part of `memory_used` that records read and not yet processed hold.
     read_used: AtomicUsize,
+    /// How many growths the pool refused so far ([`ResourcePool::refusals`]).
+    refusals: AtomicU64,
     cpu: Option<CpuBucket>,
 }
 
@@ -137,6 +139,7 @@ impl ResourcePool {
             memory_bytes,
             memory_used: AtomicUsize::new(0),
             read_used: AtomicUsize::new(0),
+            refusals: AtomicU64::new(0),
             cpu: cpu.map(|cpu| match cpu {
                 CpuLimit::Cores(cores) => bucket(cores, false),
                 CpuLimit::FairShare(cores) => bucket(cores, true),
@@ -168,13 +171,25 @@ impl ResourcePool {
         self.memory_used.load(Ordering::Relaxed)
     }
 
-    /// Grants `bytes` more memory if the pool has room.
+    /// Grants `bytes` more memory if the pool has room; counts a refusal
+    /// ([`ResourcePool::refusals`]) if not.
     pub(crate) fn grow(&self, bytes: usize) -> bool {
-        self.memory_used
+        let granted = self
+            .memory_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(bytes).filter(|total| *total <= self.memory_bytes)
             })
-            .is_ok()
+            .is_ok();
+        if !granted {
+            self.refusals.fetch_add(1, Ordering::Relaxed);
+        }
+        granted
+    }
+
+    /// How many growths the pool has refused since it was made: when it changes, a pipeline of
+    /// the pool wants memory that its idle pipelines may be holding (their guests' instances).
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
     }
 
     /// Gives back `bytes` of memory (an instance dropped, a checkpoint committed).
@@ -392,7 +407,9 @@ mod tests {
         let pool = ResourcePool::new("tenant `a`", 100, None);
         assert!(pool.grow(60));
         assert!(!pool.grow(41));
+        assert_eq!(pool.refusals(), 1, "a refusal is counted, for idle pipelines to see");
         assert!(pool.grow(40));
+        assert_eq!(pool.refusals(), 1);
         pool.shrink(70);
         assert_eq!(pool.memory_used(), 30);
         pool.shrink(500);
