@@ -219,3 +219,19 @@ fn a_pool_in_cpu_debt_waits_before_its_next_call() {
     let elapsed = started.elapsed();
     assert!(elapsed.as_secs_f64() >= 0.99 * charged.as_secs_f64() / cores, "{elapsed:?} for {charged:?} of CPU");
 }
+
+/// A dropped instance (an idle pipeline's, `Operator::recycle`) is not started again for a
+/// checkpoint's snapshot, which is the one a fresh instance would restore; the next record's call
+/// starts one restored from it (`memory-counter` keeps its count in memory, carried by snapshots).
+#[test]
+fn a_dropped_instance_gives_its_snapshot_without_starting_and_the_next_call_restores_it() {
+    let mut operator = operator_with("memory-counter", &[], limits());
+    assert_eq!(values(&operator.process(&[record(0, "a"), record(1, "a")]).unwrap()), ["1", "2"]);
+    assert_eq!(operator.snapshot().unwrap(), b"2");
+    assert!(operator.recycle(), "a live instance was dropped");
+    assert!(!operator.recycle(), "nothing left to drop");
+    assert_eq!(operator.snapshot().unwrap(), b"2");
+    assert_eq!(operator.peak_memory(), 0, "no instance was started for the snapshot");
+    assert_eq!(values(&operator.process(&[record(2, "a")]).unwrap()), ["3"]);
+    assert!(operator.peak_memory() > 0);
+}

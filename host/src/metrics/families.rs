@@ -132,7 +132,7 @@ impl Families {
             ),
             guest_memory: gauge(
                 "weir_guest_memory_bytes",
-                "Largest linear memory of the operator instance, sampled at each checkpoint.",
+                "Largest linear memory of the operator instance, sampled at each checkpoint (0 once an idle pipeline dropped it).",
                 &["pipeline", "operator", "partition"],
             ),
             operator_records_in: counter(

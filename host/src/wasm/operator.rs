@@ -276,7 +276,12 @@ impl Operator {
     }
 
     /// Calls the guest's `snapshot` and keeps the result as the one fresh instances restore.
+    /// Without a live instance, that one: a fresh instance would restore it and answer it back,
+    /// so none is started for it (an idle pipeline's dropped instances stay dropped).
     fn take_snapshot(&mut self) -> Result<Vec<u8>, OperatorError> {
+        if let Instance::Idle(..) = self.instance {
+            return Ok(self.snapshot.clone());
+        }
         let snapshot = self.call(Call::Snapshot, None, |bindings, store| bindings.call_snapshot(store))?;
         // The checkpoint writes it to the changelog keyed by operator and task, which is the
         // state prefix less its last byte.
