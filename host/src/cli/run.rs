@@ -63,7 +63,8 @@ pub struct RunArgs {
     workers: Option<u16>,
     /// Stop, rather than recover again, after the pipeline failed this many times in a row with
     /// the same error (a PostgreSQL sink whose database stays down, a transform that fails on
-    /// every start); by default it recovers for ever. A broker outage never counts.
+    /// every start; a run that commits a checkpoint before it fails starts the count again); by
+    /// default it recovers for ever. A broker outage never counts.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_identical_failures: Option<u32>,
 }

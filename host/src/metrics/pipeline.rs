@@ -355,6 +355,11 @@ impl PipelineMetrics {
         *lock(&self.live).operator_errors.entry(error.operator.clone()).or_default() += 1;
     }
 
+    /// How many checkpoints the pipeline committed in this process so far.
+    pub fn checkpoints_committed(&self) -> u64 {
+        self.checkpoint_phases[0].get_sample_count()
+    }
+
     /// Records a committed checkpoint.
     pub fn checkpoint(&self, figures: &CheckpointFigures) {
         let phases = [figures.total, figures.stall, figures.barrier, figures.pre_commit, figures.commit, figures.apply];

@@ -118,6 +118,7 @@ pub fn run(
     let mut repeated: Option<(String, u32)> = None;
     loop {
         let attempt = Instant::now();
+        let committed = metrics.checkpoints_committed();
         metrics.set_state(PipelineState::Starting);
         // A savepoint applies until its first checkpoint commits: from then on the pipeline's
         // lineage is the savepoint's id, and every start ignores it.
@@ -127,6 +128,8 @@ pub fn run(
         });
         // Read once: a stop that lands between two reads must not skip both arms below.
         let stopping = shutdown.load(Ordering::Relaxed);
+        // A run that committed a checkpoint made progress: a failure after it starts a new row.
+        let progressed = metrics.checkpoints_committed() > committed;
         match result {
             Ok(()) => {
                 metrics.set_state(PipelineState::Stopped);
@@ -156,7 +159,11 @@ pub fn run(
                     }
                 };
             }
-            Err(error) if error.disposition().retries() && !stopping && !gives_up(&mut repeated, &error, options) => {
+            Err(error)
+                if error.disposition().retries()
+                    && !stopping
+                    && !gives_up(&mut repeated, &error, progressed, options) =>
+            {
                 metrics.failed(&error, true);
                 if attempt.elapsed() > MAX_BACKOFF {
                     backoff = Duration::from_secs(1);
@@ -174,9 +181,18 @@ pub fn run(
     }
 }
 
-/// Counts `error` in `repeated` (its message and how many times in a row) and tells whether it
-/// reached `options.max_identical_failures`.
-fn gives_up(repeated: &mut Option<(String, u32)>, error: &PipelineError, options: &RunOptions) -> bool {
+/// Counts `error` in `repeated` (its message and how many times in a row: since a run that
+/// `progressed`, committing a checkpoint, before it failed) and tells whether it reached
+/// `options.max_identical_failures`.
+fn gives_up(
+    repeated: &mut Option<(String, u32)>,
+    error: &PipelineError,
+    progressed: bool,
+    options: &RunOptions,
+) -> bool {
+    if progressed {
+        *repeated = None;
+    }
     if error.disposition() == (Disposition::Retry { heals_itself: true }) {
         // A broker outage must not turn every pipeline to failed: recovery waits it out.
         *repeated = None;
@@ -199,5 +215,30 @@ fn sleep_unless(shutdown: &AtomicBool, duration: Duration) {
     let until = Instant::now() + duration;
     while Instant::now() < until && !shutdown.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_failures_in_a_row_give_up_and_a_run_that_committed_breaks_the_row() {
+        let options = RunOptions { max_identical_failures: Some(3), ..RunOptions::default() };
+        let error = || PipelineError::Refused("the same failure".into());
+        let other = PipelineError::Refused("another failure".into());
+        let mut repeated = None;
+        assert!(!gives_up(&mut repeated, &error(), false, &options));
+        assert!(!gives_up(&mut repeated, &error(), false, &options));
+        // A run that committed a checkpoint in between: the row starts again.
+        assert!(!gives_up(&mut repeated, &error(), true, &options));
+        assert!(!gives_up(&mut repeated, &error(), false, &options));
+        assert!(gives_up(&mut repeated, &error(), false, &options), "third in a row");
+        // Another failure in between breaks the row as well.
+        let mut repeated = None;
+        assert!(!gives_up(&mut repeated, &error(), false, &options));
+        assert!(!gives_up(&mut repeated, &other, false, &options));
+        assert!(!gives_up(&mut repeated, &error(), false, &options));
+        assert!(!gives_up(&mut repeated, &error(), false, &options));
     }
 }

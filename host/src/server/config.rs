@@ -60,7 +60,8 @@ pub struct ServeConfig {
     /// Default 2048.
     pub compiled_cache_max_bytes: u64,
     /// `max_identical_failures`: a pipeline that fails this many times in a row with the same
-    /// error (after back-off) goes to `failed` instead of retrying. Default 5.
+    /// error (after back-off; a run that commits a checkpoint before it fails starts the count
+    /// again) goes to `failed` instead of retrying. Default 5.
     pub max_identical_failures: u32,
     /// `[tenant_defaults]`: quotas of a tenant created without its own.
     pub tenant_defaults: Quotas,
