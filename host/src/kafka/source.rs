@@ -10,8 +10,9 @@
 //! `WAIT_ASSIGN_CALL` / `WAIT_UNASSIGN_CALL` states) and pauses the assignment meanwhile.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
 
 use rdkafka::bindings as rdsys;
@@ -125,7 +126,8 @@ pub struct GroupOffset {
 /// ([`Source::member`]) it subscribes to the source topics; otherwise it only reads the group's
 /// offsets and the partitions' watermarks.
 pub struct Source {
-    consumer: BaseConsumer<GroupContext>,
+    /// Closed on a thread of its own when the source is dropped ([`close`]).
+    consumer: ManuallyDrop<BaseConsumer<GroupContext>>,
     group_id: String,
 }
 
@@ -185,7 +187,7 @@ impl Source {
     ) -> Result<Self, KafkaError> {
         let own: Vec<(&str, &str)> = [("group.id", group_id)].into_iter().chain(member.iter().copied()).collect();
         let consumer = super::consumer_config(cluster, overrides, &own).create_with_context(GroupContext::default())?;
-        Ok(Self { consumer, group_id: group_id.to_owned() })
+        Ok(Self { consumer: ManuallyDrop::new(consumer), group_id: group_id.to_owned() })
     }
 
     /// Joins the group for `topics`; the assignment arrives as a [`Rebalance`] from a later poll.
@@ -531,5 +533,31 @@ impl Drop for Source {
             };
             apply(&self.consumer, &event, &partition_list(tasks));
         }
+        // SAFETY: taken once, here, and not used afterwards: the source is being dropped.
+        close(unsafe { ManuallyDrop::take(&mut self.consumer) });
+    }
+}
+
+/// How long dropping a [`Source`] waits for its consumer to close.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Closes `consumer` (its drop: `rd_kafka_consumer_close`) on a thread of its own, waiting for
+/// it at most [`CLOSE_WAIT`]. A consumer closed while its group rebalances waits for the
+/// rebalance to end (librdkafka before 2.14, confluentinc/librdkafka#4527 and #4792), which can
+/// take the group's rebalance timeout (`max.poll.interval.ms`, 5 min by default); the pipeline is
+/// done with it by then (a static member's close does not even leave the group), so a stop or a
+/// recovery does not wait for that.
+fn close(consumer: BaseConsumer<GroupContext>) {
+    let (closed_tx, closed) = mpsc::channel();
+    // Should the thread not start, the closure, consumer included, is dropped here instead.
+    let spawned = std::thread::Builder::new().name("weir-consumer-close".into()).spawn(move || {
+        drop(consumer);
+        let _ = closed_tx.send(());
+    });
+    if spawned.is_ok() && closed.recv_timeout(CLOSE_WAIT).is_err() {
+        tracing::warn!(
+            waited_ms = CLOSE_WAIT.as_millis() as u64,
+            "the source consumer is still closing (its group is rebalancing); it goes on closing in the background"
+        );
     }
 }
