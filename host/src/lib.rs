@@ -104,7 +104,7 @@ pub use postgres::{Database, Resolution, decide as decide_prepared};
 // Metrics and logs: the registry of running pipelines, its sampler, the figures of one batch,
 // the log layers the binary installs, and the HTTP endpoints of `weir run --metrics`.
 pub use http::serve as serve_metrics;
-pub use metrics::{BatchFigures, Metrics, PipelineLog, RecentLog, TaskMetrics, start_sampler};
+pub use metrics::{BatchFigures, Metrics, PipelineLog, PipelineState, RecentLog, TaskMetrics, start_sampler};
 
 // Hosting (`weir serve`): the server, its configuration, its API and the listener that serves
 // it, the hash of an uploaded component, and the tenants' Kafka principals.

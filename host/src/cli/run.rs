@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Args;
 use weir::{
-    EngineConfig, MAX_WORKERS, Metrics, PipelineConfig, RunOptions, WasmEngine, read_savepoint, run_pipeline,
-    start_sampler,
+    EngineConfig, MAX_WORKERS, Metrics, PipelineConfig, PipelineState, RunOptions, WasmEngine, read_savepoint,
+    run_pipeline, start_sampler,
 };
 
 #[derive(Debug, Args)]
@@ -89,10 +89,12 @@ pub fn execute(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let engine = WasmEngine::new(&EngineConfig::with_default_cache()?)?;
     let shutdown = Arc::new(AtomicBool::new(false));
-    watch_signals(shutdown.clone(), config.runtime.shutdown_grace)?;
+    let metrics = Arc::new(Metrics::default());
+    let pipeline = metrics.pipeline(&config);
+    let stopped = move || pipeline.state() == PipelineState::Stopped;
+    watch_signals(shutdown.clone(), config.runtime.shutdown_grace, stopped)?;
     tracing::info!(pipeline = %config.name, file = %args.pipeline.display(), "starting");
     let from_savepoint = args.from_savepoint.as_deref().map(read_savepoint).transpose()?;
-    let metrics = Arc::new(Metrics::default());
     if let Some(address) = args.metrics {
         start_sampler(&metrics)?;
         let bound = weir::serve_metrics(address, metrics.clone())
@@ -131,11 +133,17 @@ const SECOND_SIGNAL: i32 = 130;
 
 /// Sets `shutdown` on the first SIGINT or SIGTERM and gives the pipeline `grace`
 /// (`runtime.shutdown_grace_ms`) to commit its open epoch and stop; past it, or at a second
-/// signal, the process exits at once, committing nothing more. That is as safe as a crash: the
+/// signal, the process exits at once, committing nothing more. A pipeline that has `stopped`
+/// (its open epoch committed) but whose Kafka clients are still closing past `grace` exits with
+/// success: nothing is left to commit. That is as safe as a crash: the
 /// open epoch's transaction is aborted by the broker (`transaction.timeout.ms`) or by the next
 /// start's fencing, which processes the epoch again; a commit the broker had already taken is
 /// found in the changelog by the next start's restore.
-fn watch_signals(shutdown: Arc<AtomicBool>, grace: Duration) -> anyhow::Result<()> {
+fn watch_signals(
+    shutdown: Arc<AtomicBool>,
+    grace: Duration,
+    stopped: impl Fn() -> bool + Clone + Send + 'static,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name("weir-signals".into()).spawn(move || {
         runtime.block_on(async move {
@@ -151,8 +159,12 @@ fn watch_signals(shutdown: Arc<AtomicBool>, grace: Duration) -> anyhow::Result<(
                     exit_now(SECOND_SIGNAL, "second signal: exiting without committing the open epoch");
                 }
                 tracing::info!(grace_ms = grace.as_millis() as u64, "shutdown requested: finishing the open epoch");
+                let stopped = stopped.clone();
                 std::thread::spawn(move || {
                     std::thread::sleep(grace);
+                    if stopped() {
+                        exit_now(0, "the pipeline stopped, but its Kafka clients were still closing past runtime.shutdown_grace_ms; exiting");
+                    }
                     exit_now(
                         GRACE_EXPIRED,
                         &format!(

@@ -286,6 +286,11 @@ impl PipelineMetrics {
         live.graph = Graph::of(config);
     }
 
+    /// The pipeline's state.
+    pub fn state(&self) -> PipelineState {
+        lock(&self.live).state
+    }
+
     /// Sets the pipeline's state.
     pub fn set_state(&self, state: PipelineState) {
         let mut live = lock(&self.live);

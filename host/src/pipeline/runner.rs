@@ -475,6 +475,8 @@ impl<'a> Runner<'a> {
             self.checkpoint()?;
         }
         self.coordinator.finish()?;
+        // Stopped now: what is left is closing the clients, which loses nothing if cut short.
+        self.metrics.set_state(crate::metrics::PipelineState::Stopped);
         match committed {
             Some(id) => {
                 tracing::info!(pipeline = %self.config.name, checkpoint = %id, "stopped after committing the open epoch")
